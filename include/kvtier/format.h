@@ -1,0 +1,89 @@
+// KV row formats: how one head_dim-long vector (one token of one KV head) is stored.
+//
+//   f32 / f16 / bf16       plain values; lossless for data already in that dtype.
+//   affine<bits>g<group>   MLX's affine scheme: per group a scale and a bias stored in
+//                          `scale_dtype`, codes q in [0, 2^bits-1] bit-packed, x ~ q*scale+bias.
+//   q8_0 / q4_0            ggml's 32-value blocks with an fp16 scale, byte-for-byte GGUF layout.
+//
+// A Format is a small value type; its id() is stable across versions and machines and is what
+// files store (docs/formats/kv-row-formats.md). Thread-safe (immutable values).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvtier/dtype.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// Values are stored in files (inside Format::id()): never change.
+enum class FormatKind : uint8_t {
+  kF32 = 0,
+  kF16 = 1,
+  kBF16 = 2,
+  kAffine = 3,
+  kQ8_0 = 4,
+  kQ4_0 = 5,
+};
+
+struct Format {
+  FormatKind kind = FormatKind::kF16;
+  uint8_t bits = 16;           // bits of one stored code/value (not counting scales)
+  uint16_t group = 1;          // values sharing one scale (1 for plain dtypes)
+  DType scale_dtype = DType::kF16;  // dtype of scales and biases; the dtype itself for plain
+
+  static Format F32() { return {FormatKind::kF32, 32, 1, DType::kF32}; }
+  static Format F16() { return {FormatKind::kF16, 16, 1, DType::kF16}; }
+  static Format BF16() { return {FormatKind::kBF16, 16, 1, DType::kBF16}; }
+  static Format Plain(DType t);
+  static Format Q8_0() { return {FormatKind::kQ8_0, 8, 32, DType::kF16}; }
+  static Format Q4_0() { return {FormatKind::kQ4_0, 4, 32, DType::kF16}; }
+  // Unvalidated; call Validate() (or build it with ParseFormat) before use.
+  static Format Affine(int bits, int group, DType scale_dtype) {
+    return {FormatKind::kAffine, static_cast<uint8_t>(bits), static_cast<uint16_t>(group),
+            scale_dtype};
+  }
+
+  bool is_plain() const {
+    return kind == FormatKind::kF32 || kind == FormatKind::kF16 || kind == FormatKind::kBF16;
+  }
+  bool is_quantized() const { return !is_plain(); }
+
+  // OK if this combination of kind, bits, group and scale dtype is supported.
+  Status Validate() const;
+  // OK if rows of `head_dim` values can be stored (head_dim > 0 and a multiple of group).
+  Status CheckHeadDim(size_t head_dim) const;
+
+  // Stable numeric id: kind | bits << 8 | log2(group) << 16 | scale_dtype << 24.
+  uint32_t id() const;
+  static Result<Format> FromId(uint32_t id);
+
+  // Short name: "f16", "q4_0", "affine4g64" (the scale dtype is not part of it).
+  std::string name() const;
+  // Name that round-trips through ParseFormat: "affine4g64:bf16" for affine, else name().
+  std::string spec() const;
+
+  // Storage cost per value including scales and biases (e.g. affine4g64 with f16 scales: 4.5).
+  double bits_per_value() const;
+  // Bytes of one stored row. Precondition: CheckHeadDim(head_dim).ok().
+  size_t row_bytes(size_t head_dim) const;
+
+  bool operator==(const Format&) const = default;
+};
+
+struct FormatDefaults {
+  int group = 64;                   // group for "affine4" written without "g<group>"
+  DType scale_dtype = DType::kF16;  // scale dtype for affine names without ":<dtype>"
+};
+
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "affine<bits>[g<group>][:<scale dtype>]".
+// Errors name the input and list every valid choice.
+Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults = {});
+
+// Text listing what ParseFormat accepts, for error messages and --help.
+std::string ValidFormatsHelp();
+
+}  // namespace kvtier

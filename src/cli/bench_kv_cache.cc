@@ -1,0 +1,342 @@
+// bench-kv-cache implementation. See bench_kv_cache.h for the contract.
+#include "cli/bench_kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <mutex>
+#include <sstream>
+
+#include "base/aligned_buffer.h"
+#include "base/dtype_io.h"
+#include "base/half.h"
+#include "base/sysinfo.h"
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "kvtier/quant.h"
+
+namespace kvtier::cli {
+namespace {
+
+uint64_t SplitMix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// xoshiro256** seeded by SplitMix64: fast, deterministic on every machine.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (auto& s : s_) s = SplitMix64(seed);
+  }
+  uint64_t Next() {
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in (0, 1].
+  double Uniform() { return (static_cast<double>(Next() >> 11) + 1.0) * 0x1.0p-53; }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+// Fills values [begin, end) of a standard-normal stream (Box-Muller) in `dtype`. The stream
+// is cut into fixed segments with their own seeds, so the data does not depend on threads.
+constexpr size_t kSegment = 1 << 16;
+
+void FillNormalSegment(uint64_t seed, uint64_t stream, size_t segment, DType dtype, size_t n,
+                       uint8_t* out) {
+  uint64_t mix = seed ^ (stream * 0x9e3779b97f4a7c15ull) ^ (segment * 0xd1b54a32d192ed03ull);
+  Rng rng(SplitMix64(mix));
+  const size_t es = DTypeSize(dtype);
+  for (size_t i = 0; i < n; i += 2) {
+    const double r = std::sqrt(-2.0 * std::log(rng.Uniform()));
+    const double theta = 2.0 * M_PI * rng.Uniform();
+    const float v[2] = {static_cast<float>(r * std::cos(theta)), static_cast<float>(r * std::sin(theta))};
+    for (size_t k = 0; k < 2 && i + k < n; ++k) {
+      uint8_t* p = out + (i + k) * es;
+      if (dtype == DType::kF32) {
+        std::memcpy(p, &v[k], 4);
+      } else {
+        const uint16_t h = dtype == DType::kF16 ? F32ToF16(v[k]) : F32ToBF16(v[k]);
+        std::memcpy(p, &h, 2);
+      }
+    }
+  }
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Runs `op` `repeats` times and returns the median wall time in seconds.
+template <typename Op>
+double TimeMedian(int repeats, Op&& op) {
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    Timer timer;
+    op();
+    t.push_back(timer.Seconds());
+  }
+  return Median(t);
+}
+
+Status Validate(const BenchKvCacheConfig& c) {
+  auto positive = [](const char* flag, long long v) {
+    if (v >= 1) return Status::OK();
+    return Status::InvalidArgument(std::string(flag) + ": expected a positive integer, got " +
+                                   std::to_string(v));
+  };
+  KVTIER_RETURN_IF_ERROR(positive("--layers", c.layers));
+  KVTIER_RETURN_IF_ERROR(positive("--seq-len", c.seq_len));
+  KVTIER_RETURN_IF_ERROR(positive("--heads", c.heads));
+  KVTIER_RETURN_IF_ERROR(positive("--head-dim", c.head_dim));
+  KVTIER_RETURN_IF_ERROR(positive("--repeats", c.repeats));
+  KVTIER_RETURN_IF_ERROR(positive("chunk_rows", static_cast<long long>(c.chunk_rows)));
+  if (c.threads < 0) {
+    return Status::InvalidArgument("--threads: expected 0 (all cores) or more, got " +
+                                   std::to_string(c.threads));
+  }
+  if (c.group_size != 32 && c.group_size != 64 && c.group_size != 128) {
+    return Status::InvalidArgument("--group-size: expected 32, 64 or 128, got " +
+                                   std::to_string(c.group_size));
+  }
+  return Status::OK();
+}
+
+Result<std::vector<Format>> ParseFormatList(const BenchKvCacheConfig& c) {
+  std::vector<Format> out = {Format::Plain(c.dtype)};
+  std::stringstream ss(c.formats);
+  std::string item;
+  int parsed = 0;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (item.empty()) continue;
+    Result<Format> f = ParseFormat(item, {.group = c.group_size, .scale_dtype = c.dtype});
+    if (!f.ok()) return Status::InvalidArgument("--formats: " + f.status().message());
+    Status hd = f->CheckHeadDim(static_cast<size_t>(c.head_dim));
+    if (!hd.ok()) return Status::InvalidArgument("--head-dim: " + hd.message());
+    ++parsed;
+    if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
+  }
+  if (parsed == 0) {
+    return Status::InvalidArgument("--formats: no format in '" + c.formats + "'");
+  }
+  return out;
+}
+
+struct Accum {
+  double quant_s = 0, dequant_s = 0, abs_sum = 0, abs_max = 0;
+};
+
+}  // namespace
+
+Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
+                                           const std::function<void(int, int)>& progress) {
+  KVTIER_RETURN_IF_ERROR(Validate(config));
+  KVTIER_ASSIGN_OR_RETURN(std::vector<Format> formats, ParseFormatList(config));
+
+  ThreadPool pool(config.threads);
+  const DType dt = config.dtype;
+  const size_t es = DTypeSize(dt);
+  const size_t head_dim = static_cast<size_t>(config.head_dim);
+  const size_t layer_rows = 2 * static_cast<size_t>(config.seq_len) * config.heads;  // K then V
+  const size_t layer_values = layer_rows * head_dim;
+  const size_t chunk_rows = std::min(config.chunk_rows, layer_rows);
+  const size_t T = static_cast<size_t>(pool.num_threads());
+  size_t max_row_bytes = 0;
+  for (const Format& f : formats) max_row_bytes = std::max(max_row_bytes, f.row_bytes(head_dim));
+
+  AlignedBuffer source(layer_values * es);          // [2, seq_len, heads, head_dim] one layer
+  AlignedBuffer quant(chunk_rows * max_row_bytes);  // [chunk_rows, row_bytes]
+  AlignedBuffer deq(chunk_rows * head_dim * es);    // [chunk_rows, head_dim]
+  AlignedBuffer copy(chunk_rows * head_dim * es);   // [chunk_rows, head_dim] memcpy target
+
+  std::vector<Accum> acc(formats.size());
+  double memcpy_s = 0;
+  // Per-range error partials: ranges are [k*grain, (k+1)*grain).
+  const size_t grain = (chunk_rows + T - 1) / T;
+  std::vector<double> part_sum(T), part_max(T);
+  Status failure;
+  std::mutex failure_mu;
+  auto record = [&](Status s) {
+    if (s.ok()) return;
+    std::lock_guard<std::mutex> lock(failure_mu);
+    failure = std::move(s);
+  };
+
+  for (int layer = 0; layer < config.layers; ++layer) {
+    const size_t segments = (layer_values + kSegment - 1) / kSegment;
+    pool.ParallelFor(segments, 1, [&](size_t b, size_t e) {
+      for (size_t s = b; s < e; ++s) {
+        const size_t n = std::min(kSegment, layer_values - s * kSegment);
+        FillNormalSegment(config.seed, static_cast<uint64_t>(layer), s, dt, n,
+                          source.data() + s * kSegment * es);
+      }
+    });
+    for (size_t c0 = 0; c0 < layer_rows; c0 += chunk_rows) {
+      const size_t rows = std::min(chunk_rows, layer_rows - c0);
+      const uint8_t* src = source.data() + c0 * head_dim * es;
+      const size_t g = (rows + T - 1) / T;
+      memcpy_s += TimeMedian(config.repeats, [&] {
+        pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
+          std::memcpy(copy.data() + b * head_dim * es, src + b * head_dim * es,
+                      (e - b) * head_dim * es);
+        });
+      });
+      for (size_t fi = 0; fi < formats.size(); ++fi) {
+        const Format& f = formats[fi];
+        const size_t rb = f.row_bytes(head_dim);
+        acc[fi].quant_s += TimeMedian(config.repeats, [&] {
+          pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
+            record(QuantizeRows(f, dt, src + b * head_dim * es, e - b, head_dim,
+                                quant.data() + b * rb));
+          });
+        });
+        acc[fi].dequant_s += TimeMedian(config.repeats, [&] {
+          pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
+            record(DequantizeRows(f, quant.data() + b * rb, e - b, head_dim, dt,
+                                  deq.data() + b * head_dim * es));
+          });
+        });
+        if (!failure.ok()) return failure;
+        std::fill(part_sum.begin(), part_sum.end(), 0.0);
+        std::fill(part_max.begin(), part_max.end(), 0.0);
+        pool.ParallelFor(rows, grain, [&](size_t b, size_t e) {
+          double sum = 0, mx = 0;
+          for (size_t i = b * head_dim; i < e * head_dim; ++i) {
+            const double x = LoadAs(dt, src, i), y = LoadAs(dt, deq.data(), i);
+            const double d = std::fabs(x - y);
+            sum += d;
+            mx = std::max(mx, d);
+          }
+          part_sum[b / grain] = sum;
+          part_max[b / grain] = mx;
+        });
+        for (size_t k = 0; k < T; ++k) {
+          acc[fi].abs_sum += part_sum[k];
+          acc[fi].abs_max = std::max(acc[fi].abs_max, part_max[k]);
+        }
+      }
+    }
+    if (progress) progress(layer + 1, config.layers);
+  }
+
+  BenchKvCacheReport r;
+  r.config = config;
+  r.simd_target = QuantSimdTargetName();
+  r.threads = pool.num_threads();
+  r.layer_source_bytes = layer_values * es;
+  r.source_bytes = r.layer_source_bytes * static_cast<uint64_t>(config.layers);
+  r.memcpy_ms = memcpy_s * 1e3;
+  r.memcpy_gbps = 2.0 * static_cast<double>(r.source_bytes) / memcpy_s / 1e9;
+  const double total_values = static_cast<double>(layer_values) * config.layers;
+  for (size_t fi = 0; fi < formats.size(); ++fi) {
+    const Format& f = formats[fi];
+    BenchKvCacheRow row;
+    row.format = f.name();
+    row.spec = f.spec();
+    row.bits_per_value = f.bits_per_value();
+    row.memory_bytes = static_cast<uint64_t>(f.row_bytes(head_dim)) * layer_rows * config.layers;
+    row.compression = static_cast<double>(r.source_bytes) / static_cast<double>(row.memory_bytes);
+    row.mean_abs_error = acc[fi].abs_sum / total_values;
+    row.max_abs_error = acc[fi].abs_max;
+    row.quantize_ms = acc[fi].quant_s * 1e3;
+    row.dequantize_ms = acc[fi].dequant_s * 1e3;
+    const double moved = static_cast<double>(r.source_bytes + row.memory_bytes);
+    row.quantize_gbps = moved / acc[fi].quant_s / 1e9;
+    row.dequantize_gbps = moved / acc[fi].dequant_s / 1e9;
+    r.rows.push_back(row);
+  }
+  Result<uint64_t> peak = PeakRssBytes();
+  r.peak_rss_bytes = peak.ok() ? *peak : 0;
+  return r;
+}
+
+std::string FormatBenchKvCacheTable(const BenchKvCacheReport& r) {
+  const auto& c = r.config;
+  const double mib = 1024.0 * 1024.0;
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "kvtier bench-kv-cache: %d layers x %d tokens x %d heads x %d head_dim, K+V, "
+                "source %s, %d threads, SIMD %s, median of %d\n",
+                c.layers, c.seq_len, c.heads, c.head_dim, std::string(DTypeName(c.dtype)).c_str(),
+                r.threads, r.simd_target.c_str(), c.repeats);
+  out += line;
+  std::snprintf(line, sizeof line, "memcpy probe: %.2f GB/s (read + write), %.1f ms\n\n",
+                r.memcpy_gbps, r.memcpy_ms);
+  out += line;
+  std::snprintf(line, sizeof line, "%-12s %8s %12s %11s %11s %11s %11s %11s %16s %16s\n",
+                "Format", "bits/val", "Memory", "Compression", "Mean err", "Max err",
+                "Quant ms", "Dequant ms", "Quant GB/s", "Dequant GB/s");
+  out += line;
+  for (const BenchKvCacheRow& row : r.rows) {
+    char q[32], d[32];
+    std::snprintf(q, sizeof q, "%.1f (%.0f%%)", row.quantize_gbps,
+                  100.0 * row.quantize_gbps / r.memcpy_gbps);
+    std::snprintf(d, sizeof d, "%.1f (%.0f%%)", row.dequantize_gbps,
+                  100.0 * row.dequantize_gbps / r.memcpy_gbps);
+    std::snprintf(line, sizeof line,
+                  "%-12s %8.2f %8.2f MiB %10.2fx %11.5f %11.5f %11.2f %11.2f %16s %16s\n",
+                  row.format.c_str(), row.bits_per_value, row.memory_bytes / mib, row.compression,
+                  row.mean_abs_error, row.max_abs_error, row.quantize_ms, row.dequantize_ms, q, d);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "\npeak RSS: %.1f MiB (one layer of source K+V: %.1f MiB, %.2fx)\n",
+                r.peak_rss_bytes / mib, r.layer_source_bytes / mib,
+                static_cast<double>(r.peak_rss_bytes) / static_cast<double>(r.layer_source_bytes));
+  out += line;
+  return out;
+}
+
+std::string FormatBenchKvCacheJson(const BenchKvCacheReport& r) {
+  using nlohmann::json;
+  const auto& c = r.config;
+  json formats = json::array();
+  for (size_t i = 1; i < r.rows.size(); ++i) formats.push_back(r.rows[i].spec);
+  json j;
+  j["config"] = {{"layers", c.layers},       {"seq_len", c.seq_len},
+                 {"heads", c.heads},         {"head_dim", c.head_dim},
+                 {"group_size", c.group_size}, {"formats", formats},
+                 {"dtype", std::string(DTypeName(c.dtype))}, {"seed", c.seed},
+                 {"threads", r.threads},     {"repeats", c.repeats},
+                 {"simd_target", r.simd_target}};
+  j["memcpy_gbps"] = r.memcpy_gbps;
+  j["memcpy_ms"] = r.memcpy_ms;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["layer_source_bytes"] = r.layer_source_bytes;
+  json rows = json::array();
+  for (const BenchKvCacheRow& row : r.rows) {
+    rows.push_back({{"format", row.format},
+                    {"spec", row.spec},
+                    {"bits_per_value", row.bits_per_value},
+                    {"memory_bytes", row.memory_bytes},
+                    {"compression", row.compression},
+                    {"mean_abs_error", row.mean_abs_error},
+                    {"max_abs_error", row.max_abs_error},
+                    {"quantize_ms", row.quantize_ms},
+                    {"dequantize_ms", row.dequantize_ms},
+                    {"quantize_gbps", row.quantize_gbps},
+                    {"dequantize_gbps", row.dequantize_gbps}});
+  }
+  j["rows"] = rows;
+  return j.dump() + "\n";
+}
+
+}  // namespace kvtier::cli

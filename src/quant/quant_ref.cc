@@ -1,0 +1,180 @@
+// Scalar reference implementation of every row format. The SIMD kernels (quant_simd.cc)
+// must produce exactly these bytes and floats. Pure functions; thread-safe.
+#include "quant/quant_ref.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "quant/blocks.h"
+
+namespace kvtier::ref {
+
+void QuantizeBlockQ8_0(const float* x, uint8_t* out) {
+  BlockQ8_0 b;
+  float amax = 0.0f;
+  for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b.d = F32ToF16(d);
+  // ggml: roundf(x * id). The clamp only changes non-finite input (NaN -> -127), which ggml
+  // leaves undefined; the SIMD kernel does the same.
+  for (int i = 0; i < 32; ++i) {
+    b.qs[i] = static_cast<int8_t>(std::fmin(std::fmax(std::round(x[i] * id), -127.0f), 127.0f));
+  }
+  std::memcpy(out, &b, sizeof b);
+}
+
+void QuantizeBlockQ4_0(const float* x, uint8_t* out) {
+  BlockQ4_0 b;
+  float amax = 0.0f;
+  float max = 0.0f;  // the signed value with the largest magnitude (first one wins)
+  for (int i = 0; i < 32; ++i) {
+    if (amax < std::fabs(x[i])) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  b.d = F32ToF16(d);
+  for (int j = 0; j < 16; ++j) {
+    const float x0 = x[j] * id;
+    const float x1 = x[j + 16] * id;
+    // ggml: MIN(15, (int8_t)(x * id + 8.5f)); x * id + 8.5f >= 0 for finite input, so the
+    // lower clamp only defines NaN (-> 0).
+    const uint8_t q0 = static_cast<uint8_t>(std::fmin(std::fmax(x0 + 8.5f, 0.0f), 15.0f));
+    const uint8_t q1 = static_cast<uint8_t>(std::fmin(std::fmax(x1 + 8.5f, 0.0f), 15.0f));
+    b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+  }
+  std::memcpy(out, &b, sizeof b);
+}
+
+void DequantizeBlockQ8_0(const uint8_t* in, float* y) {
+  BlockQ8_0 b;
+  std::memcpy(&b, in, sizeof b);
+  const float d = F16ToF32(b.d);
+  for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(b.qs[i]) * d;
+}
+
+void DequantizeBlockQ4_0(const uint8_t* in, float* y) {
+  BlockQ4_0 b;
+  std::memcpy(&b, in, sizeof b);
+  const float d = F16ToF32(b.d);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = static_cast<float>((b.qs[j] & 0x0f) - 8) * d;
+    y[j + 16] = static_cast<float>((b.qs[j] >> 4) - 8) * d;
+  }
+}
+
+namespace {
+
+void QuantizeAffineRow(const Format& f, DType src_dtype, const void* src, size_t head_dim,
+                       uint8_t* dst) {
+  const AffineRowLayout l = MakeAffineLayout(f, head_dim);
+  const float n_bins = static_cast<float>((1 << f.bits) - 1);
+  uint8_t codes[128];
+  float x[128];
+  for (size_t g = 0; g < l.n_groups; ++g) {
+    const size_t base = g * f.group;
+    float w_min = std::numeric_limits<float>::infinity();
+    float w_max = -w_min;
+    for (size_t j = 0; j < f.group; ++j) {
+      x[j] = LoadAs(src_dtype, src, base + j);
+      w_max = std::max(w_max, x[j]);
+      w_min = std::min(w_min, x[j]);
+    }
+    const AffineParams p = AffineParamsFromMinMax(w_min, w_max, f.bits);
+    for (size_t j = 0; j < f.group; ++j) {
+      float q = std::rint((x[j] - p.bias) / p.scale);
+      q = std::fmin(std::fmax(q, 0.0f), n_bins);  // as MLX; fmax also maps NaN to 0
+      codes[j] = static_cast<uint8_t>(q);
+    }
+    PackCodes(codes, f.group, f.bits, dst + g * l.group_code_bytes);
+    StoreAs(f.scale_dtype, dst + l.scales_off, g, p.scale);
+    StoreAs(f.scale_dtype, dst + l.biases_off, g, p.bias);
+  }
+}
+
+void DequantizeAffineRow(const Format& f, const uint8_t* src, size_t head_dim, DType dst_dtype,
+                         void* dst) {
+  const AffineRowLayout l = MakeAffineLayout(f, head_dim);
+  uint8_t codes[128];
+  for (size_t g = 0; g < l.n_groups; ++g) {
+    UnpackCodes(src + g * l.group_code_bytes, f.group, f.bits, codes);
+    const float scale = LoadAs(f.scale_dtype, src + l.scales_off, g);
+    const float bias = LoadAs(f.scale_dtype, src + l.biases_off, g);
+    for (size_t j = 0; j < f.group; ++j) {
+      StoreAs(dst_dtype, dst, g * f.group + j, std::fma(static_cast<float>(codes[j]), scale, bias));
+    }
+  }
+}
+
+}  // namespace
+
+void QuantizeRow(const Format& f, DType src_dtype, const void* src, size_t head_dim,
+                 uint8_t* dst) {
+  switch (f.kind) {
+    case FormatKind::kF32:
+    case FormatKind::kF16:
+    case FormatKind::kBF16: {
+      const DType t = f.scale_dtype;  // the plain format's own dtype
+      if (t == src_dtype) {
+        std::memcpy(dst, src, head_dim * DTypeSize(t));
+      } else {
+        for (size_t i = 0; i < head_dim; ++i) StoreAs(t, dst, i, LoadAs(src_dtype, src, i));
+      }
+      return;
+    }
+    case FormatKind::kQ8_0:
+    case FormatKind::kQ4_0: {
+      float x[32];
+      const bool q8 = f.kind == FormatKind::kQ8_0;
+      const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+      for (size_t b = 0; b < head_dim / 32; ++b) {
+        for (size_t i = 0; i < 32; ++i) x[i] = LoadAs(src_dtype, src, b * 32 + i);
+        if (q8) QuantizeBlockQ8_0(x, dst + b * block_bytes);
+        else QuantizeBlockQ4_0(x, dst + b * block_bytes);
+      }
+      return;
+    }
+    case FormatKind::kAffine:
+      QuantizeAffineRow(f, src_dtype, src, head_dim, dst);
+      return;
+  }
+}
+
+void DequantizeRow(const Format& f, const uint8_t* src, size_t head_dim, DType dst_dtype,
+                   void* dst) {
+  switch (f.kind) {
+    case FormatKind::kF32:
+    case FormatKind::kF16:
+    case FormatKind::kBF16: {
+      const DType t = f.scale_dtype;
+      if (t == dst_dtype) {
+        std::memcpy(dst, src, head_dim * DTypeSize(t));
+      } else {
+        for (size_t i = 0; i < head_dim; ++i) StoreAs(dst_dtype, dst, i, LoadAs(t, src, i));
+      }
+      return;
+    }
+    case FormatKind::kQ8_0:
+    case FormatKind::kQ4_0: {
+      float y[32];
+      const bool q8 = f.kind == FormatKind::kQ8_0;
+      const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+      for (size_t b = 0; b < head_dim / 32; ++b) {
+        if (q8) DequantizeBlockQ8_0(src + b * block_bytes, y);
+        else DequantizeBlockQ4_0(src + b * block_bytes, y);
+        for (size_t i = 0; i < 32; ++i) StoreAs(dst_dtype, dst, b * 32 + i, y[i]);
+      }
+      return;
+    }
+    case FormatKind::kAffine:
+      DequantizeAffineRow(f, src, head_dim, dst_dtype, dst);
+      return;
+  }
+}
+
+}  // namespace kvtier::ref

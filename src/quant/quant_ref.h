@@ -1,0 +1,25 @@
+// Scalar reference kernels, one row at a time. Internal to src/quant: callers go through
+// kvtier/quant.h, which validates arguments first. Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvtier/format.h"
+
+namespace kvtier::ref {
+
+// src: [head_dim] of src_dtype; dst: fmt.row_bytes(head_dim) bytes.
+void QuantizeRow(const Format& fmt, DType src_dtype, const void* src, size_t head_dim,
+                 uint8_t* dst);
+// src: fmt.row_bytes(head_dim) bytes; dst: [head_dim] of dst_dtype.
+void DequantizeRow(const Format& fmt, const uint8_t* src, size_t head_dim, DType dst_dtype,
+                   void* dst);
+
+// Single ggml blocks (32 values), exposed for the layout tests.
+void QuantizeBlockQ8_0(const float* x, uint8_t* block);   // x: [32]
+void QuantizeBlockQ4_0(const float* x, uint8_t* block);   // x: [32]
+void DequantizeBlockQ8_0(const uint8_t* block, float* y);  // y: [32]
+void DequantizeBlockQ4_0(const uint8_t* block, float* y);  // y: [32]
+
+}  // namespace kvtier::ref

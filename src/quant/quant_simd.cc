@@ -1,0 +1,466 @@
+// SIMD kernels for every row format (Highway, dynamic dispatch at run time).
+// The x86 AVX2 and AVX-512 targets run the vector code below; every other target (SSE4,
+// emulated, scalar) runs the scalar reference, because Highway's emulated f16/bf16
+// demotion truncates instead of rounding. Results equal quant_ref.cc bit for bit:
+// same operation order, division (not reciprocal) for affine codes, FMA in dequantize.
+// Pure functions; thread-safe.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "quant/quant_simd.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include <cstring>
+#include <limits>
+
+#include "quant/blocks.h"
+#include "quant/quant_ref.h"
+#include "quant/quant_simd.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvtier {
+namespace HWY_NAMESPACE {
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+namespace hn = hwy::HWY_NAMESPACE;
+using DF = hn::ScalableTag<float>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using VF = hn::Vec<DF>;
+
+// N floats from element i of a row of dtype kSrc.
+template <DType kSrc>
+HWY_INLINE VF LoadF(DF df, const void* p, size_t i) {
+  if constexpr (kSrc == DType::kF32) {
+    return hn::LoadU(df, static_cast<const float*>(p) + i);
+  } else if constexpr (kSrc == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(p) + i));
+  } else {
+    const hn::Rebind<uint16_t, DF> du16;
+    const DU du;
+    const auto w = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(p) + i));
+    return hn::BitCast(df, hn::ShiftLeft<16>(w));
+  }
+}
+
+// Stores N floats at element i of a row of dtype kDst, rounding to nearest even.
+template <DType kDst>
+HWY_INLINE void StoreF(DF df, VF v, void* p, size_t i) {
+  if constexpr (kDst == DType::kF32) {
+    hn::StoreU(v, df, static_cast<float*>(p) + i);
+  } else if constexpr (kDst == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(p) + i);
+  } else {
+    const DU du;
+    const DI di;
+    const hn::Rebind<uint16_t, DF> du16;
+    const auto u = hn::BitCast(du, v);
+    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fff)), lsb));
+    const auto quiet_nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40));
+    const auto is_nan = hn::RebindMask(du, hn::IsNaN(v));
+    const auto bits = hn::IfThenElse(is_nan, quiet_nan, rounded);
+    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, static_cast<uint16_t*>(p) + i);
+  }
+}
+
+// ---------------------------------------------------------------- affine
+
+template <int kBits, DType kSrc>
+void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head_dim,
+                    uint8_t* dst) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const AffineRowLayout l = MakeAffineLayout(f, head_dim);
+  const size_t row_bytes = f.row_bytes(head_dim);
+  const size_t src_row = head_dim * DTypeSize(kSrc);
+  const size_t group = f.group;
+  const hn::Rebind<uint8_t, DF> du8;                  // N lanes
+  const hn::Repartition<uint16_t, decltype(du8)> dw;  // N/2 lanes, same bytes
+  const hn::Rebind<int16_t, decltype(dw)> dwi;
+  const hn::Rebind<uint8_t, decltype(dw)> du8h;       // N/2 lanes
+  const VF n_bins = hn::Set(df, static_cast<float>((1 << kBits) - 1));
+  const VF zero = hn::Zero(df);
+  HWY_ALIGN float x[128];  // [group] converted source values
+  HWY_ALIGN uint8_t codes[128 + 64];  // [group] codes, for bit widths packed by scalar code
+
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* s = static_cast<const uint8_t*>(src) + r * src_row;
+    uint8_t* out = dst + r * row_bytes;
+    for (size_t g = 0; g < l.n_groups; ++g) {
+      VF vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
+      VF vmin = hn::Set(df, std::numeric_limits<float>::infinity());
+      for (size_t j = 0; j < group; j += N) {
+        const VF v = LoadF<kSrc>(df, s, g * group + j);
+        hn::Store(v, df, x + j);
+        vmax = hn::Max(v, vmax);  // operand order: a NaN v is ignored, as std::max(w_max, v)
+        vmin = hn::Min(v, vmin);
+      }
+      const float w_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
+      const float w_min = hn::GetLane(hn::MinOfLanes(df, vmin));
+      const AffineParams p = AffineParamsFromMinMax(w_min, w_max, kBits);
+      const VF vb = hn::Set(df, p.bias);
+      const VF vs = hn::Set(df, p.scale);
+      uint8_t* gout = out + g * l.group_code_bytes;
+      for (size_t j = 0; j < group; j += N) {
+        VF q = hn::Round(hn::Div(hn::Sub(hn::Load(df, x + j), vb), vs));
+        q = hn::Min(hn::Max(q, zero), n_bins);
+        const auto b = hn::DemoteTo(du8, hn::ConvertTo(di, q));  // N codes, one byte each
+        if constexpr (kBits == 8) {
+          hn::StoreU(b, du8, gout + j);
+        } else if constexpr (kBits == 4) {
+          const auto w = hn::BitCast(dw, b);  // lane k: code[2k] | code[2k+1] << 8
+          const auto packed = hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
+                                     hn::And(hn::ShiftRight<4>(w), hn::Set(dw, 0x00f0)));
+          hn::StoreU(hn::DemoteTo(du8h, hn::BitCast(dwi, packed)), du8h, gout + j / 2);
+        } else {
+          hn::StoreU(b, du8, codes + j);
+        }
+      }
+      if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, group, kBits, gout);
+      StoreAs(f.scale_dtype, out + l.scales_off, g, p.scale);
+      StoreAs(f.scale_dtype, out + l.biases_off, g, p.bias);
+    }
+  }
+}
+
+template <int kBits, DType kDst>
+void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
+                      void* dst) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const AffineRowLayout l = MakeAffineLayout(f, head_dim);
+  const size_t row_bytes = f.row_bytes(head_dim);
+  const size_t dst_row = head_dim * DTypeSize(kDst);
+  const size_t group = f.group;
+  const hn::Rebind<uint8_t, DF> du8;                  // N lanes
+  const hn::Repartition<uint16_t, decltype(du8)> dw;  // N/2 lanes
+  const hn::Rebind<uint8_t, decltype(dw)> du8h;       // N/2 lanes
+  HWY_ALIGN uint8_t codes[128 + 64];
+
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* in = src + r * row_bytes;
+    uint8_t* out = static_cast<uint8_t*>(dst) + r * dst_row;
+    for (size_t g = 0; g < l.n_groups; ++g) {
+      const VF vs = hn::Set(df, LoadAs(f.scale_dtype, in + l.scales_off, g));
+      const VF vb = hn::Set(df, LoadAs(f.scale_dtype, in + l.biases_off, g));
+      const uint8_t* gin = in + g * l.group_code_bytes;
+      if constexpr (kBits != 8 && kBits != 4) UnpackCodes(gin, group, kBits, codes);
+      for (size_t j = 0; j < group; j += N) {
+        hn::Vec<decltype(du8)> b;
+        if constexpr (kBits == 8) {
+          b = hn::LoadU(du8, gin + j);
+        } else if constexpr (kBits == 4) {
+          const auto w = hn::PromoteTo(dw, hn::LoadU(du8h, gin + j / 2));  // lane k: byte k
+          b = hn::BitCast(du8, hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
+                                      hn::ShiftLeft<4>(hn::And(w, hn::Set(dw, 0x00f0)))));
+        } else {
+          b = hn::LoadU(du8, codes + j);
+        }
+        const VF q = hn::ConvertTo(df, hn::PromoteTo(di, b));
+        StoreF<kDst>(df, hn::MulAdd(q, vs, vb), out, g * group + j);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------- q8_0 / q4_0
+
+template <DType kSrc>
+void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const hn::Rebind<int8_t, DF> di8;
+  const size_t src_row = head_dim * DTypeSize(kSrc);
+  const size_t nb = head_dim / 32;
+  HWY_ALIGN float x[32];
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* s = static_cast<const uint8_t*>(src) + r * src_row;
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* block = dst + (r * nb + b) * sizeof(BlockQ8_0);
+      VF vamax = hn::Zero(df);
+      for (size_t j = 0; j < 32; j += N) {
+        const VF v = LoadF<kSrc>(df, s, b * 32 + j);
+        hn::Store(v, df, x + j);
+        vamax = hn::Max(hn::Abs(v), vamax);  // NaN ignored, as in the reference
+      }
+      const float amax = hn::GetLane(hn::MaxOfLanes(df, vamax));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const uint16_t dh = F32ToF16(d);
+      std::memcpy(block, &dh, 2);
+      const VF vid = hn::Set(df, id);
+      const VF half = hn::Set(df, 0.5f);
+      const VF one = hn::Set(df, 1.0f);
+      const VF lo127 = hn::Set(df, -127.0f);
+      const VF hi127 = hn::Set(df, 127.0f);
+      for (size_t j = 0; j < 32; j += N) {
+        const VF v = hn::Mul(hn::Load(df, x + j), vid);
+        // roundf: half away from zero.
+        const VF t = hn::Trunc(v);
+        const VF bump = hn::IfThenElseZero(hn::Ge(hn::Abs(hn::Sub(v, t)), half), hn::CopySign(one, v));
+        const VF r = hn::Min(hn::Max(hn::Add(t, bump), lo127), hi127);  // NaN -> -127 as ref
+        const auto q = hn::ConvertTo(di, r);
+        hn::StoreU(hn::DemoteTo(di8, q), di8, reinterpret_cast<int8_t*>(block + 2) + j);
+      }
+    }
+  }
+}
+
+template <DType kSrc>
+void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const hn::Rebind<uint8_t, DF> du8;
+  const size_t src_row = head_dim * DTypeSize(kSrc);
+  const size_t nb = head_dim / 32;
+  HWY_ALIGN float x[32];
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* s = static_cast<const uint8_t*>(src) + r * src_row;
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* block = dst + (r * nb + b) * sizeof(BlockQ4_0);
+      VF vamax = hn::Zero(df);
+      for (size_t j = 0; j < 32; j += N) {
+        const VF v = LoadF<kSrc>(df, s, b * 32 + j);
+        hn::Store(v, df, x + j);
+        vamax = hn::Max(hn::Abs(v), vamax);  // NaN ignored, as in the reference
+      }
+      const float amax = hn::GetLane(hn::MaxOfLanes(df, vamax));
+      float max = 0.0f;  // first value whose magnitude is amax, as the reference picks it
+      if (amax != 0.0f) {
+        const VF va = hn::Set(df, amax);
+        for (size_t j = 0; j < 32; j += N) {
+          const intptr_t k = hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::Load(df, x + j)), va));
+          if (k >= 0) {
+            max = x[j + static_cast<size_t>(k)];
+            break;
+          }
+        }
+      }
+      const float d = max / -8.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const uint16_t dh = F32ToF16(d);
+      std::memcpy(block, &dh, 2);
+      const VF vid = hn::Set(df, id);
+      const VF off = hn::Set(df, 8.5f);
+      const VF zero = hn::Zero(df);
+      const VF fifteen = hn::Set(df, 15.0f);
+      auto code = [&](VF v) {  // trunc(clamp(v * id + 8.5, 0, 15)), NaN -> 0 as the reference
+        return hn::ConvertTo(di, hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen));
+      };
+      for (size_t j = 0; j < 16; j += N) {
+        const auto lo = code(hn::Load(df, x + j));
+        const auto hi = code(hn::Load(df, x + 16 + j));
+        const auto packed = hn::Or(lo, hn::ShiftLeft<4>(hi));
+        hn::StoreU(hn::DemoteTo(du8, packed), du8, block + 2 + j);
+      }
+    }
+  }
+}
+
+template <DType kDst>
+void DequantizeQ8_0(const uint8_t* src, size_t n_rows, size_t head_dim, void* dst) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const hn::Rebind<int8_t, DF> di8;
+  const size_t nb = n_rows * (head_dim / 32);  // blocks are contiguous across rows
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* block = src + b * sizeof(BlockQ8_0);
+    uint16_t dh;
+    std::memcpy(&dh, block, 2);
+    const VF vd = hn::Set(df, F16ToF32(dh));
+    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2);
+    for (size_t j = 0; j < 32; j += N) {
+      const VF q = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, qs + j)));
+      StoreF<kDst>(df, hn::Mul(q, vd), dst, b * 32 + j);
+    }
+  }
+}
+
+template <DType kDst>
+void DequantizeQ4_0(const uint8_t* src, size_t n_rows, size_t head_dim, void* dst) {
+  const DF df;
+  const DI di;
+  const size_t N = hn::Lanes(df);
+  const hn::Rebind<uint8_t, DF> du8;
+  const auto eight = hn::Set(di, 8);
+  const auto mask = hn::Set(du8, 0x0f);
+  const size_t nb = n_rows * (head_dim / 32);
+  for (size_t b = 0; b < nb; ++b) {
+    const uint8_t* block = src + b * sizeof(BlockQ4_0);
+    uint16_t dh;
+    std::memcpy(&dh, block, 2);
+    const VF vd = hn::Set(df, F16ToF32(dh));
+    for (size_t j = 0; j < 16; j += N) {
+      const auto bytes = hn::LoadU(du8, block + 2 + j);
+      const auto lo = hn::Sub(hn::PromoteTo(di, hn::And(bytes, mask)), eight);
+      const auto hi = hn::Sub(hn::PromoteTo(di, hn::ShiftRight<4>(bytes)), eight);
+      StoreF<kDst>(df, hn::Mul(hn::ConvertTo(df, lo), vd), dst, b * 32 + j);
+      StoreF<kDst>(df, hn::Mul(hn::ConvertTo(df, hi), vd), dst, b * 32 + 16 + j);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- plain dtypes
+
+template <DType kSrc, DType kDst>
+void Convert(const void* src, size_t n, void* dst) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) StoreF<kDst>(df, LoadF<kSrc>(df, src, i), dst, i);
+  for (; i < n; ++i) StoreAs(kDst, dst, i, LoadAs(kSrc, src, i));
+}
+
+template <DType kSrc>
+void ConvertFrom(DType to, const void* src, size_t n, void* dst) {
+  switch (to) {
+    case DType::kF32: return Convert<kSrc, DType::kF32>(src, n, dst);
+    case DType::kF16: return Convert<kSrc, DType::kF16>(src, n, dst);
+    case DType::kBF16: return Convert<kSrc, DType::kBF16>(src, n, dst);
+  }
+}
+
+void ConvertDTypes(DType from, DType to, const void* src, size_t n, void* dst) {
+  if (from == to) {
+    std::memcpy(dst, src, n * DTypeSize(from));
+    return;
+  }
+  switch (from) {
+    case DType::kF32: return ConvertFrom<DType::kF32>(to, src, n, dst);
+    case DType::kF16: return ConvertFrom<DType::kF16>(to, src, n, dst);
+    case DType::kBF16: return ConvertFrom<DType::kBF16>(to, src, n, dst);
+  }
+}
+
+// ---------------------------------------------------------------- dispatch by format
+
+template <DType kSrc>
+bool QuantizeAffineBits(const Format& f, const void* src, size_t n_rows, size_t head_dim,
+                        uint8_t* dst) {
+  switch (f.bits) {
+    case 2: QuantizeAffine<2, kSrc>(f, src, n_rows, head_dim, dst); return true;
+    case 3: QuantizeAffine<3, kSrc>(f, src, n_rows, head_dim, dst); return true;
+    case 4: QuantizeAffine<4, kSrc>(f, src, n_rows, head_dim, dst); return true;
+    case 5: QuantizeAffine<5, kSrc>(f, src, n_rows, head_dim, dst); return true;
+    case 6: QuantizeAffine<6, kSrc>(f, src, n_rows, head_dim, dst); return true;
+    case 8: QuantizeAffine<8, kSrc>(f, src, n_rows, head_dim, dst); return true;
+    default: return false;
+  }
+}
+
+template <DType kSrc>
+bool QuantizeFrom(const Format& f, const void* src, size_t n_rows, size_t head_dim,
+                  uint8_t* dst) {
+  switch (f.kind) {
+    case FormatKind::kAffine: return QuantizeAffineBits<kSrc>(f, src, n_rows, head_dim, dst);
+    case FormatKind::kQ8_0: QuantizeQ8_0<kSrc>(src, n_rows, head_dim, dst); return true;
+    case FormatKind::kQ4_0: QuantizeQ4_0<kSrc>(src, n_rows, head_dim, dst); return true;
+    case FormatKind::kF32:
+    case FormatKind::kF16:
+    case FormatKind::kBF16:
+      ConvertDTypes(kSrc, f.scale_dtype, src, n_rows * head_dim, dst);
+      return true;
+  }
+  return false;
+}
+
+template <DType kDst>
+bool DequantizeTo(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
+                  void* dst) {
+  switch (f.kind) {
+    case FormatKind::kAffine:
+      switch (f.bits) {
+        case 2: DequantizeAffine<2, kDst>(f, src, n_rows, head_dim, dst); return true;
+        case 3: DequantizeAffine<3, kDst>(f, src, n_rows, head_dim, dst); return true;
+        case 4: DequantizeAffine<4, kDst>(f, src, n_rows, head_dim, dst); return true;
+        case 5: DequantizeAffine<5, kDst>(f, src, n_rows, head_dim, dst); return true;
+        case 6: DequantizeAffine<6, kDst>(f, src, n_rows, head_dim, dst); return true;
+        case 8: DequantizeAffine<8, kDst>(f, src, n_rows, head_dim, dst); return true;
+        default: return false;
+      }
+    case FormatKind::kQ8_0: DequantizeQ8_0<kDst>(src, n_rows, head_dim, dst); return true;
+    case FormatKind::kQ4_0: DequantizeQ4_0<kDst>(src, n_rows, head_dim, dst); return true;
+    case FormatKind::kF32:
+    case FormatKind::kF16:
+    case FormatKind::kBF16:
+      ConvertDTypes(f.scale_dtype, kDst, src, n_rows * head_dim, dst);
+      return true;
+  }
+  return false;
+}
+#endif  // HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+
+bool QuantizeRowsImpl(const Format& f, DType src_dtype, const void* src, size_t n_rows,
+                      size_t head_dim, uint8_t* dst) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  switch (src_dtype) {
+    case DType::kF32: return QuantizeFrom<DType::kF32>(f, src, n_rows, head_dim, dst);
+    case DType::kF16: return QuantizeFrom<DType::kF16>(f, src, n_rows, head_dim, dst);
+    case DType::kBF16: return QuantizeFrom<DType::kBF16>(f, src, n_rows, head_dim, dst);
+  }
+  return false;
+#else
+  const size_t src_row = head_dim * DTypeSize(src_dtype);
+  const size_t row_bytes = f.row_bytes(head_dim);
+  for (size_t r = 0; r < n_rows; ++r) {
+    ref::QuantizeRow(f, src_dtype, static_cast<const uint8_t*>(src) + r * src_row, head_dim,
+                     dst + r * row_bytes);
+  }
+  return true;
+#endif
+}
+
+bool DequantizeRowsImpl(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
+                        DType dst_dtype, void* dst) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  switch (dst_dtype) {
+    case DType::kF32: return DequantizeTo<DType::kF32>(f, src, n_rows, head_dim, dst);
+    case DType::kF16: return DequantizeTo<DType::kF16>(f, src, n_rows, head_dim, dst);
+    case DType::kBF16: return DequantizeTo<DType::kBF16>(f, src, n_rows, head_dim, dst);
+  }
+  return false;
+#else
+  const size_t dst_row = head_dim * DTypeSize(dst_dtype);
+  const size_t row_bytes = f.row_bytes(head_dim);
+  for (size_t r = 0; r < n_rows; ++r) {
+    ref::DequantizeRow(f, src + r * row_bytes, head_dim, dst_dtype,
+                       static_cast<uint8_t*>(dst) + r * dst_row);
+  }
+  return true;
+#endif
+}
+
+bool IsVectorTarget() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace kvtier
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvtier::simd {
+
+HWY_EXPORT(QuantizeRowsImpl);
+HWY_EXPORT(DequantizeRowsImpl);
+HWY_EXPORT(IsVectorTarget);
+
+bool QuantizeRows(const Format& f, DType src_dtype, const void* src, size_t n_rows,
+                  size_t head_dim, uint8_t* dst) {
+  return HWY_DYNAMIC_DISPATCH(QuantizeRowsImpl)(f, src_dtype, src, n_rows, head_dim, dst);
+}
+
+bool DequantizeRows(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
+                    DType dst_dtype, void* dst) {
+  return HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(f, src, n_rows, head_dim, dst_dtype, dst);
+}
+
+bool ChosenTargetIsVector() { return HWY_DYNAMIC_DISPATCH(IsVectorTarget)(); }
+
+}  // namespace kvtier::simd
+#endif  // HWY_ONCE

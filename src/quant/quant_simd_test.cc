@@ -1,0 +1,159 @@
+// SIMD kernels against the scalar reference, bit for bit, on every SIMD target this CPU
+// can run, for every format, source/destination dtype, head_dim and many kinds of data.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/half.h"
+#include "base/test_random.h"
+#include "kvtier/quant.h"
+
+namespace kvtier {
+namespace {
+
+using testing::RandomValues;
+
+std::vector<Format> AllFormats() {
+  std::vector<Format> v = {Format::F32(), Format::F16(), Format::BF16(), Format::Q8_0(),
+                           Format::Q4_0()};
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int group : {32, 64, 128}) {
+      for (DType sd : {DType::kF32, DType::kF16, DType::kBF16}) {
+        v.push_back(Format::Affine(bits, group, sd));
+      }
+    }
+  }
+  return v;
+}
+
+// Rows that stress edges: constants, zeros of both signs, ties, huge and tiny values.
+std::vector<uint8_t> EdgeRows(DType t, size_t head_dim, size_t* rows_out) {
+  std::vector<std::vector<float>> rows;
+  auto row = [&](auto gen) {
+    std::vector<float> r(head_dim);
+    for (size_t i = 0; i < head_dim; ++i) r[i] = gen(i);
+    rows.push_back(r);
+  };
+  row([](size_t) { return 0.0f; });
+  row([](size_t) { return -0.0f; });
+  row([](size_t) { return 0.75f; });
+  row([](size_t) { return -3.0f; });
+  row([](size_t i) { return static_cast<float>(i % 17) - 8.0f; });
+  row([](size_t i) { return (i % 2 ? -1.0f : 1.0f) * static_cast<float>(i % 32) * 0.5f; });
+  row([](size_t i) { return static_cast<float>(i) * 1e-6f; });
+  row([](size_t i) { return (i % 3 == 0 ? 6.0e4f : -5.0e4f) * (1.0f + static_cast<float>(i) / 512); });
+  row([](size_t i) { return i == 5 ? 1.0f : 0.0f; });
+  row([](size_t i) { return i == 7 ? -2.0f : (i == 3 ? 2.0f : 0.1f); });
+  row([](size_t i) { return 100.0f + static_cast<float>(i % 5) * 0.001f; });
+  std::vector<uint8_t> out(rows.size() * head_dim * DTypeSize(t));
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (size_t i = 0; i < head_dim; ++i) {
+      const size_t k = r * head_dim + i;
+      const float v = rows[r][i];
+      if (t == DType::kF32) std::memcpy(out.data() + 4 * k, &v, 4);
+      else {
+        const uint16_t h = t == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
+        std::memcpy(out.data() + 2 * k, &h, 2);
+      }
+    }
+  }
+  *rows_out = rows.size();
+  return out;
+}
+
+class QuantSimd : public ::testing::TestWithParam<long long> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(QuantForceSimdTarget(GetParam())); }
+  void TearDown() override { QuantForceSimdTarget(0); }
+};
+
+void ExpectSameAsRef(const Format& f, DType src_dtype, const std::vector<uint8_t>& src, size_t rows,
+                     size_t head_dim, const std::string& what) {
+  const size_t rb = f.row_bytes(head_dim);
+  std::vector<uint8_t> q_ref(rows * rb), q_simd(rows * rb, 0xCD);
+  ASSERT_TRUE(QuantizeRowsRef(f, src_dtype, src.data(), rows, head_dim, q_ref.data()).ok());
+  ASSERT_TRUE(QuantizeRows(f, src_dtype, src.data(), rows, head_dim, q_simd.data()).ok());
+  for (size_t i = 0; i < q_ref.size(); ++i) {
+    ASSERT_EQ(q_simd[i], q_ref[i]) << what << " quantized byte " << i << " (row " << i / rb
+                                   << ", byte " << i % rb << ")";
+  }
+  for (DType dst : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<uint8_t> y_ref(rows * head_dim * DTypeSize(dst)), y_simd(y_ref.size(), 0xCD);
+    ASSERT_TRUE(DequantizeRowsRef(f, q_ref.data(), rows, head_dim, dst, y_ref.data()).ok());
+    ASSERT_TRUE(DequantizeRows(f, q_ref.data(), rows, head_dim, dst, y_simd.data()).ok());
+    const size_t es = DTypeSize(dst);
+    for (size_t i = 0; i < rows * head_dim; ++i) {
+      uint32_t a = 0, b = 0;
+      std::memcpy(&a, y_simd.data() + i * es, es);
+      std::memcpy(&b, y_ref.data() + i * es, es);
+      ASSERT_EQ(a, b) << what << " dequantized to " << DTypeName(dst) << ": element " << i
+                      << std::hex << " simd 0x" << a << " ref 0x" << b;
+    }
+  }
+}
+
+TEST_P(QuantSimd, EveryFormatMatchesTheReferenceBitForBit) {
+  uint64_t seed = 1;
+  for (const Format& f : AllFormats()) {
+    for (size_t head_dim : {32u, 64u, 96u, 128u, 256u}) {
+      if (!f.CheckHeadDim(head_dim).ok()) continue;
+      for (DType src_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        const std::string what = f.spec() + " from " + std::string(DTypeName(src_dtype)) +
+                                 " head_dim " + std::to_string(head_dim);
+        for (float scale : {1.0f, 0.01f, 300.0f}) {
+          const size_t rows = 9;
+          const auto src = RandomValues(src_dtype, rows * head_dim, seed++, scale, scale * 0.1f);
+          ExpectSameAsRef(f, src_dtype, src, rows, head_dim, what);
+          if (HasFatalFailure()) return;
+        }
+        size_t rows = 0;
+        const auto edge = EdgeRows(src_dtype, head_dim, &rows);
+        ExpectSameAsRef(f, src_dtype, edge, rows, head_dim, what + " (edge rows)");
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Plain conversions over raw bit patterns: NaN, Inf, subnormals and ties included.
+TEST_P(QuantSimd, PlainConversionsMatchOnEveryBitPattern) {
+  std::mt19937_64 rng(GetParam());
+  for (DType src_dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const size_t head_dim = 128, rows = 512;
+    std::vector<uint8_t> src(rows * head_dim * DTypeSize(src_dtype));
+    for (auto& b : src) b = static_cast<uint8_t>(rng());
+    if (src_dtype != DType::kF32) {
+      // Cover all 65536 half patterns in order once.
+      for (size_t i = 0; i < 65536; ++i) {
+        const uint16_t h = static_cast<uint16_t>(i);
+        std::memcpy(src.data() + 2 * i, &h, 2);
+      }
+    }
+    for (const Format& f : {Format::F32(), Format::F16(), Format::BF16()}) {
+      ExpectSameAsRef(f, src_dtype, src, rows, head_dim,
+                      f.name() + " from raw " + std::string(DTypeName(src_dtype)));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+std::string TargetName(const ::testing::TestParamInfo<long long>& info) {
+  std::string name = "target_" + std::to_string(info.param);
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, QuantSimd,
+                         ::testing::ValuesIn(QuantAvailableSimdTargets()), TargetName);
+
+TEST(QuantSimdDispatch, ReportsATarget) {
+  const std::string name = QuantSimdTargetName();
+  EXPECT_FALSE(name.empty());
+  EXPECT_FALSE(QuantAvailableSimdTargets().empty());
+}
+
+}  // namespace
+}  // namespace kvtier

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs every Debian package that kvtier's build, tests and benchmarks need.
+# Idempotent; safe to run on a fresh Debian 12 machine (as root, or with sudo available).
+set -euo pipefail
+
+PACKAGES=(
+  build-essential g++ clang-14 libclang-rt-14-dev lld cmake ninja-build pkg-config
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
