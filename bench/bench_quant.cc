@@ -2,6 +2,7 @@
 // of the same bytes (f16 source, head_dim 128, 32768 rows = 8 MiB of source).
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -81,4 +82,11 @@ BENCHMARK(BM_Dequantize)->DenseRange(0, 4);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+
+#include <cstdlib>
+
+int main(int argc, char** argv) {
+  if (const char* t = std::getenv("KVTIER_FORCE_TARGET")) kvtier::QuantForceSimdTarget(std::atoll(t));
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+}

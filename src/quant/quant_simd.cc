@@ -9,6 +9,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -65,7 +66,20 @@ HWY_INLINE void StoreF(DF df, VF v, void* p, size_t i) {
   }
 }
 
+// Integral floats to their low byte without a saturating float->int conversion: adding
+// 1.5 * 2^23 puts the (two's complement) integer in the low mantissa bits, which TruncateTo
+// keeps. Valid for integral |v| < 2^22; the add also rounds to nearest even.
+HWY_INLINE hn::Vec<DU> IntegralBits(VF v) {
+  const DF df;
+  return hn::BitCast(DU(), hn::Add(v, hn::Set(df, 12582912.0f)));
+}
+
 // ---------------------------------------------------------------- affine
+
+// Quantizers work on kBatch groups (or blocks) at a time, phase by phase (load + min/max,
+// reduce, scalar parameters, codes), so the long reduce -> divide -> broadcast chains of
+// neighbouring groups overlap instead of running back to back.
+constexpr size_t kBatch = 4;
 
 template <int kBits, DType kSrc>
 void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head_dim,
@@ -75,53 +89,62 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
   const size_t N = hn::Lanes(df);
   const AffineRowLayout l = MakeAffineLayout(f, head_dim);
   const size_t row_bytes = f.row_bytes(head_dim);
-  const size_t src_row = head_dim * DTypeSize(kSrc);
   const size_t group = f.group;
-  const hn::Rebind<uint8_t, DF> du8;                  // N lanes
-  const hn::Repartition<uint16_t, decltype(du8)> dw;  // N/2 lanes, same bytes
-  const hn::Rebind<int16_t, decltype(dw)> dwi;
-  const hn::Rebind<uint8_t, decltype(dw)> du8h;       // N/2 lanes
+  const DU du;
+  const hn::Rebind<uint8_t, DU> du8;                  // N lanes
+  const hn::Repartition<uint64_t, DU> du64;           // N/2 lanes
+  const hn::Rebind<uint8_t, decltype(du64)> du8h;     // N/2 lanes
   const VF n_bins = hn::Set(df, static_cast<float>((1 << kBits) - 1));
   const VF zero = hn::Zero(df);
-  HWY_ALIGN float x[128];  // [group] converted source values
-  HWY_ALIGN uint8_t codes[128 + 64];  // [group] codes, for bit widths packed by scalar code
+  HWY_ALIGN float x[kBatch][128];        // [batch, group] converted source values
+  HWY_ALIGN uint8_t codes[128 + 64];     // [group] codes, for widths packed by scalar code
+  float w_max[kBatch], w_min[kBatch];
+  AffineParams p[kBatch];
 
-  for (size_t r = 0; r < n_rows; ++r) {
-    const uint8_t* s = static_cast<const uint8_t*>(src) + r * src_row;
-    uint8_t* out = dst + r * row_bytes;
-    for (size_t g = 0; g < l.n_groups; ++g) {
+  const size_t total = n_rows * l.n_groups;  // groups are contiguous in the source
+  size_t row = 0, gi = 0;                      // (row, group in row) of group g0
+  for (size_t g0 = 0; g0 < total; g0 += kBatch) {
+    const size_t nb = std::min(kBatch, total - g0);
+    for (size_t b = 0; b < nb; ++b) {
       VF vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
       VF vmin = hn::Set(df, std::numeric_limits<float>::infinity());
       for (size_t j = 0; j < group; j += N) {
-        const VF v = LoadF<kSrc>(df, s, g * group + j);
-        hn::Store(v, df, x + j);
+        const VF v = LoadF<kSrc>(df, src, (g0 + b) * group + j);
+        hn::Store(v, df, x[b] + j);
         vmax = hn::Max(v, vmax);  // operand order: a NaN v is ignored, as std::max(w_max, v)
         vmin = hn::Min(v, vmin);
       }
-      const float w_max = hn::GetLane(hn::MaxOfLanes(df, vmax));
-      const float w_min = hn::GetLane(hn::MinOfLanes(df, vmin));
-      const AffineParams p = AffineParamsFromMinMax(w_min, w_max, kBits);
-      const VF vb = hn::Set(df, p.bias);
-      const VF vs = hn::Set(df, p.scale);
-      uint8_t* gout = out + g * l.group_code_bytes;
+      w_max[b] = hn::GetLane(hn::MaxOfLanes(df, vmax));
+      w_min[b] = hn::GetLane(hn::MinOfLanes(df, vmin));
+    }
+    for (size_t b = 0; b < nb; ++b) p[b] = AffineParamsFromMinMax(w_min[b], w_max[b], kBits);
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* out = dst + row * row_bytes;
+      uint8_t* gout = out + gi * l.group_code_bytes;
+      const VF vb = hn::Set(df, p[b].bias);
+      const VF vs = hn::Set(df, p[b].scale);
       for (size_t j = 0; j < group; j += N) {
-        VF q = hn::Round(hn::Div(hn::Sub(hn::Load(df, x + j), vb), vs));
-        q = hn::Min(hn::Max(q, zero), n_bins);
-        const auto b = hn::DemoteTo(du8, hn::ConvertTo(di, q));  // N codes, one byte each
+        // rint(clamp(q)) == clamp(rint(q)) on [0, n_bins]; Max first maps NaN to 0.
+        const VF q = hn::Min(hn::Max(hn::Div(hn::Sub(hn::Load(df, x[b] + j), vb), vs), zero), n_bins);
+        const auto c = IntegralBits(q);  // low byte: the code
         if constexpr (kBits == 8) {
-          hn::StoreU(b, du8, gout + j);
+          hn::StoreU(hn::TruncateTo(du8, c), du8, gout + j);
         } else if constexpr (kBits == 4) {
-          const auto w = hn::BitCast(dw, b);  // lane k: code[2k] | code[2k+1] << 8
-          const auto packed = hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
-                                     hn::And(hn::ShiftRight<4>(w), hn::Set(dw, 0x00f0)));
-          hn::StoreU(hn::DemoteTo(du8h, hn::BitCast(dwi, packed)), du8h, gout + j / 2);
+          // u64 lane k holds codes 2k (bits 0..3) and 2k+1 (bits 32..35) once the constant
+          // is masked off; fold the second next to the first and keep the low byte.
+          const auto w = hn::BitCast(du64, hn::And(c, hn::Set(du, 0xff)));
+          hn::StoreU(hn::TruncateTo(du8h, hn::Or(w, hn::ShiftRight<28>(w))), du8h, gout + j / 2);
         } else {
-          hn::StoreU(b, du8, codes + j);
+          hn::StoreU(hn::TruncateTo(du8, c), du8, codes + j);
         }
       }
       if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, group, kBits, gout);
-      StoreAs(f.scale_dtype, out + l.scales_off, g, p.scale);
-      StoreAs(f.scale_dtype, out + l.biases_off, g, p.bias);
+      StoreAs(f.scale_dtype, out + l.scales_off, gi, p[b].scale);
+      StoreAs(f.scale_dtype, out + l.biases_off, gi, p[b].bias);
+      if (++gi == l.n_groups) {
+        gi = 0;
+        ++row;
+      }
     }
   }
 }
@@ -169,43 +192,53 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t
 
 // ---------------------------------------------------------------- q8_0 / q4_0
 
+// Loads kBatch 32-value blocks starting at block `b0` into x and returns max |x| of each
+// (NaN ignored, as the reference's std::max(amax, |x|)).
+template <DType kSrc>
+HWY_INLINE void LoadBlocks(DF df, const void* src, size_t b0, size_t nb, float (*x)[32],
+                           float* amax) {
+  const size_t N = hn::Lanes(df);
+  for (size_t b = 0; b < nb; ++b) {
+    VF vamax = hn::Zero(df);
+    for (size_t j = 0; j < 32; j += N) {
+      const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
+      hn::Store(v, df, x[b] + j);
+      vamax = hn::Max(hn::Abs(v), vamax);
+    }
+    amax[b] = hn::GetLane(hn::MaxOfLanes(df, vamax));
+  }
+}
+
 template <DType kSrc>
 void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
   const DF df;
-  const DI di;
   const size_t N = hn::Lanes(df);
-  const hn::Rebind<int8_t, DF> di8;
-  const size_t src_row = head_dim * DTypeSize(kSrc);
-  const size_t nb = head_dim / 32;
-  HWY_ALIGN float x[32];
-  for (size_t r = 0; r < n_rows; ++r) {
-    const uint8_t* s = static_cast<const uint8_t*>(src) + r * src_row;
+  const hn::Rebind<uint8_t, DU> du8;
+  const VF half = hn::Set(df, 0.5f);
+  const VF lo127 = hn::Set(df, -127.0f);
+  const VF hi127 = hn::Set(df, 127.0f);
+  HWY_ALIGN float x[kBatch][32];
+  float amax[kBatch], id[kBatch];
+  const size_t total = n_rows * (head_dim / 32);  // blocks are contiguous in src and dst
+  for (size_t b0 = 0; b0 < total; b0 += kBatch) {
+    const size_t nb = std::min(kBatch, total - b0);
+    LoadBlocks<kSrc>(df, src, b0, nb, x, amax);
     for (size_t b = 0; b < nb; ++b) {
-      uint8_t* block = dst + (r * nb + b) * sizeof(BlockQ8_0);
-      VF vamax = hn::Zero(df);
-      for (size_t j = 0; j < 32; j += N) {
-        const VF v = LoadF<kSrc>(df, s, b * 32 + j);
-        hn::Store(v, df, x + j);
-        vamax = hn::Max(hn::Abs(v), vamax);  // NaN ignored, as in the reference
-      }
-      const float amax = hn::GetLane(hn::MaxOfLanes(df, vamax));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      const float d = amax[b] / 127.0f;
+      id[b] = d != 0.0f ? 1.0f / d : 0.0f;
       const uint16_t dh = F32ToF16(d);
-      std::memcpy(block, &dh, 2);
-      const VF vid = hn::Set(df, id);
-      const VF half = hn::Set(df, 0.5f);
-      const VF one = hn::Set(df, 1.0f);
-      const VF lo127 = hn::Set(df, -127.0f);
-      const VF hi127 = hn::Set(df, 127.0f);
+      std::memcpy(dst + (b0 + b) * sizeof(BlockQ8_0), &dh, 2);
+    }
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ8_0) + 2;  // int8 codes
+      const VF vid = hn::Set(df, id[b]);
       for (size_t j = 0; j < 32; j += N) {
-        const VF v = hn::Mul(hn::Load(df, x + j), vid);
-        // roundf: half away from zero.
-        const VF t = hn::Trunc(v);
-        const VF bump = hn::IfThenElseZero(hn::Ge(hn::Abs(hn::Sub(v, t)), half), hn::CopySign(one, v));
-        const VF r = hn::Min(hn::Max(hn::Add(t, bump), lo127), hi127);  // NaN -> -127 as ref
-        const auto q = hn::ConvertTo(di, r);
-        hn::StoreU(hn::DemoteTo(di8, q), di8, reinterpret_cast<int8_t*>(block + 2) + j);
+        const VF v = hn::Mul(hn::Load(df, x[b] + j), vid);
+        // roundf (half away from zero) as trunc(v + copysign(0.5, v)): exact here because
+        // |v| <= 127 * (1 + 2^-22) < 127.5, so the sum never rounds across an integer.
+        const VF r = hn::Trunc(hn::Add(v, hn::CopySign(half, v)));
+        const VF c = hn::Min(hn::Max(r, lo127), hi127);  // NaN -> -127, as the reference
+        hn::StoreU(hn::TruncateTo(du8, IntegralBits(c)), du8, qs + j);
       }
     }
   }
@@ -214,50 +247,44 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
 template <DType kSrc>
 void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
   const DF df;
-  const DI di;
   const size_t N = hn::Lanes(df);
-  const hn::Rebind<uint8_t, DF> du8;
-  const size_t src_row = head_dim * DTypeSize(kSrc);
-  const size_t nb = head_dim / 32;
-  HWY_ALIGN float x[32];
-  for (size_t r = 0; r < n_rows; ++r) {
-    const uint8_t* s = static_cast<const uint8_t*>(src) + r * src_row;
+  const hn::Rebind<uint8_t, DU> du8;
+  const VF off = hn::Set(df, 8.5f);
+  const VF zero = hn::Zero(df);
+  const VF fifteen = hn::Set(df, 15.0f);
+  HWY_ALIGN float x[kBatch][32];
+  float amax[kBatch], id[kBatch];
+  const size_t total = n_rows * (head_dim / 32);
+  for (size_t b0 = 0; b0 < total; b0 += kBatch) {
+    const size_t nb = std::min(kBatch, total - b0);
+    LoadBlocks<kSrc>(df, src, b0, nb, x, amax);
     for (size_t b = 0; b < nb; ++b) {
-      uint8_t* block = dst + (r * nb + b) * sizeof(BlockQ4_0);
-      VF vamax = hn::Zero(df);
-      for (size_t j = 0; j < 32; j += N) {
-        const VF v = LoadF<kSrc>(df, s, b * 32 + j);
-        hn::Store(v, df, x + j);
-        vamax = hn::Max(hn::Abs(v), vamax);  // NaN ignored, as in the reference
-      }
-      const float amax = hn::GetLane(hn::MaxOfLanes(df, vamax));
       float max = 0.0f;  // first value whose magnitude is amax, as the reference picks it
-      if (amax != 0.0f) {
-        const VF va = hn::Set(df, amax);
+      if (amax[b] != 0.0f) {
+        const VF va = hn::Set(df, amax[b]);
         for (size_t j = 0; j < 32; j += N) {
-          const intptr_t k = hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::Load(df, x + j)), va));
+          const intptr_t k = hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::Load(df, x[b] + j)), va));
           if (k >= 0) {
-            max = x[j + static_cast<size_t>(k)];
+            max = x[b][j + static_cast<size_t>(k)];
             break;
           }
         }
       }
       const float d = max / -8.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      id[b] = d != 0.0f ? 1.0f / d : 0.0f;
       const uint16_t dh = F32ToF16(d);
-      std::memcpy(block, &dh, 2);
-      const VF vid = hn::Set(df, id);
-      const VF off = hn::Set(df, 8.5f);
-      const VF zero = hn::Zero(df);
-      const VF fifteen = hn::Set(df, 15.0f);
+      std::memcpy(dst + (b0 + b) * sizeof(BlockQ4_0), &dh, 2);
+    }
+    for (size_t b = 0; b < nb; ++b) {
+      uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ4_0) + 2;
+      const VF vid = hn::Set(df, id[b]);
       auto code = [&](VF v) {  // trunc(clamp(v * id + 8.5, 0, 15)), NaN -> 0 as the reference
-        return hn::ConvertTo(di, hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen));
+        return IntegralBits(hn::Trunc(hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen)));
       };
       for (size_t j = 0; j < 16; j += N) {
-        const auto lo = code(hn::Load(df, x + j));
-        const auto hi = code(hn::Load(df, x + 16 + j));
-        const auto packed = hn::Or(lo, hn::ShiftLeft<4>(hi));
-        hn::StoreU(hn::DemoteTo(du8, packed), du8, block + 2 + j);
+        const auto lo = code(hn::Load(df, x[b] + j));
+        const auto hi = code(hn::Load(df, x[b] + 16 + j));
+        hn::StoreU(hn::TruncateTo(du8, hn::Or(lo, hn::ShiftLeft<4>(hi))), du8, qs + j);
       }
     }
   }
