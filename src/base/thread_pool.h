@@ -37,10 +37,10 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable done_;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  int active_ = 0;  // workers still inside the current generation
-  // Current job; written under mu_ before a generation starts.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<int> active_{0};  // workers still inside the current generation
+  // Current job; written before generation_ is bumped (release), read after (acquire).
   const std::function<void(size_t, size_t)>* fn_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;

@@ -83,18 +83,6 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Runs `op` `repeats` times and returns the median wall time in seconds.
-template <typename Op>
-double TimeMedian(int repeats, Op&& op) {
-  std::vector<double> t;
-  for (int i = 0; i < repeats; ++i) {
-    Timer timer;
-    op();
-    t.push_back(timer.Seconds());
-  }
-  return Median(t);
-}
-
 Status Validate(const BenchKvCacheConfig& c) {
   auto positive = [](const char* flag, long long v) {
     if (v >= 1) return Status::OK();
@@ -189,50 +177,68 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
                           source.data() + s * kSegment * es);
       }
     });
-    for (size_t c0 = 0; c0 < layer_rows; c0 += chunk_rows) {
-      const size_t rows = std::min(chunk_rows, layer_rows - c0);
-      const uint8_t* src = source.data() + c0 * head_dim * es;
-      const size_t g = (rows + T - 1) / T;
-      memcpy_s += TimeMedian(config.repeats, [&] {
-        pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
+    // Every timed step is a pass over the whole layer, chunk by chunk; each step runs
+    // `repeats` passes and its median pass counts. Passes never repeat one chunk back to
+    // back, so no step (the memcpy probe included) reads a chunk it just left in cache.
+    std::vector<double> pass(config.repeats);
+    for (int rep = 0; rep < config.repeats; ++rep) {
+      pass[rep] = 0;
+      for (size_t c0 = 0; c0 < layer_rows; c0 += chunk_rows) {
+        const size_t rows = std::min(chunk_rows, layer_rows - c0);
+        const uint8_t* src = source.data() + c0 * head_dim * es;
+        Timer t;
+        pool.ParallelFor(rows, (rows + T - 1) / T, [&](size_t b, size_t e) {
           std::memcpy(copy.data() + b * head_dim * es, src + b * head_dim * es,
                       (e - b) * head_dim * es);
         });
-      });
-      for (size_t fi = 0; fi < formats.size(); ++fi) {
-        const Format& f = formats[fi];
-        const size_t rb = f.row_bytes(head_dim);
-        acc[fi].quant_s += TimeMedian(config.repeats, [&] {
+        pass[rep] += t.Seconds();
+      }
+    }
+    memcpy_s += Median(pass);
+    for (size_t fi = 0; fi < formats.size(); ++fi) {
+      const Format& f = formats[fi];
+      const size_t rb = f.row_bytes(head_dim);
+      std::vector<double> qpass(config.repeats, 0.0), dpass(config.repeats, 0.0);
+      for (int rep = 0; rep < config.repeats; ++rep) {
+        for (size_t c0 = 0; c0 < layer_rows; c0 += chunk_rows) {
+          const size_t rows = std::min(chunk_rows, layer_rows - c0);
+          const uint8_t* src = source.data() + c0 * head_dim * es;
+          const size_t g = (rows + T - 1) / T;
+          Timer tq;
           pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
             record(QuantizeRows(f, dt, src + b * head_dim * es, e - b, head_dim,
                                 quant.data() + b * rb));
           });
-        });
-        acc[fi].dequant_s += TimeMedian(config.repeats, [&] {
+          qpass[rep] += tq.Seconds();
+          Timer td;
           pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
             record(DequantizeRows(f, quant.data() + b * rb, e - b, head_dim, dt,
                                   deq.data() + b * head_dim * es));
           });
-        });
-        if (!failure.ok()) return failure;
-        std::fill(part_sum.begin(), part_sum.end(), 0.0);
-        std::fill(part_max.begin(), part_max.end(), 0.0);
-        pool.ParallelFor(rows, grain, [&](size_t b, size_t e) {
-          double sum = 0, mx = 0;
-          for (size_t i = b * head_dim; i < e * head_dim; ++i) {
-            const double x = LoadAs(dt, src, i), y = LoadAs(dt, deq.data(), i);
-            const double d = std::fabs(x - y);
-            sum += d;
-            mx = std::max(mx, d);
+          dpass[rep] += td.Seconds();
+          if (!failure.ok()) return failure;
+          if (rep != 0) continue;
+          std::fill(part_sum.begin(), part_sum.end(), 0.0);
+          std::fill(part_max.begin(), part_max.end(), 0.0);
+          pool.ParallelFor(rows, grain, [&](size_t b, size_t e) {
+            double sum = 0, mx = 0;
+            for (size_t i = b * head_dim; i < e * head_dim; ++i) {
+              const double d = std::fabs(static_cast<double>(LoadAs(dt, src, i)) -
+                                         static_cast<double>(LoadAs(dt, deq.data(), i)));
+              sum += d;
+              mx = std::max(mx, d);
+            }
+            part_sum[b / grain] = sum;
+            part_max[b / grain] = mx;
+          });
+          for (size_t k = 0; k < T; ++k) {
+            acc[fi].abs_sum += part_sum[k];
+            acc[fi].abs_max = std::max(acc[fi].abs_max, part_max[k]);
           }
-          part_sum[b / grain] = sum;
-          part_max[b / grain] = mx;
-        });
-        for (size_t k = 0; k < T; ++k) {
-          acc[fi].abs_sum += part_sum[k];
-          acc[fi].abs_max = std::max(acc[fi].abs_max, part_max[k]);
         }
       }
+      acc[fi].quant_s += Median(qpass);
+      acc[fi].dequant_s += Median(dpass);
     }
     if (progress) progress(layer + 1, config.layers);
   }

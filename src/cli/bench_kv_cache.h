@@ -27,7 +27,7 @@ struct BenchKvCacheConfig {
   uint64_t seed = 0;
   int threads = 0;   // 0: all cores
   int repeats = 3;   // each timed operation runs this many times; the median counts
-  size_t chunk_rows = 16384;  // rows (token x head vectors) per timed chunk
+  size_t chunk_rows = 8192;  // rows (token x head vectors) per timed chunk
 };
 
 struct BenchKvCacheRow {

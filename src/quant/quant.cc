@@ -87,12 +87,13 @@ std::vector<long long> QuantAvailableSimdTargets() {
 }
 
 bool QuantForceSimdTarget(long long target_bit) {
-  if (target_bit == 0) {
-    hwy::SetSupportedTargetsForTest(0);
-    return true;
+  hwy::SetSupportedTargetsForTest(0);
+  if (target_bit != 0) {
+    if ((hwy::SupportedTargets() & target_bit) == 0) return false;
+    hwy::SetSupportedTargetsForTest(target_bit);
   }
-  if ((hwy::SupportedTargets() & target_bit) == 0) return false;
-  hwy::SetSupportedTargetsForTest(target_bit);
+  // HWY_DYNAMIC_DISPATCH caches its choice: make it choose again.
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
   return true;
 }
 

@@ -74,12 +74,79 @@ HWY_INLINE hn::Vec<DU> IntegralBits(VF v) {
   return hn::BitCast(DU(), hn::Add(v, hn::Set(df, 12582912.0f)));
 }
 
-// ---------------------------------------------------------------- affine
-
 // Quantizers work on kBatch groups (or blocks) at a time, phase by phase (load + min/max,
 // reduce, scalar parameters, codes), so the long reduce -> divide -> broadcast chains of
 // neighbouring groups overlap instead of running back to back.
 constexpr size_t kBatch = 4;
+
+// Stores the low byte of each u32 lane (N bytes). On AVX-512 one vpmovdb; Highway 1.0.3's
+// TruncateTo takes a shuffle sequence there.
+HWY_INLINE void StoreLowBytes(hn::Vec<DU> v, uint8_t* p) {
+#if HWY_TARGET <= HWY_AVX3
+  _mm512_mask_cvtepi32_storeu_epi8(p, static_cast<__mmask16>(0xffff), v.raw);
+#else
+  const hn::Rebind<uint8_t, DU> du8;
+  hn::StoreU(hn::TruncateTo(du8, v), du8, p);
+#endif
+}
+
+// Stores the low byte of each u64 lane (N/2 bytes).
+HWY_INLINE void StoreLowBytes64(hn::Vec<hn::Repartition<uint64_t, DU>> v, uint8_t* p) {
+#if HWY_TARGET <= HWY_AVX3
+  _mm512_mask_cvtepi64_storeu_epi8(p, static_cast<__mmask8>(0xff), v.raw);
+#else
+  const hn::Rebind<uint8_t, hn::Repartition<uint64_t, DU>> du8;
+  hn::StoreU(hn::TruncateTo(du8, v), du8, p);
+#endif
+}
+
+// Stores one scale or bias in dtype t. f16 goes through the hardware conversion (F16C,
+// round to nearest even: the same bits as F32ToF16).
+HWY_INLINE void StoreScalar(DType t, uint8_t* base, size_t i, float v) {
+  if (t == DType::kF16) {
+    const hn::CappedTag<float, 1> d1;
+    const hn::Rebind<hwy::float16_t, decltype(d1)> dh1;
+    hn::StoreU(hn::DemoteTo(dh1, hn::Set(d1, v)), dh1,
+               reinterpret_cast<hwy::float16_t*>(base) + i);
+  } else {
+    StoreAs(t, base, i, v);
+  }
+}
+
+// Horizontal max of kBatch vectors a[b] and kBatch vectors c[b] at once:
+// amax[b] = max over lanes of a[b], cmax[b] = max over lanes of c[b] (NaN-free inputs).
+HWY_INLINE void ReduceMaxBatch(const VF* a, const VF* c, float* amax, float* cmax) {
+#if HWY_TARGET <= HWY_AVX3
+  static_assert(kBatch == 4, "the AVX-512 transposed reduction handles 4 + 4 vectors");
+  // 512 -> 256: lanes 0..7 hold a partial of the first input, 8..15 of the second.
+  auto halve = [](__m512 x, __m512 y) {
+    return _mm512_max_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+  };
+  // 256 -> 128: 128-bit block k holds a partial of input k (of four).
+  auto quarter = [](__m512 xy, __m512 zw) {
+    return _mm512_max_ps(_mm512_shuffle_f32x4(xy, zw, 0x88), _mm512_shuffle_f32x4(xy, zw, 0xDD));
+  };
+  const __m512 s = quarter(halve(a[0].raw, a[1].raw), halve(a[2].raw, a[3].raw));
+  const __m512 t = quarter(halve(c[0].raw, c[1].raw), halve(c[2].raw, c[3].raw));
+  // Within each block: lane 0 <- max of s's block, lane 1 <- max of t's block.
+  __m512 m = _mm512_max_ps(_mm512_unpacklo_ps(s, t), _mm512_unpackhi_ps(s, t));
+  m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
+  HWY_ALIGN float lanes[16];
+  _mm512_store_ps(lanes, m);
+  for (size_t b = 0; b < kBatch; ++b) {
+    amax[b] = lanes[4 * b];
+    cmax[b] = lanes[4 * b + 1];
+  }
+#else
+  const DF df;
+  for (size_t b = 0; b < kBatch; ++b) {
+    amax[b] = hn::GetLane(hn::MaxOfLanes(df, a[b]));
+    cmax[b] = hn::GetLane(hn::MaxOfLanes(df, c[b]));
+  }
+#endif
+}
+
+// ---------------------------------------------------------------- affine
 
 template <int kBits, DType kSrc>
 void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head_dim,
@@ -105,18 +172,23 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
   size_t row = 0, gi = 0;                      // (row, group in row) of group g0
   for (size_t g0 = 0; g0 < total; g0 += kBatch) {
     const size_t nb = std::min(kBatch, total - g0);
+    VF vmax[kBatch], vneg_min[kBatch];
+    for (size_t b = 0; b < kBatch; ++b) {
+      vmax[b] = hn::Set(df, -std::numeric_limits<float>::infinity());
+      vneg_min[b] = vmax[b];
+    }
     for (size_t b = 0; b < nb; ++b) {
-      VF vmax = hn::Set(df, -std::numeric_limits<float>::infinity());
       VF vmin = hn::Set(df, std::numeric_limits<float>::infinity());
       for (size_t j = 0; j < group; j += N) {
         const VF v = LoadF<kSrc>(df, src, (g0 + b) * group + j);
         hn::Store(v, df, x[b] + j);
-        vmax = hn::Max(v, vmax);  // operand order: a NaN v is ignored, as std::max(w_max, v)
+        vmax[b] = hn::Max(v, vmax[b]);  // operand order: NaN v ignored, as std::max(w_max, v)
         vmin = hn::Min(v, vmin);
       }
-      w_max[b] = hn::GetLane(hn::MaxOfLanes(df, vmax));
-      w_min[b] = hn::GetLane(hn::MinOfLanes(df, vmin));
+      vneg_min[b] = hn::Neg(vmin);  // min = -max(-x): one reduction kind for both
     }
+    ReduceMaxBatch(vmax, vneg_min, w_max, w_min);
+    for (size_t b = 0; b < nb; ++b) w_min[b] = -w_min[b];
     for (size_t b = 0; b < nb; ++b) p[b] = AffineParamsFromMinMax(w_min[b], w_max[b], kBits);
     for (size_t b = 0; b < nb; ++b) {
       uint8_t* out = dst + row * row_bytes;
@@ -128,19 +200,19 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
         const VF q = hn::Min(hn::Max(hn::Div(hn::Sub(hn::Load(df, x[b] + j), vb), vs), zero), n_bins);
         const auto c = IntegralBits(q);  // low byte: the code
         if constexpr (kBits == 8) {
-          hn::StoreU(hn::TruncateTo(du8, c), du8, gout + j);
+          StoreLowBytes(c, gout + j);
         } else if constexpr (kBits == 4) {
           // u64 lane k holds codes 2k (bits 0..3) and 2k+1 (bits 32..35) once the constant
           // is masked off; fold the second next to the first and keep the low byte.
           const auto w = hn::BitCast(du64, hn::And(c, hn::Set(du, 0xff)));
-          hn::StoreU(hn::TruncateTo(du8h, hn::Or(w, hn::ShiftRight<28>(w))), du8h, gout + j / 2);
+          StoreLowBytes64(hn::Or(w, hn::ShiftRight<28>(w)), gout + j / 2);
         } else {
-          hn::StoreU(hn::TruncateTo(du8, c), du8, codes + j);
+          StoreLowBytes(c, codes + j);
         }
       }
       if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, group, kBits, gout);
-      StoreAs(f.scale_dtype, out + l.scales_off, gi, p[b].scale);
-      StoreAs(f.scale_dtype, out + l.biases_off, gi, p[b].bias);
+      StoreScalar(f.scale_dtype, out + l.scales_off, gi, p[b].scale);
+      StoreScalar(f.scale_dtype, out + l.biases_off, gi, p[b].bias);
       if (++gi == l.n_groups) {
         gi = 0;
         ++row;
@@ -198,15 +270,17 @@ template <DType kSrc>
 HWY_INLINE void LoadBlocks(DF df, const void* src, size_t b0, size_t nb, float (*x)[32],
                            float* amax) {
   const size_t N = hn::Lanes(df);
+  VF vamax[kBatch];
+  for (size_t b = 0; b < kBatch; ++b) vamax[b] = hn::Zero(df);
   for (size_t b = 0; b < nb; ++b) {
-    VF vamax = hn::Zero(df);
     for (size_t j = 0; j < 32; j += N) {
       const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
       hn::Store(v, df, x[b] + j);
-      vamax = hn::Max(hn::Abs(v), vamax);
+      vamax[b] = hn::Max(hn::Abs(v), vamax[b]);
     }
-    amax[b] = hn::GetLane(hn::MaxOfLanes(df, vamax));
   }
+  float unused[kBatch];
+  ReduceMaxBatch(vamax, vamax, amax, unused);
 }
 
 template <DType kSrc>
@@ -226,8 +300,7 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
     for (size_t b = 0; b < nb; ++b) {
       const float d = amax[b] / 127.0f;
       id[b] = d != 0.0f ? 1.0f / d : 0.0f;
-      const uint16_t dh = F32ToF16(d);
-      std::memcpy(dst + (b0 + b) * sizeof(BlockQ8_0), &dh, 2);
+      StoreScalar(DType::kF16, dst + (b0 + b) * sizeof(BlockQ8_0), 0, d);
     }
     for (size_t b = 0; b < nb; ++b) {
       uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ8_0) + 2;  // int8 codes
@@ -238,7 +311,7 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
         // |v| <= 127 * (1 + 2^-22) < 127.5, so the sum never rounds across an integer.
         const VF r = hn::Trunc(hn::Add(v, hn::CopySign(half, v)));
         const VF c = hn::Min(hn::Max(r, lo127), hi127);  // NaN -> -127, as the reference
-        hn::StoreU(hn::TruncateTo(du8, IntegralBits(c)), du8, qs + j);
+        StoreLowBytes(IntegralBits(c), qs + j);
       }
     }
   }
@@ -272,8 +345,7 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
       }
       const float d = max / -8.0f;
       id[b] = d != 0.0f ? 1.0f / d : 0.0f;
-      const uint16_t dh = F32ToF16(d);
-      std::memcpy(dst + (b0 + b) * sizeof(BlockQ4_0), &dh, 2);
+      StoreScalar(DType::kF16, dst + (b0 + b) * sizeof(BlockQ4_0), 0, d);
     }
     for (size_t b = 0; b < nb; ++b) {
       uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ4_0) + 2;
@@ -284,7 +356,7 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
       for (size_t j = 0; j < 16; j += N) {
         const auto lo = code(hn::Load(df, x[b] + j));
         const auto hi = code(hn::Load(df, x[b] + 16 + j));
-        hn::StoreU(hn::TruncateTo(du8, hn::Or(lo, hn::ShiftLeft<4>(hi))), du8, qs + j);
+        StoreLowBytes(hn::Or(lo, hn::ShiftLeft<4>(hi)), qs + j);
       }
     }
   }
