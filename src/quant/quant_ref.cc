@@ -10,6 +10,18 @@
 #include "quant/blocks.h"
 
 namespace kvtier::ref {
+namespace {
+
+// Float to int32 with x86 semantics (cvtps2dq / cvttps2dq): NaN and out-of-range values give
+// INT32_MIN. Shared by reference and SIMD code so both agree on every input.
+int32_t ToInt32OrMin(float q) {
+  if (!(q >= -2147483648.0f && q < 2147483648.0f)) return INT32_MIN;
+  return static_cast<int32_t>(q);
+}
+int32_t RintToInt32(float v) { return ToInt32OrMin(std::rint(v)); }
+int32_t TruncToInt32(float v) { return ToInt32OrMin(std::trunc(v)); }
+
+}  // namespace
 
 void QuantizeBlockQ8_0(const float* x, uint8_t* out) {
   BlockQ8_0 b;
@@ -21,7 +33,9 @@ void QuantizeBlockQ8_0(const float* x, uint8_t* out) {
   // ggml: roundf(x * id). The clamp only changes non-finite input (NaN -> -127), which ggml
   // leaves undefined; the SIMD kernel does the same.
   for (int i = 0; i < 32; ++i) {
-    b.qs[i] = static_cast<int8_t>(std::fmin(std::fmax(std::round(x[i] * id), -127.0f), 127.0f));
+    const float v = x[i] * id;
+    // roundf(v) == trunc(v + copysign(0.5, v)) exactly for |v| < 127.5 (see the SIMD kernel).
+    b.qs[i] = static_cast<int8_t>(std::min(std::max(TruncToInt32(std::round(v)), -127), 127));
   }
   std::memcpy(out, &b, sizeof b);
 }
@@ -44,8 +58,8 @@ void QuantizeBlockQ4_0(const float* x, uint8_t* out) {
     const float x1 = x[j + 16] * id;
     // ggml: MIN(15, (int8_t)(x * id + 8.5f)); x * id + 8.5f >= 0 for finite input, so the
     // lower clamp only defines NaN (-> 0).
-    const uint8_t q0 = static_cast<uint8_t>(std::fmin(std::fmax(x0 + 8.5f, 0.0f), 15.0f));
-    const uint8_t q1 = static_cast<uint8_t>(std::fmin(std::fmax(x1 + 8.5f, 0.0f), 15.0f));
+    const uint8_t q0 = static_cast<uint8_t>(TruncToInt32(std::fmin(std::fmax(x0 + 8.5f, 0.0f), 15.0f)));
+    const uint8_t q1 = static_cast<uint8_t>(TruncToInt32(std::fmin(std::fmax(x1 + 8.5f, 0.0f), 15.0f)));
     b.qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
   }
   std::memcpy(out, &b, sizeof b);
@@ -73,7 +87,7 @@ namespace {
 void QuantizeAffineRow(const Format& f, DType src_dtype, const void* src, size_t head_dim,
                        uint8_t* dst) {
   const AffineRowLayout l = MakeAffineLayout(f, head_dim);
-  const float n_bins = static_cast<float>((1 << f.bits) - 1);
+  const int32_t n_bins = (1 << f.bits) - 1;
   uint8_t codes[128];
   float x[128];
   for (size_t g = 0; g < l.n_groups; ++g) {
@@ -87,9 +101,11 @@ void QuantizeAffineRow(const Format& f, DType src_dtype, const void* src, size_t
     }
     const AffineParams p = AffineParamsFromMinMax(w_min, w_max, f.bits);
     for (size_t j = 0; j < f.group; ++j) {
-      float q = std::rint((x[j] - p.bias) / p.scale);
-      q = std::fmin(std::fmax(q, 0.0f), n_bins);  // as MLX; fmax also maps NaN to 0
-      codes[j] = static_cast<uint8_t>(q);
+      // As MLX: clamp(rint((x - bias) / scale), 0, n_bins), with * inv_scale for / scale
+      // (see AffineParams). Converted to int32 like x86's cvtps2dq: NaN (and the unreachable
+      // |q| >= 2^31) become INT32_MIN, so code 0.
+      const int32_t q = RintToInt32((x[j] - p.bias) * p.inv_scale);
+      codes[j] = static_cast<uint8_t>(std::min(std::max(q, 0), n_bins));
     }
     PackCodes(codes, f.group, f.bits, dst + g * l.group_code_bytes);
     StoreAs(f.scale_dtype, dst + l.scales_off, g, p.scale);

@@ -2,7 +2,7 @@
 // The x86 AVX2 and AVX-512 targets run the vector code below; every other target (SSE4,
 // emulated, scalar) runs the scalar reference, because Highway's emulated f16/bf16
 // demotion truncates instead of rounding. Results equal quant_ref.cc bit for bit:
-// same operation order, division (not reciprocal) for affine codes, FMA in dequantize.
+// same operation order, the same reciprocal for affine codes, FMA in dequantize.
 // Pure functions; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quant/quant_simd.cc"
@@ -66,18 +66,27 @@ HWY_INLINE void StoreF(DF df, VF v, void* p, size_t i) {
   }
 }
 
-// Integral floats to their low byte without a saturating float->int conversion: adding
-// 1.5 * 2^23 puts the (two's complement) integer in the low mantissa bits, which TruncateTo
-// keeps. Valid for integral |v| < 2^22; the add also rounds to nearest even.
-HWY_INLINE hn::Vec<DU> IntegralBits(VF v) {
-  const DF df;
-  return hn::BitCast(DU(), hn::Add(v, hn::Set(df, 12582912.0f)));
-}
-
 // Quantizers work on kBatch groups (or blocks) at a time, phase by phase (load + min/max,
 // reduce, scalar parameters, codes), so the long reduce -> divide -> broadcast chains of
 // neighbouring groups overlap instead of running back to back.
 constexpr size_t kBatch = 4;
+
+// x86 float -> int32 conversions without Highway's overflow fix-ups (we define the
+// out-of-range result): NaN and |v| >= 2^31 give INT32_MIN, as the hardware does.
+HWY_INLINE hn::Vec<DI> RoundToInt(VF v) {  // rint (MXCSR default: nearest even)
+#if HWY_TARGET <= HWY_AVX3
+  return hn::Vec<DI>{_mm512_cvtps_epi32(v.raw)};
+#else
+  return hn::Vec<DI>{_mm256_cvtps_epi32(v.raw)};
+#endif
+}
+HWY_INLINE hn::Vec<DI> TruncToInt(VF v) {
+#if HWY_TARGET <= HWY_AVX3
+  return hn::Vec<DI>{_mm512_cvttps_epi32(v.raw)};
+#else
+  return hn::Vec<DI>{_mm256_cvttps_epi32(v.raw)};
+#endif
+}
 
 // Stores the low byte of each u32 lane (N bytes). On AVX-512 one vpmovdb; Highway 1.0.3's
 // TruncateTo takes a shuffle sequence there.
@@ -161,16 +170,16 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
   const hn::Rebind<uint8_t, DU> du8;                  // N lanes
   const hn::Repartition<uint64_t, DU> du64;           // N/2 lanes
   const hn::Rebind<uint8_t, decltype(du64)> du8h;     // N/2 lanes
-  const VF n_bins = hn::Set(df, static_cast<float>((1 << kBits) - 1));
-  const VF zero = hn::Zero(df);
-  HWY_ALIGN float x[kBatch][128];        // [batch, group] converted source values
+  const auto n_bins = hn::Set(di, (1 << kBits) - 1);
+  const auto izero = hn::Zero(di);
+  HWY_ALIGN float x[2][kBatch][128];     // [slot, batch, group] converted source values
   HWY_ALIGN uint8_t codes[128 + 64];     // [group] codes, for widths packed by scalar code
-  float w_max[kBatch], w_min[kBatch];
-  AffineParams p[kBatch];
+  AffineParams p[2][kBatch];
 
   const size_t total = n_rows * l.n_groups;  // groups are contiguous in the source
-  size_t row = 0, gi = 0;                      // (row, group in row) of group g0
-  for (size_t g0 = 0; g0 < total; g0 += kBatch) {
+
+  // Phases 1-2 for the batch at g0 into `slot`: load, min/max, reduce, parameters.
+  auto prepare = [&](size_t g0, int slot) {
     const size_t nb = std::min(kBatch, total - g0);
     VF vmax[kBatch], vneg_min[kBatch];
     for (size_t b = 0; b < kBatch; ++b) {
@@ -181,38 +190,49 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
       VF vmin = hn::Set(df, std::numeric_limits<float>::infinity());
       for (size_t j = 0; j < group; j += N) {
         const VF v = LoadF<kSrc>(df, src, (g0 + b) * group + j);
-        hn::Store(v, df, x[b] + j);
+        hn::Store(v, df, x[slot][b] + j);
         vmax[b] = hn::Max(v, vmax[b]);  // operand order: NaN v ignored, as std::max(w_max, v)
         vmin = hn::Min(v, vmin);
       }
       vneg_min[b] = hn::Neg(vmin);  // min = -max(-x): one reduction kind for both
     }
+    float w_max[kBatch], w_min[kBatch];
     ReduceMaxBatch(vmax, vneg_min, w_max, w_min);
-    for (size_t b = 0; b < nb; ++b) w_min[b] = -w_min[b];
-    for (size_t b = 0; b < nb; ++b) p[b] = AffineParamsFromMinMax(w_min[b], w_max[b], kBits);
+    for (size_t b = 0; b < nb; ++b) p[slot][b] = AffineParamsFromMinMax(-w_min[b], w_max[b], kBits);
+  };
+
+  // Software pipelining: the next batch's reduce -> divide chain is issued before this
+  // batch's codes, so the out-of-order core overlaps the two.
+  size_t row = 0, gi = 0;  // (row, group in row) of group g0
+  int slot = 0;
+  if (total > 0) prepare(0, 0);
+  for (size_t g0 = 0; g0 < total; g0 += kBatch, slot ^= 1) {
+    const size_t nb = std::min(kBatch, total - g0);
+    if (g0 + kBatch < total) prepare(g0 + kBatch, slot ^ 1);
     for (size_t b = 0; b < nb; ++b) {
+      const AffineParams& pb = p[slot][b];
       uint8_t* out = dst + row * row_bytes;
       uint8_t* gout = out + gi * l.group_code_bytes;
-      const VF vb = hn::Set(df, p[b].bias);
-      const VF vs = hn::Set(df, p[b].scale);
+      const VF vb = hn::Set(df, pb.bias);
+      const VF vinv = hn::Set(df, pb.inv_scale);
       for (size_t j = 0; j < group; j += N) {
-        // rint(clamp(q)) == clamp(rint(q)) on [0, n_bins]; Max first maps NaN to 0.
-        const VF q = hn::Min(hn::Max(hn::Div(hn::Sub(hn::Load(df, x[b] + j), vb), vs), zero), n_bins);
-        const auto c = IntegralBits(q);  // low byte: the code
+        // Codes: clamp(rint((x - bias) * inv_scale), 0, n_bins); NaN -> INT32_MIN -> 0.
+        const auto q = RoundToInt(hn::Mul(hn::Sub(hn::Load(df, x[slot][b] + j), vb), vinv));
+        const auto c = hn::BitCast(du, hn::Min(hn::Max(q, izero), n_bins));
         if constexpr (kBits == 8) {
           StoreLowBytes(c, gout + j);
         } else if constexpr (kBits == 4) {
-          // u64 lane k holds codes 2k (bits 0..3) and 2k+1 (bits 32..35) once the constant
-          // is masked off; fold the second next to the first and keep the low byte.
-          const auto w = hn::BitCast(du64, hn::And(c, hn::Set(du, 0xff)));
+          // u64 lane k holds codes 2k (bits 0..3) and 2k+1 (bits 32..35): fold the second
+          // next to the first and keep the low byte.
+          const auto w = hn::BitCast(du64, c);
           StoreLowBytes64(hn::Or(w, hn::ShiftRight<28>(w)), gout + j / 2);
         } else {
           StoreLowBytes(c, codes + j);
         }
       }
       if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, group, kBits, gout);
-      StoreScalar(f.scale_dtype, out + l.scales_off, gi, p[b].scale);
-      StoreScalar(f.scale_dtype, out + l.biases_off, gi, p[b].bias);
+      StoreScalar(f.scale_dtype, out + l.scales_off, gi, pb.scale);
+      StoreScalar(f.scale_dtype, out + l.biases_off, gi, pb.bias);
       if (++gi == l.n_groups) {
         gi = 0;
         ++row;
@@ -288,9 +308,10 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   const DF df;
   const size_t N = hn::Lanes(df);
   const hn::Rebind<uint8_t, DU> du8;
+  const DI di;
   const VF half = hn::Set(df, 0.5f);
-  const VF lo127 = hn::Set(df, -127.0f);
-  const VF hi127 = hn::Set(df, 127.0f);
+  const auto lo127 = hn::Set(di, -127);
+  const auto hi127 = hn::Set(di, 127);
   HWY_ALIGN float x[kBatch][32];
   float amax[kBatch], id[kBatch];
   const size_t total = n_rows * (head_dim / 32);  // blocks are contiguous in src and dst
@@ -309,9 +330,9 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
         const VF v = hn::Mul(hn::Load(df, x[b] + j), vid);
         // roundf (half away from zero) as trunc(v + copysign(0.5, v)): exact here because
         // |v| <= 127 * (1 + 2^-22) < 127.5, so the sum never rounds across an integer.
-        const VF r = hn::Trunc(hn::Add(v, hn::CopySign(half, v)));
-        const VF c = hn::Min(hn::Max(r, lo127), hi127);  // NaN -> -127, as the reference
-        StoreLowBytes(IntegralBits(c), qs + j);
+        const auto r = TruncToInt(hn::Add(v, hn::CopySign(half, v)));
+        const auto c = hn::Min(hn::Max(r, lo127), hi127);  // NaN -> INT32_MIN -> -127
+        StoreLowBytes(hn::BitCast(DU(), c), qs + j);
       }
     }
   }
@@ -332,7 +353,18 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
     const size_t nb = std::min(kBatch, total - b0);
     LoadBlocks<kSrc>(df, src, b0, nb, x, amax);
     for (size_t b = 0; b < nb; ++b) {
-      float max = 0.0f;  // first value whose magnitude is amax, as the reference picks it
+      // The first value whose magnitude is amax, as the reference picks it (0 if amax is 0).
+#if HWY_TARGET <= HWY_AVX3
+      static_assert(HWY_LANES(float) == 16, "two AVX-512 vectors per block");
+      const __m512 va = _mm512_set1_ps(amax[b]);
+      const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+      const uint32_t lo = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_load_ps(x[b]), sign_off), va, _CMP_EQ_OQ);
+      const uint32_t hi = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_load_ps(x[b] + 16), sign_off), va, _CMP_EQ_OQ);
+      const uint32_t hits = lo | (hi << 16);
+      const float cand = x[b][hits != 0 ? __builtin_ctz(hits) : 0];
+      const float max = amax[b] != 0.0f ? cand : 0.0f;
+#else
+      float max = 0.0f;
       if (amax[b] != 0.0f) {
         const VF va = hn::Set(df, amax[b]);
         for (size_t j = 0; j < 32; j += N) {
@@ -343,6 +375,7 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
           }
         }
       }
+#endif
       const float d = max / -8.0f;
       id[b] = d != 0.0f ? 1.0f / d : 0.0f;
       StoreScalar(DType::kF16, dst + (b0 + b) * sizeof(BlockQ4_0), 0, d);
@@ -351,7 +384,7 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
       uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ4_0) + 2;
       const VF vid = hn::Set(df, id[b]);
       auto code = [&](VF v) {  // trunc(clamp(v * id + 8.5, 0, 15)), NaN -> 0 as the reference
-        return IntegralBits(hn::Trunc(hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen)));
+        return hn::BitCast(DU(), TruncToInt(hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen)));
       };
       for (size_t j = 0; j < 16; j += N) {
         const auto lo = code(hn::Load(df, x[b] + j));
