@@ -159,6 +159,46 @@ TEST(QuantRef, AffineMeanErrorMatchesMlx) {
   }
 }
 
+// kvtier computes affine codes with x * (1 / scale); MLX divides. Model: MLX's division.
+// The codes may differ only at near-ties, by one step, and rarely.
+TEST(QuantRef, AffineCodesMatchMlxDivisionExceptRareNearTies) {
+  const size_t head_dim = 128, rows = 8192;
+  const auto src = RandomValues(DType::kF32, rows * head_dim, 77);
+  for (int bits : {4, 8}) {
+    const Format f = Format::Affine(bits, 64, DType::kF32);
+    std::vector<uint8_t> q(rows * f.row_bytes(head_dim));
+    ASSERT_TRUE(QuantizeRowsRef(f, DType::kF32, src.data(), rows, head_dim, q.data()).ok());
+    const AffineRowLayout l = MakeAffineLayout(f, head_dim);
+    size_t differ = 0;
+    std::vector<uint8_t> codes(64);
+    for (size_t r = 0; r < rows; ++r) {
+      const uint8_t* row = q.data() + r * f.row_bytes(head_dim);
+      for (size_t g = 0; g < l.n_groups; ++g) {
+        UnpackCodes(row + g * l.group_code_bytes, 64, bits, codes.data());
+        float w_min = 1e30f, w_max = -1e30f;
+        for (size_t j = 0; j < 64; ++j) {
+          const float x = ValueAt(DType::kF32, src, r * head_dim + g * 64 + j);
+          w_min = std::min(w_min, x);
+          w_max = std::max(w_max, x);
+        }
+        const AffineParams p = AffineParamsFromMinMax(w_min, w_max, bits);
+        for (size_t j = 0; j < 64; ++j) {
+          const float x = ValueAt(DType::kF32, src, r * head_dim + g * 64 + j);
+          const float mlx = std::fmin(std::fmax(std::rint((x - p.bias) / p.scale), 0.0f),
+                                      static_cast<float>((1 << bits) - 1));
+          if (static_cast<float>(codes[j]) != mlx) {
+            ++differ;
+            ASSERT_EQ(std::fabs(static_cast<float>(codes[j]) - mlx), 1.0f);
+            const double exact = (static_cast<double>(x) - p.bias) / p.scale;
+            ASSERT_LT(std::fabs(std::fabs(exact - std::floor(exact)) - 0.5), 1e-4) << "not a near-tie";
+          }
+        }
+      }
+    }
+    EXPECT_LT(static_cast<double>(differ) / (rows * head_dim), 1e-5) << "bits " << bits << ": " << differ;
+  }
+}
+
 // ggml semantics beyond the golden vectors: q8_0 error <= d/2, q4_0 error <= |d|/2 except the
 // clamped +8 code, which is off by at most one step.
 TEST(QuantRef, GgmlBlocksErrorBounds) {

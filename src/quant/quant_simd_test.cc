@@ -49,6 +49,11 @@ std::vector<uint8_t> EdgeRows(DType t, size_t head_dim, size_t* rows_out) {
   row([](size_t i) { return i == 5 ? 1.0f : 0.0f; });
   row([](size_t i) { return i == 7 ? -2.0f : (i == 3 ? 2.0f : 0.1f); });
   row([](size_t i) { return 100.0f + static_cast<float>(i % 5) * 0.001f; });
+  // Non-finite input: not meaningful, but reference and SIMD must agree byte for byte.
+  row([](size_t i) { return i == 9 ? std::numeric_limits<float>::quiet_NaN() : static_cast<float>(i) * 0.1f; });
+  row([](size_t i) { return i == 33 ? std::numeric_limits<float>::infinity() : -static_cast<float>(i % 7); });
+  row([](size_t i) { return i % 2 ? -std::numeric_limits<float>::infinity() : 1.0f; });
+  row([](size_t) { return std::numeric_limits<float>::quiet_NaN(); });
   std::vector<uint8_t> out(rows.size() * head_dim * DTypeSize(t));
   for (size_t r = 0; r < rows.size(); ++r) {
     for (size_t i = 0; i < head_dim; ++i) {

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds kvtier and runs every test: the release build (g++), a clang-14 -Werror compile of
+# everything, and the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Installs what it needs first (tools/setup.sh). Environment knobs:
+#   KVTIER_SKIP_SANITIZERS=1  skip the ASan+UBSan build
+#   KVTIER_SKIP_CLANG=1       skip the clang build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh
+JOBS=${JOBS:-$(nproc)}
+
+echo "== release build (g++) and tests"
+cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build/release
+(cd build/release && ctest --output-on-failure -j"$JOBS")
+
+if [ "${KVTIER_SKIP_CLANG:-0}" != 1 ]; then
+  echo "== clang-14 build (-Wall -Wextra -Werror) and tests"
+  CC=clang-14 CXX=clang++-14 cmake -S . -B build/clang -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DKVTIER_BUILD_BENCH=OFF >/dev/null
+  ninja -C build/clang
+  (cd build/clang && ctest --output-on-failure -j"$JOBS")
+fi
+
+if [ "${KVTIER_SKIP_SANITIZERS:-0}" != 1 ]; then
+  echo "== ASan + UBSan build and tests"
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+    -DKVTIER_SANITIZE=ON -DKVTIER_BUILD_BENCH=OFF >/dev/null
+  ninja -C build/asan
+  (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$JOBS")
+fi
