@@ -15,7 +15,7 @@
 
 namespace kvtier {
 namespace {
-constexpr int kSpinIterations = 1 << 15;  // ~100-300 us of pause instructions
+constexpr int kSpinIterations = 1 << 14;  // ~50-150 us of pause instructions
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {

@@ -94,7 +94,6 @@ Status Validate(const BenchKvCacheConfig& c) {
   KVTIER_RETURN_IF_ERROR(positive("--heads", c.heads));
   KVTIER_RETURN_IF_ERROR(positive("--head-dim", c.head_dim));
   KVTIER_RETURN_IF_ERROR(positive("--repeats", c.repeats));
-  KVTIER_RETURN_IF_ERROR(positive("chunk_rows", static_cast<long long>(c.chunk_rows)));
   if (c.threads < 0) {
     return Status::InvalidArgument("--threads: expected 0 (all cores) or more, got " +
                                    std::to_string(c.threads));
@@ -143,22 +142,22 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
   const DType dt = config.dtype;
   const size_t es = DTypeSize(dt);
   const size_t head_dim = static_cast<size_t>(config.head_dim);
-  const size_t layer_rows = 2 * static_cast<size_t>(config.seq_len) * config.heads;  // K then V
-  const size_t layer_values = layer_rows * head_dim;
-  const size_t chunk_rows = std::min(config.chunk_rows, layer_rows);
+  // The unit of work is one tensor: the K (or the V) of one layer.
+  const size_t rows = static_cast<size_t>(config.seq_len) * config.heads;  // [seq_len, heads]
+  const size_t values = rows * head_dim;
   const size_t T = static_cast<size_t>(pool.num_threads());
+  const size_t part = (rows + T - 1) / T;  // rows per thread: one fork/join per pass
   size_t max_row_bytes = 0;
   for (const Format& f : formats) max_row_bytes = std::max(max_row_bytes, f.row_bytes(head_dim));
 
-  AlignedBuffer source(layer_values * es);          // [2, seq_len, heads, head_dim] one layer
-  AlignedBuffer quant(chunk_rows * max_row_bytes);  // [chunk_rows, row_bytes]
-  AlignedBuffer deq(chunk_rows * head_dim * es);    // [chunk_rows, head_dim]
-  AlignedBuffer copy(chunk_rows * head_dim * es);   // [chunk_rows, head_dim] memcpy target
+  // Peak memory: source + quantized + output of one tensor (<= 1.28x of a layer's K+V at
+  // 16-bit source and 8.5-bit formats), whatever --seq-len and --layers.
+  AlignedBuffer source(values * es);          // [seq_len, heads, head_dim] source dtype
+  AlignedBuffer quant(rows * max_row_bytes);  // [seq_len, heads, row_bytes]
+  AlignedBuffer out(values * es);             // [seq_len, heads, head_dim] dequantized / memcpy
 
   std::vector<Accum> acc(formats.size());
   double memcpy_s = 0;
-  // Per-range error partials: ranges are [k*grain, (k+1)*grain).
-  const size_t grain = (chunk_rows + T - 1) / T;
   std::vector<double> part_sum(T), part_max(T);
   Status failure;
   std::mutex failure_mu;
@@ -167,98 +166,81 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
     std::lock_guard<std::mutex> lock(failure_mu);
     failure = std::move(s);
   };
+  // Runs `fn(begin_row, end_row)` on every thread's part, `repeats` times; returns the median
+  // wall time of one pass.
+  auto timed_pass = [&](const std::function<void(size_t, size_t)>& fn) {
+    std::vector<double> t(config.repeats);
+    for (int rep = 0; rep < config.repeats; ++rep) {
+      Timer timer;
+      pool.ParallelFor(rows, part, fn);
+      t[rep] = timer.Seconds();
+    }
+    return Median(t);
+  };
 
-  for (int layer = 0; layer < config.layers; ++layer) {
-    const size_t segments = (layer_values + kSegment - 1) / kSegment;
+  const int tensors = 2 * config.layers;
+  for (int tensor = 0; tensor < tensors; ++tensor) {
+    const size_t segments = (values + kSegment - 1) / kSegment;
     pool.ParallelFor(segments, 1, [&](size_t b, size_t e) {
       for (size_t s = b; s < e; ++s) {
-        const size_t n = std::min(kSegment, layer_values - s * kSegment);
-        FillNormalSegment(config.seed, static_cast<uint64_t>(layer), s, dt, n,
+        const size_t n = std::min(kSegment, values - s * kSegment);
+        FillNormalSegment(config.seed, static_cast<uint64_t>(tensor), s, dt, n,
                           source.data() + s * kSegment * es);
       }
     });
-    // Every timed step is a pass over the whole layer, chunk by chunk; each step runs
-    // `repeats` passes and its median pass counts. Passes never repeat one chunk back to
-    // back, so no step (the memcpy probe included) reads a chunk it just left in cache.
-    std::vector<double> pass(config.repeats);
-    for (int rep = 0; rep < config.repeats; ++rep) {
-      pass[rep] = 0;
-      for (size_t c0 = 0; c0 < layer_rows; c0 += chunk_rows) {
-        const size_t rows = std::min(chunk_rows, layer_rows - c0);
-        const uint8_t* src = source.data() + c0 * head_dim * es;
-        Timer t;
-        pool.ParallelFor(rows, (rows + T - 1) / T, [&](size_t b, size_t e) {
-          std::memcpy(copy.data() + b * head_dim * es, src + b * head_dim * es,
-                      (e - b) * head_dim * es);
-        });
-        pass[rep] += t.Seconds();
-      }
-    }
-    memcpy_s += Median(pass);
+    memcpy_s += timed_pass([&](size_t b, size_t e) {
+      std::memcpy(out.data() + b * head_dim * es, source.data() + b * head_dim * es,
+                  (e - b) * head_dim * es);
+    });
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       const Format& f = formats[fi];
       const size_t rb = f.row_bytes(head_dim);
-      std::vector<double> qpass(config.repeats, 0.0), dpass(config.repeats, 0.0);
-      for (int rep = 0; rep < config.repeats; ++rep) {
-        for (size_t c0 = 0; c0 < layer_rows; c0 += chunk_rows) {
-          const size_t rows = std::min(chunk_rows, layer_rows - c0);
-          const uint8_t* src = source.data() + c0 * head_dim * es;
-          const size_t g = (rows + T - 1) / T;
-          Timer tq;
-          pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
-            record(QuantizeRows(f, dt, src + b * head_dim * es, e - b, head_dim,
-                                quant.data() + b * rb));
-          });
-          qpass[rep] += tq.Seconds();
-          Timer td;
-          pool.ParallelFor(rows, g, [&](size_t b, size_t e) {
-            record(DequantizeRows(f, quant.data() + b * rb, e - b, head_dim, dt,
-                                  deq.data() + b * head_dim * es));
-          });
-          dpass[rep] += td.Seconds();
-          if (!failure.ok()) return failure;
-          if (rep != 0) continue;
-          std::fill(part_sum.begin(), part_sum.end(), 0.0);
-          std::fill(part_max.begin(), part_max.end(), 0.0);
-          pool.ParallelFor(rows, grain, [&](size_t b, size_t e) {
-            double sum = 0, mx = 0;
-            for (size_t i = b * head_dim; i < e * head_dim; ++i) {
-              const double d = std::fabs(static_cast<double>(LoadAs(dt, src, i)) -
-                                         static_cast<double>(LoadAs(dt, deq.data(), i)));
-              sum += d;
-              mx = std::max(mx, d);
-            }
-            part_sum[b / grain] = sum;
-            part_max[b / grain] = mx;
-          });
-          for (size_t k = 0; k < T; ++k) {
-            acc[fi].abs_sum += part_sum[k];
-            acc[fi].abs_max = std::max(acc[fi].abs_max, part_max[k]);
-          }
+      acc[fi].quant_s += timed_pass([&](size_t b, size_t e) {
+        record(QuantizeRows(f, dt, source.data() + b * head_dim * es, e - b, head_dim,
+                            quant.data() + b * rb));
+      });
+      acc[fi].dequant_s += timed_pass([&](size_t b, size_t e) {
+        record(DequantizeRows(f, quant.data() + b * rb, e - b, head_dim, dt,
+                              out.data() + b * head_dim * es));
+      });
+      if (!failure.ok()) return failure;
+      std::fill(part_sum.begin(), part_sum.end(), 0.0);
+      std::fill(part_max.begin(), part_max.end(), 0.0);
+      pool.ParallelFor(rows, part, [&](size_t b, size_t e) {
+        double sum = 0, mx = 0;
+        for (size_t i = b * head_dim; i < e * head_dim; ++i) {
+          const double d = std::fabs(static_cast<double>(LoadAs(dt, source.data(), i)) -
+                                     static_cast<double>(LoadAs(dt, out.data(), i)));
+          sum += d;
+          mx = std::max(mx, d);
         }
+        part_sum[b / part] = sum;
+        part_max[b / part] = mx;
+      });
+      for (size_t k = 0; k < T; ++k) {
+        acc[fi].abs_sum += part_sum[k];
+        acc[fi].abs_max = std::max(acc[fi].abs_max, part_max[k]);
       }
-      acc[fi].quant_s += Median(qpass);
-      acc[fi].dequant_s += Median(dpass);
     }
-    if (progress) progress(layer + 1, config.layers);
+    if (progress && tensor % 2 == 1) progress(tensor / 2 + 1, config.layers);
   }
 
   BenchKvCacheReport r;
   r.config = config;
   r.simd_target = QuantSimdTargetName();
   r.threads = pool.num_threads();
-  r.layer_source_bytes = layer_values * es;
+  r.layer_source_bytes = 2 * values * es;
   r.source_bytes = r.layer_source_bytes * static_cast<uint64_t>(config.layers);
   r.memcpy_ms = memcpy_s * 1e3;
   r.memcpy_gbps = 2.0 * static_cast<double>(r.source_bytes) / memcpy_s / 1e9;
-  const double total_values = static_cast<double>(layer_values) * config.layers;
+  const double total_values = static_cast<double>(values) * tensors;
   for (size_t fi = 0; fi < formats.size(); ++fi) {
     const Format& f = formats[fi];
     BenchKvCacheRow row;
     row.format = f.name();
     row.spec = f.spec();
     row.bits_per_value = f.bits_per_value();
-    row.memory_bytes = static_cast<uint64_t>(f.row_bytes(head_dim)) * layer_rows * config.layers;
+    row.memory_bytes = static_cast<uint64_t>(f.row_bytes(head_dim)) * rows * tensors;
     row.compression = static_cast<double>(r.source_bytes) / static_cast<double>(row.memory_bytes);
     row.mean_abs_error = acc[fi].abs_sum / total_values;
     row.max_abs_error = acc[fi].abs_max;

@@ -1,9 +1,11 @@
 // `kvtier bench-kv-cache`: memory, accuracy and speed of every KV row format on seeded
 // standard-normal K and V, side by side with a memcpy bandwidth probe from the same run.
 //
-// Work is done layer by layer, and within a layer in chunks of rows: peak memory is one
-// layer of source K+V plus a few chunk buffers, whatever --seq-len. Not thread-safe (uses
-// its own thread pool); call from one thread.
+// Work is done one tensor (the K or the V of one layer) at a time: peak memory is that
+// tensor's source, quantized and dequantized copies (about 1.3x one layer's source K+V),
+// whatever --seq-len and --layers. Every timed step is a whole-tensor pass split across the
+// threads (one fork/join per pass); the median of --repeats passes counts. Not thread-safe
+// (uses its own thread pool); call from one thread.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,6 @@ struct BenchKvCacheConfig {
   uint64_t seed = 0;
   int threads = 0;   // 0: all cores
   int repeats = 3;   // each timed operation runs this many times; the median counts
-  size_t chunk_rows = 8192;  // rows (token x head vectors) per timed chunk
 };
 
 struct BenchKvCacheRow {

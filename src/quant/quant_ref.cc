@@ -82,34 +82,47 @@ void DequantizeBlockQ4_0(const uint8_t* in, float* y) {
   }
 }
 
+void QuantizeAffineGroup(const Format& f, DType src_dtype, const void* src, uint8_t* codes_out,
+                         uint8_t* scales, uint8_t* biases, size_t g) {
+  const int32_t n_bins = (1 << f.bits) - 1;
+  uint8_t codes[128];
+  float x[128];
+  float w_min = std::numeric_limits<float>::infinity();
+  float w_max = -w_min;
+  for (size_t j = 0; j < f.group; ++j) {
+    x[j] = LoadAs(src_dtype, src, j);
+    w_max = std::max(w_max, x[j]);
+    w_min = std::min(w_min, x[j]);
+  }
+  const AffineParams p = AffineParamsFromMinMax(w_min, w_max, f.bits);
+  for (size_t j = 0; j < f.group; ++j) {
+    // As MLX: clamp(rint((x - bias) / scale), 0, n_bins), with * inv_scale for / scale
+    // (see AffineParams). Converted to int32 like x86's cvtps2dq: NaN (and the unreachable
+    // |q| >= 2^31) become INT32_MIN, so code 0.
+    const int32_t q = RintToInt32((x[j] - p.bias) * p.inv_scale);
+    codes[j] = static_cast<uint8_t>(std::min(std::max(q, 0), n_bins));
+  }
+  PackCodes(codes, f.group, f.bits, codes_out);
+  StoreAs(f.scale_dtype, scales, g, p.scale);
+  StoreAs(f.scale_dtype, biases, g, p.bias);
+}
+
+void QuantizeBlockFrom(const Format& f, DType src_dtype, const void* src, uint8_t* block) {
+  float x[32];
+  for (size_t i = 0; i < 32; ++i) x[i] = LoadAs(src_dtype, src, i);
+  if (f.kind == FormatKind::kQ8_0) QuantizeBlockQ8_0(x, block);
+  else QuantizeBlockQ4_0(x, block);
+}
+
 namespace {
 
 void QuantizeAffineRow(const Format& f, DType src_dtype, const void* src, size_t head_dim,
                        uint8_t* dst) {
   const AffineRowLayout l = MakeAffineLayout(f, head_dim);
-  const int32_t n_bins = (1 << f.bits) - 1;
-  uint8_t codes[128];
-  float x[128];
   for (size_t g = 0; g < l.n_groups; ++g) {
-    const size_t base = g * f.group;
-    float w_min = std::numeric_limits<float>::infinity();
-    float w_max = -w_min;
-    for (size_t j = 0; j < f.group; ++j) {
-      x[j] = LoadAs(src_dtype, src, base + j);
-      w_max = std::max(w_max, x[j]);
-      w_min = std::min(w_min, x[j]);
-    }
-    const AffineParams p = AffineParamsFromMinMax(w_min, w_max, f.bits);
-    for (size_t j = 0; j < f.group; ++j) {
-      // As MLX: clamp(rint((x - bias) / scale), 0, n_bins), with * inv_scale for / scale
-      // (see AffineParams). Converted to int32 like x86's cvtps2dq: NaN (and the unreachable
-      // |q| >= 2^31) become INT32_MIN, so code 0.
-      const int32_t q = RintToInt32((x[j] - p.bias) * p.inv_scale);
-      codes[j] = static_cast<uint8_t>(std::min(std::max(q, 0), n_bins));
-    }
-    PackCodes(codes, f.group, f.bits, dst + g * l.group_code_bytes);
-    StoreAs(f.scale_dtype, dst + l.scales_off, g, p.scale);
-    StoreAs(f.scale_dtype, dst + l.biases_off, g, p.bias);
+    QuantizeAffineGroup(f, src_dtype,
+                        static_cast<const uint8_t*>(src) + g * f.group * DTypeSize(src_dtype),
+                        dst + g * l.group_code_bytes, dst + l.scales_off, dst + l.biases_off, g);
   }
 }
 
@@ -145,13 +158,10 @@ void QuantizeRow(const Format& f, DType src_dtype, const void* src, size_t head_
     }
     case FormatKind::kQ8_0:
     case FormatKind::kQ4_0: {
-      float x[32];
-      const bool q8 = f.kind == FormatKind::kQ8_0;
-      const size_t block_bytes = q8 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+      const size_t block_bytes = f.kind == FormatKind::kQ8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
       for (size_t b = 0; b < head_dim / 32; ++b) {
-        for (size_t i = 0; i < 32; ++i) x[i] = LoadAs(src_dtype, src, b * 32 + i);
-        if (q8) QuantizeBlockQ8_0(x, dst + b * block_bytes);
-        else QuantizeBlockQ4_0(x, dst + b * block_bytes);
+        QuantizeBlockFrom(f, src_dtype, static_cast<const uint8_t*>(src) + b * 32 * DTypeSize(src_dtype),
+                          dst + b * block_bytes);
       }
       return;
     }

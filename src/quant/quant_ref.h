@@ -16,6 +16,15 @@ void QuantizeRow(const Format& fmt, DType src_dtype, const void* src, size_t hea
 void DequantizeRow(const Format& fmt, const uint8_t* src, size_t head_dim, DType dst_dtype,
                    void* dst);
 
+// One affine group: `src` points at its first value (group values of src_dtype); codes go to
+// `codes_out` (group * bits / 8 bytes), scale and bias to element `g` of the row's scale and
+// bias arrays. The SIMD kernel uses it for groups that do not fill a whole batch.
+void QuantizeAffineGroup(const Format& fmt, DType src_dtype, const void* src, uint8_t* codes_out,
+                         uint8_t* scales, uint8_t* biases, size_t g);
+
+// One ggml block from 32 values of src_dtype.
+void QuantizeBlockFrom(const Format& fmt, DType src_dtype, const void* src, uint8_t* block);
+
 // Single ggml blocks (32 values), exposed for the layout tests.
 void QuantizeBlockQ8_0(const float* x, uint8_t* block);   // x: [32]
 void QuantizeBlockQ4_0(const float* x, uint8_t* block);   // x: [32]

@@ -157,65 +157,83 @@ HWY_INLINE void ReduceMaxBatch(const VF* a, const VF* c, float* amax, float* cma
 
 // ---------------------------------------------------------------- affine
 
-template <int kBits, DType kSrc>
+// MLX's affine parameters (AffineParamsFromMinMax) for kBatch groups at once, lane b for
+// group b; the same operations in the same order, so the same bits (NaN included: Max(eps, a)
+// keeps a NaN a, as std::max(a, eps) does).
+template <int kBits>
+HWY_INLINE void AffineParamsBatch(const float* w_min, const float* w_max, float* scale,
+                                  float* bias, float* inv_scale) {
+  const hn::FixedTag<float, kBatch> d4;
+  const auto lo = hn::LoadU(d4, w_min);
+  const auto hi = hn::LoadU(d4, w_max);
+  const auto zero = hn::Zero(d4);
+  const auto mask = hn::Gt(hn::Abs(lo), hn::Abs(hi));
+  auto s = hn::Max(hn::Set(d4, 1e-7f),
+                   hn::Div(hn::Sub(hi, lo), hn::Set(d4, static_cast<float>((1 << kBits) - 1))));
+  s = hn::IfThenElse(mask, s, hn::Neg(s));
+  const auto edge = hn::IfThenElse(mask, lo, hi);
+  const auto q0 = hn::Round(hn::Div(edge, s));
+  const auto nonzero = hn::Not(hn::Eq(q0, zero));  // NaN counts as nonzero, as q0 != 0
+  s = hn::IfThenElse(nonzero, hn::Div(edge, q0), s);
+  hn::StoreU(s, d4, scale);
+  hn::StoreU(hn::IfThenElseZero(nonzero, edge), d4, bias);
+  hn::StoreU(hn::Div(hn::Set(d4, 1.0f), s), d4, inv_scale);
+}
+
+template <int kBits, DType kSrc, size_t kGroup>
 void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head_dim,
                     uint8_t* dst) {
   const DF df;
   const DI di;
-  const size_t N = hn::Lanes(df);
+  constexpr size_t N = HWY_LANES(float);
+  static_assert(kGroup % N == 0, "a group is whole vectors");
   const AffineRowLayout l = MakeAffineLayout(f, head_dim);
   const size_t row_bytes = f.row_bytes(head_dim);
-  const size_t group = f.group;
   const DU du;
-  const hn::Rebind<uint8_t, DU> du8;                  // N lanes
-  const hn::Repartition<uint64_t, DU> du64;           // N/2 lanes
-  const hn::Rebind<uint8_t, decltype(du64)> du8h;     // N/2 lanes
+  const hn::Repartition<uint64_t, DU> du64;
   const auto n_bins = hn::Set(di, (1 << kBits) - 1);
   const auto izero = hn::Zero(di);
-  HWY_ALIGN float x[2][kBatch][128];     // [slot, batch, group] converted source values
-  HWY_ALIGN uint8_t codes[128 + 64];     // [group] codes, for widths packed by scalar code
-  AffineParams p[2][kBatch];
+  HWY_ALIGN float x[2][kBatch][kGroup];  // [slot, batch, group] converted source values
+  HWY_ALIGN uint8_t codes[kGroup];       // codes, for widths packed by scalar code
+  HWY_ALIGN float scale[2][kBatch], bias[2][kBatch], inv[2][kBatch];
 
   const size_t total = n_rows * l.n_groups;  // groups are contiguous in the source
 
-  // Phases 1-2 for the batch at g0 into `slot`: load, min/max, reduce, parameters.
+  // Phases 1-2 for the full batch at g0 into `slot`: load, min/max, reduce, parameters.
   auto prepare = [&](size_t g0, int slot) {
-    const size_t nb = std::min(kBatch, total - g0);
     VF vmax[kBatch], vneg_min[kBatch];
     for (size_t b = 0; b < kBatch; ++b) {
-      vmax[b] = hn::Set(df, -std::numeric_limits<float>::infinity());
-      vneg_min[b] = vmax[b];
-    }
-    for (size_t b = 0; b < nb; ++b) {
-      VF vmin = hn::Set(df, std::numeric_limits<float>::infinity());
-      for (size_t j = 0; j < group; j += N) {
-        const VF v = LoadF<kSrc>(df, src, (g0 + b) * group + j);
+      VF vmx = hn::Set(df, -std::numeric_limits<float>::infinity());
+      VF vmn = hn::Set(df, std::numeric_limits<float>::infinity());
+      for (size_t j = 0; j < kGroup; j += N) {
+        const VF v = LoadF<kSrc>(df, src, (g0 + b) * kGroup + j);
         hn::Store(v, df, x[slot][b] + j);
-        vmax[b] = hn::Max(v, vmax[b]);  // operand order: NaN v ignored, as std::max(w_max, v)
-        vmin = hn::Min(v, vmin);
+        vmx = hn::Max(v, vmx);  // operand order: NaN v ignored, as std::max(w_max, v)
+        vmn = hn::Min(v, vmn);
       }
-      vneg_min[b] = hn::Neg(vmin);  // min = -max(-x): one reduction kind for both
+      vmax[b] = vmx;
+      vneg_min[b] = hn::Neg(vmn);  // min = -max(-x): one reduction kind for both
     }
-    float w_max[kBatch], w_min[kBatch];
+    HWY_ALIGN float w_max[kBatch], w_min[kBatch];
     ReduceMaxBatch(vmax, vneg_min, w_max, w_min);
-    for (size_t b = 0; b < nb; ++b) p[slot][b] = AffineParamsFromMinMax(-w_min[b], w_max[b], kBits);
+    for (size_t b = 0; b < kBatch; ++b) w_min[b] = -w_min[b];
+    AffineParamsBatch<kBits>(w_min, w_max, scale[slot], bias[slot], inv[slot]);
   };
 
   // Software pipelining: the next batch's reduce -> divide chain is issued before this
   // batch's codes, so the out-of-order core overlaps the two.
-  size_t row = 0, gi = 0;  // (row, group in row) of group g0
+  const size_t full = total / kBatch * kBatch;  // groups done by whole batches
+  size_t row = 0, gi = 0;                      // (row, group in row) of the next group
   int slot = 0;
-  if (total > 0) prepare(0, 0);
-  for (size_t g0 = 0; g0 < total; g0 += kBatch, slot ^= 1) {
-    const size_t nb = std::min(kBatch, total - g0);
-    if (g0 + kBatch < total) prepare(g0 + kBatch, slot ^ 1);
-    for (size_t b = 0; b < nb; ++b) {
-      const AffineParams& pb = p[slot][b];
+  if (full > 0) prepare(0, 0);
+  for (size_t g0 = 0; g0 < full; g0 += kBatch, slot ^= 1) {
+    if (g0 + kBatch < full) prepare(g0 + kBatch, slot ^ 1);
+    for (size_t b = 0; b < kBatch; ++b) {
       uint8_t* out = dst + row * row_bytes;
       uint8_t* gout = out + gi * l.group_code_bytes;
-      const VF vb = hn::Set(df, pb.bias);
-      const VF vinv = hn::Set(df, pb.inv_scale);
-      for (size_t j = 0; j < group; j += N) {
+      const VF vb = hn::Set(df, bias[slot][b]);
+      const VF vinv = hn::Set(df, inv[slot][b]);
+      for (size_t j = 0; j < kGroup; j += N) {
         // Codes: clamp(rint((x - bias) * inv_scale), 0, n_bins); NaN -> INT32_MIN -> 0.
         const auto q = RoundToInt(hn::Mul(hn::Sub(hn::Load(df, x[slot][b] + j), vb), vinv));
         const auto c = hn::BitCast(du, hn::Min(hn::Max(q, izero), n_bins));
@@ -230,14 +248,34 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
           StoreLowBytes(c, codes + j);
         }
       }
-      if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, group, kBits, gout);
-      StoreScalar(f.scale_dtype, out + l.scales_off, gi, pb.scale);
-      StoreScalar(f.scale_dtype, out + l.biases_off, gi, pb.bias);
+      if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, kGroup, kBits, gout);
+      StoreScalar(f.scale_dtype, out + l.scales_off, gi, scale[slot][b]);
+      StoreScalar(f.scale_dtype, out + l.biases_off, gi, bias[slot][b]);
       if (++gi == l.n_groups) {
         gi = 0;
         ++row;
       }
     }
+  }
+  for (size_t g = full; g < total; ++g) {  // fewer than kBatch groups left: the reference
+    uint8_t* out = dst + row * row_bytes;
+    ref::QuantizeAffineGroup(f, kSrc, static_cast<const uint8_t*>(src) + g * kGroup * DTypeSize(kSrc),
+                             out + gi * l.group_code_bytes, out + l.scales_off, out + l.biases_off,
+                             gi);
+    if (++gi == l.n_groups) {
+      gi = 0;
+      ++row;
+    }
+  }
+}
+
+template <int kBits, DType kSrc>
+void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head_dim,
+                    uint8_t* dst) {
+  switch (f.group) {
+    case 32: return QuantizeAffine<kBits, kSrc, 32>(f, src, n_rows, head_dim, dst);
+    case 64: return QuantizeAffine<kBits, kSrc, 64>(f, src, n_rows, head_dim, dst);
+    default: return QuantizeAffine<kBits, kSrc, 128>(f, src, n_rows, head_dim, dst);
   }
 }
 
