@@ -10,6 +10,7 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -322,47 +323,55 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t
 
 // ---------------------------------------------------------------- q8_0 / q4_0
 
-// Loads kBatch 32-value blocks starting at block `b0` into x and returns max |x| of each
+// Loads the kBatch 32-value blocks starting at block `b0` into x and returns max |x| of each
 // (NaN ignored, as the reference's std::max(amax, |x|)).
 template <DType kSrc>
-HWY_INLINE void LoadBlocks(DF df, const void* src, size_t b0, size_t nb, float (*x)[32],
-                           float* amax) {
-  const size_t N = hn::Lanes(df);
+HWY_INLINE void LoadBlocks(DF df, const void* src, size_t b0, float (*x)[32], float* amax) {
+  constexpr size_t N = HWY_LANES(float);
   VF vamax[kBatch];
-  for (size_t b = 0; b < kBatch; ++b) vamax[b] = hn::Zero(df);
-  for (size_t b = 0; b < nb; ++b) {
+  for (size_t b = 0; b < kBatch; ++b) {
+    VF m = hn::Zero(df);
     for (size_t j = 0; j < 32; j += N) {
       const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
       hn::Store(v, df, x[b] + j);
-      vamax[b] = hn::Max(hn::Abs(v), vamax[b]);
+      m = hn::Max(hn::Abs(v), m);
     }
+    vamax[b] = m;
   }
   float unused[kBatch];
   ReduceMaxBatch(vamax, vamax, amax, unused);
 }
 
+// d (f32, for codes: id = 1 / d, 0 when d is 0) and its f16 bits for kBatch blocks, from
+// divisor * d = m; the same operations as the reference (NaN d keeps a NaN id).
+HWY_INLINE void BlockScales(const float* m, float divisor, float* id, uint16_t* d_bits) {
+  const hn::FixedTag<float, kBatch> d4;
+  const hn::Rebind<hwy::float16_t, decltype(d4)> h4;
+  const auto d = hn::Div(hn::LoadU(d4, m), hn::Set(d4, divisor));
+  const auto nonzero = hn::Not(hn::Eq(d, hn::Zero(d4)));
+  hn::StoreU(hn::IfThenElseZero(nonzero, hn::Div(hn::Set(d4, 1.0f), d)), d4, id);
+  hn::StoreU(hn::DemoteTo(h4, d), h4, reinterpret_cast<hwy::float16_t*>(d_bits));
+}
+
 template <DType kSrc>
 void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
   const DF df;
-  const size_t N = hn::Lanes(df);
-  const hn::Rebind<uint8_t, DU> du8;
+  constexpr size_t N = HWY_LANES(float);
   const DI di;
   const VF half = hn::Set(df, 0.5f);
   const auto lo127 = hn::Set(di, -127);
   const auto hi127 = hn::Set(di, 127);
   HWY_ALIGN float x[kBatch][32];
-  float amax[kBatch], id[kBatch];
+  HWY_ALIGN float amax[kBatch], id[kBatch];
+  uint16_t d_bits[kBatch];
   const size_t total = n_rows * (head_dim / 32);  // blocks are contiguous in src and dst
-  for (size_t b0 = 0; b0 < total; b0 += kBatch) {
-    const size_t nb = std::min(kBatch, total - b0);
-    LoadBlocks<kSrc>(df, src, b0, nb, x, amax);
-    for (size_t b = 0; b < nb; ++b) {
-      const float d = amax[b] / 127.0f;
-      id[b] = d != 0.0f ? 1.0f / d : 0.0f;
-      StoreScalar(DType::kF16, dst + (b0 + b) * sizeof(BlockQ8_0), 0, d);
-    }
-    for (size_t b = 0; b < nb; ++b) {
-      uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ8_0) + 2;  // int8 codes
+  const size_t full = total / kBatch * kBatch;
+  for (size_t b0 = 0; b0 < full; b0 += kBatch) {
+    LoadBlocks<kSrc>(df, src, b0, x, amax);
+    BlockScales(amax, 127.0f, id, d_bits);
+    for (size_t b = 0; b < kBatch; ++b) {
+      uint8_t* block = dst + (b0 + b) * sizeof(BlockQ8_0);
+      std::memcpy(block, &d_bits[b], 2);
       const VF vid = hn::Set(df, id[b]);
       for (size_t j = 0; j < 32; j += N) {
         const VF v = hn::Mul(hn::Load(df, x[b] + j), vid);
@@ -370,66 +379,86 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
         // |v| <= 127 * (1 + 2^-22) < 127.5, so the sum never rounds across an integer.
         const auto r = TruncToInt(hn::Add(v, hn::CopySign(half, v)));
         const auto c = hn::Min(hn::Max(r, lo127), hi127);  // NaN -> INT32_MIN -> -127
-        StoreLowBytes(hn::BitCast(DU(), c), qs + j);
+        StoreLowBytes(hn::BitCast(DU(), c), block + 2 + j);
       }
     }
   }
+  for (size_t b = full; b < total; ++b) {  // fewer than kBatch blocks left: the reference
+    ref::QuantizeBlockFrom(Format::Q8_0(), kSrc,
+                           static_cast<const uint8_t*>(src) + b * 32 * DTypeSize(kSrc),
+                           dst + b * sizeof(BlockQ8_0));
+  }
+}
+
+// The first value of a block whose magnitude is `magnitude` (0 if none), as ggml's scan picks.
+HWY_INLINE float FirstOfMagnitude(const float* x, float magnitude) {
+  for (size_t j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) == std::fabs(magnitude)) return x[j];
+  }
+  return 0.0f;
 }
 
 template <DType kSrc>
 void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
   const DF df;
-  const size_t N = hn::Lanes(df);
-  const hn::Rebind<uint8_t, DU> du8;
+  constexpr size_t N = HWY_LANES(float);
   const VF off = hn::Set(df, 8.5f);
   const VF zero = hn::Zero(df);
   const VF fifteen = hn::Set(df, 15.0f);
+  const hn::FixedTag<float, kBatch> d4;
   HWY_ALIGN float x[kBatch][32];
-  float amax[kBatch], id[kBatch];
+  HWY_ALIGN float w_max[kBatch], w_min[kBatch], max[kBatch], id[kBatch];
+  uint16_t d_bits[kBatch];
   const size_t total = n_rows * (head_dim / 32);
-  for (size_t b0 = 0; b0 < total; b0 += kBatch) {
-    const size_t nb = std::min(kBatch, total - b0);
-    LoadBlocks<kSrc>(df, src, b0, nb, x, amax);
-    for (size_t b = 0; b < nb; ++b) {
-      // The first value whose magnitude is amax, as the reference picks it (0 if amax is 0).
-#if HWY_TARGET <= HWY_AVX3
-      static_assert(HWY_LANES(float) == 16, "two AVX-512 vectors per block");
-      const __m512 va = _mm512_set1_ps(amax[b]);
-      const __m512 sign_off = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-      const uint32_t lo = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_load_ps(x[b]), sign_off), va, _CMP_EQ_OQ);
-      const uint32_t hi = _mm512_cmp_ps_mask(_mm512_and_ps(_mm512_load_ps(x[b] + 16), sign_off), va, _CMP_EQ_OQ);
-      const uint32_t hits = lo | (hi << 16);
-      const float cand = x[b][hits != 0 ? __builtin_ctz(hits) : 0];
-      const float max = amax[b] != 0.0f ? cand : 0.0f;
-#else
-      float max = 0.0f;
-      if (amax[b] != 0.0f) {
-        const VF va = hn::Set(df, amax[b]);
-        for (size_t j = 0; j < 32; j += N) {
-          const intptr_t k = hn::FindFirstTrue(df, hn::Eq(hn::Abs(hn::Load(df, x[b] + j)), va));
-          if (k >= 0) {
-            max = x[b][j + static_cast<size_t>(k)];
-            break;
-          }
-        }
+  const size_t full = total / kBatch * kBatch;
+  for (size_t b0 = 0; b0 < full; b0 += kBatch) {
+    VF vmax[kBatch], vneg_min[kBatch];
+    for (size_t b = 0; b < kBatch; ++b) {
+      VF mx = hn::Set(df, -std::numeric_limits<float>::infinity());
+      VF mn = hn::Set(df, std::numeric_limits<float>::infinity());
+      for (size_t j = 0; j < 32; j += N) {
+        const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
+        hn::Store(v, df, x[b] + j);
+        mx = hn::Max(v, mx);  // NaN ignored
+        mn = hn::Min(v, mn);
       }
-#endif
-      const float d = max / -8.0f;
-      id[b] = d != 0.0f ? 1.0f / d : 0.0f;
-      StoreScalar(DType::kF16, dst + (b0 + b) * sizeof(BlockQ4_0), 0, d);
+      vmax[b] = mx;
+      vneg_min[b] = hn::Neg(mn);
     }
-    for (size_t b = 0; b < nb; ++b) {
-      uint8_t* qs = dst + (b0 + b) * sizeof(BlockQ4_0) + 2;
+    ReduceMaxBatch(vmax, vneg_min, w_max, w_min);  // w_min holds -min
+    // ggml's d comes from the signed value of largest magnitude (first one on a tie): the
+    // max or the min, unless both have the same magnitude (then scan), 0 for a zero block.
+    const auto hi = hn::Load(d4, w_max);
+    const auto neg_lo = hn::Load(d4, w_min);
+    const auto z = hn::Zero(d4);
+    auto m = hn::IfThenElse(hn::Gt(neg_lo, hi), hn::Neg(neg_lo), hi);
+    m = hn::IfThenZeroElse(hn::And(hn::Eq(hi, z), hn::Eq(neg_lo, z)), m);
+    hn::Store(m, d4, max);
+    const auto tie = hn::AndNot(hn::Eq(hi, z), hn::Eq(neg_lo, hi));
+    if (!hn::AllFalse(d4, tie)) {
+      for (size_t b = 0; b < kBatch; ++b) {
+        if (w_min[b] == w_max[b] && w_max[b] != 0.0f) max[b] = FirstOfMagnitude(x[b], w_max[b]);
+      }
+    }
+    BlockScales(max, -8.0f, id, d_bits);
+    for (size_t b = 0; b < kBatch; ++b) {
+      uint8_t* block = dst + (b0 + b) * sizeof(BlockQ4_0);
+      std::memcpy(block, &d_bits[b], 2);
       const VF vid = hn::Set(df, id[b]);
       auto code = [&](VF v) {  // trunc(clamp(v * id + 8.5, 0, 15)), NaN -> 0 as the reference
         return hn::BitCast(DU(), TruncToInt(hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen)));
       };
       for (size_t j = 0; j < 16; j += N) {
         const auto lo = code(hn::Load(df, x[b] + j));
-        const auto hi = code(hn::Load(df, x[b] + 16 + j));
-        StoreLowBytes(hn::Or(lo, hn::ShiftLeft<4>(hi)), qs + j);
+        const auto hi16 = code(hn::Load(df, x[b] + 16 + j));
+        StoreLowBytes(hn::Or(lo, hn::ShiftLeft<4>(hi16)), block + 2 + j);
       }
     }
+  }
+  for (size_t b = full; b < total; ++b) {
+    ref::QuantizeBlockFrom(Format::Q4_0(), kSrc,
+                           static_cast<const uint8_t*>(src) + b * 32 * DTypeSize(kSrc),
+                           dst + b * sizeof(BlockQ4_0));
   }
 }
 
