@@ -194,7 +194,6 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
   const hn::Repartition<uint64_t, DU> du64;
   const auto n_bins = hn::Set(di, (1 << kBits) - 1);
   const auto izero = hn::Zero(di);
-  HWY_ALIGN float x[2][kBatch][kGroup];  // [slot, batch, group] converted source values
   HWY_ALIGN uint8_t codes[kGroup];       // codes, for widths packed by scalar code
   HWY_ALIGN float scale[2][kBatch], bias[2][kBatch], inv[2][kBatch];
 
@@ -208,7 +207,6 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
       VF vmn = hn::Set(df, std::numeric_limits<float>::infinity());
       for (size_t j = 0; j < kGroup; j += N) {
         const VF v = LoadF<kSrc>(df, src, (g0 + b) * kGroup + j);
-        hn::Store(v, df, x[slot][b] + j);
         vmx = hn::Max(v, vmx);  // operand order: NaN v ignored, as std::max(w_max, v)
         vmn = hn::Min(v, vmn);
       }
@@ -236,7 +234,8 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
       const VF vinv = hn::Set(df, inv[slot][b]);
       for (size_t j = 0; j < kGroup; j += N) {
         // Codes: clamp(rint((x - bias) * inv_scale), 0, n_bins); NaN -> INT32_MIN -> 0.
-        const auto q = RoundToInt(hn::Mul(hn::Sub(hn::Load(df, x[slot][b] + j), vb), vinv));
+        const VF v = LoadF<kSrc>(df, src, (g0 + b) * kGroup + j);
+        const auto q = RoundToInt(hn::Mul(hn::Sub(v, vb), vinv));
         const auto c = hn::BitCast(du, hn::Min(hn::Max(q, izero), n_bins));
         if constexpr (kBits == 8) {
           StoreLowBytes(c, gout + j);
