@@ -150,11 +150,13 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
   size_t max_row_bytes = 0;
   for (const Format& f : formats) max_row_bytes = std::max(max_row_bytes, f.row_bytes(head_dim));
 
-  // Peak memory: source + quantized + output of one tensor (<= 1.28x of a layer's K+V at
-  // 16-bit source and 8.5-bit formats), whatever --seq-len and --layers.
-  AlignedBuffer source(values * es);          // [seq_len, heads, head_dim] source dtype
-  AlignedBuffer quant(rows * max_row_bytes);  // [seq_len, heads, row_bytes]
-  AlignedBuffer out(values * es);             // [seq_len, heads, head_dim] dequantized / memcpy
+  // Peak memory: one tensor's source and output, and a quantized buffer of at most 0.6 of
+  // the source (1.3x one layer's K+V in all), whatever --seq-len and --layers. A format whose
+  // tensor does not fit (the plain 16/32-bit rows) runs in several row ranges.
+  const size_t quant_bytes = std::min(rows * max_row_bytes, values * es * 3 / 5);
+  AlignedBuffer source(values * es);  // [seq_len, heads, head_dim] source dtype
+  AlignedBuffer quant(quant_bytes);   // [<= seq_len * heads, row_bytes]
+  AlignedBuffer out(values * es);     // [seq_len, heads, head_dim] dequantized / memcpy
 
   std::vector<Accum> acc(formats.size());
   double memcpy_s = 0;
@@ -166,16 +168,17 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
     std::lock_guard<std::mutex> lock(failure_mu);
     failure = std::move(s);
   };
-  // Runs `fn(begin_row, end_row)` on every thread's part, `repeats` times; returns the median
-  // wall time of one pass.
-  auto timed_pass = [&](const std::function<void(size_t, size_t)>& fn) {
-    std::vector<double> t(config.repeats);
-    for (int rep = 0; rep < config.repeats; ++rep) {
-      Timer timer;
-      pool.ParallelFor(rows, part, fn);
-      t[rep] = timer.Seconds();
-    }
-    return Median(t);
+  // Runs `fn(begin_row, end_row)` over rows [r0, r1), split evenly across the threads (one
+  // fork/join), and returns its wall time.
+  auto timed = [&](size_t r0, size_t r1, const std::function<void(size_t, size_t)>& fn) {
+    const size_t share = (r1 - r0 + T - 1) / T;
+    Timer timer;
+    pool.ParallelFor(r1 - r0, share, [&](size_t b, size_t e) { fn(r0 + b, r0 + e); });
+    return timer.Seconds();
+  };
+  auto copy_rows = [&](size_t b, size_t e) {
+    std::memcpy(out.data() + b * head_dim * es, source.data() + b * head_dim * es,
+                (e - b) * head_dim * es);
   };
 
   const int tensors = 2 * config.layers;
@@ -188,22 +191,31 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
                           source.data() + s * kSegment * es);
       }
     });
-    memcpy_s += timed_pass([&](size_t b, size_t e) {
-      std::memcpy(out.data() + b * head_dim * es, source.data() + b * head_dim * es,
-                  (e - b) * head_dim * es);
-    });
+    std::vector<double> tm(config.repeats);
+    for (int rep = 0; rep < config.repeats; ++rep) tm[rep] = timed(0, rows, copy_rows);
+    memcpy_s += Median(tm);
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       const Format& f = formats[fi];
       const size_t rb = f.row_bytes(head_dim);
-      acc[fi].quant_s += timed_pass([&](size_t b, size_t e) {
-        record(QuantizeRows(f, dt, source.data() + b * head_dim * es, e - b, head_dim,
-                            quant.data() + b * rb));
-      });
-      acc[fi].dequant_s += timed_pass([&](size_t b, size_t e) {
-        record(DequantizeRows(f, quant.data() + b * rb, e - b, head_dim, dt,
-                              out.data() + b * head_dim * es));
-      });
-      if (!failure.ok()) return failure;
+      const size_t range = std::min(rows, quant_bytes / rb);  // rows per quantized range
+      std::vector<double> tq(config.repeats, 0.0), td(config.repeats, 0.0);
+      for (int rep = 0; rep < config.repeats; ++rep) {
+        for (size_t r0 = 0; r0 < rows; r0 += range) {
+          const size_t r1 = std::min(rows, r0 + range);
+          tq[rep] += timed(r0, r1, [&](size_t b, size_t e) {
+            record(QuantizeRows(f, dt, source.data() + b * head_dim * es, e - b, head_dim,
+                                quant.data() + (b - r0) * rb));
+          });
+          td[rep] += timed(r0, r1, [&](size_t b, size_t e) {
+            record(DequantizeRows(f, quant.data() + (b - r0) * rb, e - b, head_dim, dt,
+                                  out.data() + b * head_dim * es));
+          });
+          if (!failure.ok()) return failure;
+        }
+      }
+      acc[fi].quant_s += Median(tq);
+      acc[fi].dequant_s += Median(td);
+      // Errors of the last pass's output against the source.
       std::fill(part_sum.begin(), part_sum.end(), 0.0);
       std::fill(part_max.begin(), part_max.end(), 0.0);
       pool.ParallelFor(rows, part, [&](size_t b, size_t e) {

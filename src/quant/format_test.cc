@@ -1,5 +1,6 @@
 // Format descriptors: names, stable ids, sizes and the errors for bad input.
 #include "kvtier/format.h"
+#include "quant/test_formats.h"
 
 #include <gtest/gtest.h>
 
@@ -8,18 +9,7 @@
 namespace kvtier {
 namespace {
 
-std::vector<Format> AllFormats() {
-  std::vector<Format> v = {Format::F32(), Format::F16(), Format::BF16(), Format::Q8_0(),
-                           Format::Q4_0()};
-  for (int bits : {2, 3, 4, 5, 6, 8}) {
-    for (int group : {32, 64, 128}) {
-      for (DType sd : {DType::kF32, DType::kF16, DType::kBF16}) {
-        v.push_back(Format::Affine(bits, group, sd));
-      }
-    }
-  }
-  return v;
-}
+using testing::AllFormats;
 
 TEST(Format, EveryFormatValidatesAndRoundTripsThroughIdAndSpec) {
   std::set<uint32_t> ids;

@@ -11,24 +11,14 @@
 #include "base/half.h"
 #include "base/test_random.h"
 #include "kvtier/quant.h"
+#include "quant/test_formats.h"
 
 namespace kvtier {
 namespace {
 
 using testing::RandomValues;
 
-std::vector<Format> AllFormats() {
-  std::vector<Format> v = {Format::F32(), Format::F16(), Format::BF16(), Format::Q8_0(),
-                           Format::Q4_0()};
-  for (int bits : {2, 3, 4, 5, 6, 8}) {
-    for (int group : {32, 64, 128}) {
-      for (DType sd : {DType::kF32, DType::kF16, DType::kBF16}) {
-        v.push_back(Format::Affine(bits, group, sd));
-      }
-    }
-  }
-  return v;
-}
+using testing::AllFormats;
 
 // Rows that stress edges: constants, zeros of both signs, ties, huge and tiny values.
 std::vector<uint8_t> EdgeRows(DType t, size_t head_dim, size_t* rows_out) {
