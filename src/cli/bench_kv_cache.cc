@@ -94,8 +94,8 @@ Status Validate(const BenchKvCacheConfig& c) {
   KVTIER_RETURN_IF_ERROR(positive("--heads", c.heads));
   KVTIER_RETURN_IF_ERROR(positive("--head-dim", c.head_dim));
   KVTIER_RETURN_IF_ERROR(positive("--repeats", c.repeats));
-  if (c.threads < 0) {
-    return Status::InvalidArgument("--threads: expected 0 (all cores) or more, got " +
+  if (c.threads < 0 || c.threads > 1024) {
+    return Status::InvalidArgument("--threads: expected 0 (all cores) to 1024, got " +
                                    std::to_string(c.threads));
   }
   if (c.group_size != 32 && c.group_size != 64 && c.group_size != 128) {
@@ -137,6 +137,22 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
                                            const std::function<void(int, int)>& progress) {
   KVTIER_RETURN_IF_ERROR(Validate(config));
   KVTIER_ASSIGN_OR_RETURN(std::vector<Format> formats, ParseFormatList(config));
+  // One tensor's buffers must fit in RAM: refuse (not crash) when they cannot.
+  {
+    unsigned __int128 need = static_cast<unsigned __int128>(config.seq_len) * config.heads *
+                             config.head_dim * DTypeSize(config.dtype) * 13 / 5;  // 2.6x a tensor
+    Result<uint64_t> ram = TotalRamBytes();
+    if (ram.ok() && need > *ram) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg,
+                    "--seq-len %d x --heads %d x --head-dim %d needs %.1f GiB for one tensor's "
+                    "buffers; this machine has %.1f GiB",
+                    config.seq_len, config.heads, config.head_dim,
+                    static_cast<double>(need) / (1ull << 30),
+                    static_cast<double>(*ram) / (1ull << 30));
+      return Status::ResourceExhausted(msg);
+    }
+  }
 
   ThreadPool pool(config.threads);
   const DType dt = config.dtype;

@@ -133,6 +133,18 @@ TEST(BenchKvCache, BadConfigsNameTheFlag) {
   }
 }
 
+TEST(BenchKvCache, ImpossibleSizesAreRefusedNotCrashed) {
+  BenchKvCacheConfig c = Small();
+  c.seq_len = 2000000000;
+  c.heads = 1000000;
+  Result<BenchKvCacheReport> r = RunBenchKvCache(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("GiB for one tensor's buffers; this machine has"),
+            std::string::npos)
+      << r.status().message();
+}
+
 // Runs the real binary; returns exit status and captures stdout+stderr.
 int RunKvtier(const std::string& args, std::string* out) {
   const std::string cmd = std::string(KVTIER_BIN) + " " + args + " 2>&1";
