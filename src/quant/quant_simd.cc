@@ -293,6 +293,12 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t
   const hn::Repartition<uint16_t, decltype(du8)> dw;  // N/2 lanes
   const hn::Rebind<uint8_t, decltype(dw)> du8h;       // N/2 lanes
   HWY_ALIGN uint8_t codes[128 + 64];
+#if HWY_TARGET <= HWY_AVX3
+  [[maybe_unused]] const __m128i kDupBytes =
+      _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  [[maybe_unused]] const __m512i kOddBy4 =
+      _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+#endif
 
   for (size_t r = 0; r < n_rows; ++r) {
     const uint8_t* in = src + r * row_bytes;
@@ -302,14 +308,28 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t
       const VF vb = hn::Set(df, LoadAs(f.scale_dtype, in + l.biases_off, g));
       const uint8_t* gin = in + g * l.group_code_bytes;
       if constexpr (kBits != 8 && kBits != 4) UnpackCodes(gin, group, kBits, codes);
+#if HWY_TARGET <= HWY_AVX3
+      [[maybe_unused]] const VF table = hn::MulAdd(hn::Iota(df, 0.0f), vs, vb);  // [16]
+#endif
       for (size_t j = 0; j < group; j += N) {
         hn::Vec<decltype(du8)> b;
         if constexpr (kBits == 8) {
           b = hn::LoadU(du8, gin + j);
         } else if constexpr (kBits == 4) {
+#if HWY_TARGET <= HWY_AVX3
+          // 16 codes -> 16 values by table lookup: the table holds fma(c, scale, bias) for
+          // c = 0..15 (the reference's values); vpermps reads the low 4 bits of each index
+          // lane, so lane 2k = byte k, lane 2k+1 = byte k >> 4 needs no masking.
+          const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(gin + j / 2));
+          const __m128i dup = _mm_shuffle_epi8(bytes, kDupBytes);  // b0 b0 b1 b1 ... b7 b7
+          const __m512i idx = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(dup), kOddBy4);
+          StoreF<kDst>(df, VF{_mm512_permutexvar_ps(idx, table.raw)}, out, g * group + j);
+          continue;
+#else
           const auto w = hn::PromoteTo(dw, hn::LoadU(du8h, gin + j / 2));  // lane k: byte k
           b = hn::BitCast(du8, hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
                                       hn::ShiftLeft<4>(hn::And(w, hn::Set(dw, 0x00f0)))));
+#endif
         } else {
           b = hn::LoadU(du8, codes + j);
         }
