@@ -169,7 +169,9 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
   // Peak memory: one tensor's source and output, and a quantized buffer of at most 0.6 of
   // the source (1.3x one layer's K+V in all), whatever --seq-len and --layers. A format whose
   // tensor does not fit (the plain 16/32-bit rows) runs in several row ranges.
-  const size_t quant_bytes = std::min(rows * max_row_bytes, values * es * 3 / 5);
+  // (At least one row of the widest format, so every range holds a row.)
+  const size_t quant_bytes =
+      std::max(max_row_bytes, std::min(rows * max_row_bytes, values * es * 3 / 5));
   AlignedBuffer source(values * es);  // [seq_len, heads, head_dim] source dtype
   AlignedBuffer quant(quant_bytes);   // [<= seq_len * heads, row_bytes]
   AlignedBuffer out(values * es);     // [seq_len, heads, head_dim] dequantized / memcpy

@@ -51,7 +51,7 @@ struct BenchKvCacheReport {
   int threads = 0;
   uint64_t source_bytes = 0;        // all layers, K+V
   uint64_t layer_source_bytes = 0;  // one layer, K+V
-  double memcpy_gbps = 0;           // (bytes read + bytes written) / time, same chunks
+  double memcpy_gbps = 0;           // (bytes read + bytes written) / time, same buffers
   double memcpy_ms = 0;
   uint64_t peak_rss_bytes = 0;
   std::vector<BenchKvCacheRow> rows;  // source format first, then --formats in order

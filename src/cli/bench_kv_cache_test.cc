@@ -82,6 +82,24 @@ TEST(BenchKvCache, F16SourceBitsPerValueAndDeterminism) {
   EXPECT_NE(other->rows[1].max_abs_error, a->rows[1].max_abs_error);
 }
 
+// A format wider than the source (f32 rows from f16 data) runs in several row ranges, down
+// to one row per range.
+TEST(BenchKvCache, WideFormatsRunInRowRanges) {
+  for (int seq_len : {1, 7}) {
+    BenchKvCacheConfig c = Small();
+    c.seq_len = seq_len;
+    c.heads = 1;
+    c.formats = "f32,bf16";
+    Result<BenchKvCacheReport> r = RunBenchKvCache(c);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_EQ(r->rows.size(), 3u);
+    EXPECT_EQ(r->rows[1].format, "f32");
+    EXPECT_EQ(r->rows[1].max_abs_error, 0.0);  // f16 -> f32 -> f16 is exact
+    EXPECT_EQ(r->rows[1].memory_bytes, 2ull * 2 * seq_len * 128 * 4);
+    EXPECT_GT(r->rows[2].max_abs_error, 0.0);  // bf16 drops mantissa bits of f16 data
+  }
+}
+
 TEST(BenchKvCache, JsonHasTheDocumentedShape) {
   BenchKvCacheConfig c = Small();
   Result<BenchKvCacheReport> r = RunBenchKvCache(c);
