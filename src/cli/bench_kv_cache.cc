@@ -11,7 +11,6 @@
 
 #include "base/aligned_buffer.h"
 #include "base/dtype_io.h"
-#include "base/half.h"
 #include "base/sysinfo.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
@@ -52,7 +51,7 @@ class Rng {
   uint64_t s_[4];
 };
 
-// Fills values [begin, end) of a standard-normal stream (Box-Muller) in `dtype`. The stream
+// Fills n values of a standard-normal stream (Box-Muller) in `dtype`. The stream
 // is cut into fixed segments with their own seeds, so the data does not depend on threads.
 constexpr size_t kSegment = 1 << 16;
 
@@ -60,20 +59,11 @@ void FillNormalSegment(uint64_t seed, uint64_t stream, size_t segment, DType dty
                        uint8_t* out) {
   uint64_t mix = seed ^ (stream * 0x9e3779b97f4a7c15ull) ^ (segment * 0xd1b54a32d192ed03ull);
   Rng rng(SplitMix64(mix));
-  const size_t es = DTypeSize(dtype);
   for (size_t i = 0; i < n; i += 2) {
     const double r = std::sqrt(-2.0 * std::log(rng.Uniform()));
     const double theta = 2.0 * M_PI * rng.Uniform();
     const float v[2] = {static_cast<float>(r * std::cos(theta)), static_cast<float>(r * std::sin(theta))};
-    for (size_t k = 0; k < 2 && i + k < n; ++k) {
-      uint8_t* p = out + (i + k) * es;
-      if (dtype == DType::kF32) {
-        std::memcpy(p, &v[k], 4);
-      } else {
-        const uint16_t h = dtype == DType::kF16 ? F32ToF16(v[k]) : F32ToBF16(v[k]);
-        std::memcpy(p, &h, 2);
-      }
-    }
+    for (size_t k = 0; k < 2 && i + k < n; ++k) StoreAs(dtype, out, i + k, v[k]);
   }
 }
 

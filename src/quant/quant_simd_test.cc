@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "base/half.h"
+#include "base/dtype_io.h"
 #include "base/test_random.h"
 #include "kvtier/quant.h"
 #include "quant/test_formats.h"
@@ -46,15 +46,7 @@ std::vector<uint8_t> EdgeRows(DType t, size_t head_dim, size_t* rows_out) {
   row([](size_t) { return std::numeric_limits<float>::quiet_NaN(); });
   std::vector<uint8_t> out(rows.size() * head_dim * DTypeSize(t));
   for (size_t r = 0; r < rows.size(); ++r) {
-    for (size_t i = 0; i < head_dim; ++i) {
-      const size_t k = r * head_dim + i;
-      const float v = rows[r][i];
-      if (t == DType::kF32) std::memcpy(out.data() + 4 * k, &v, 4);
-      else {
-        const uint16_t h = t == DType::kF16 ? F32ToF16(v) : F32ToBF16(v);
-        std::memcpy(out.data() + 2 * k, &h, 2);
-      }
-    }
+    for (size_t i = 0; i < head_dim; ++i) StoreAs(t, out.data(), r * head_dim + i, rows[r][i]);
   }
   *rows_out = rows.size();
   return out;
