@@ -342,18 +342,17 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t
 
 // ---------------------------------------------------------------- q8_0 / q4_0
 
-// Loads the kBatch 32-value blocks starting at block `b0` into x and returns max |x| of each
-// (NaN ignored, as the reference's std::max(amax, |x|)).
+// max |x| of each of the kBatch 32-value blocks starting at block `b0` (NaN ignored, as the
+// reference's std::max(amax, |x|)). The codes pass converts the source again: cheaper than
+// keeping an f32 copy.
 template <DType kSrc>
-HWY_INLINE void LoadBlocks(DF df, const void* src, size_t b0, float (*x)[32], float* amax) {
+HWY_INLINE void BlockAbsMax(DF df, const void* src, size_t b0, float* amax) {
   constexpr size_t N = HWY_LANES(float);
   VF vamax[kBatch];
   for (size_t b = 0; b < kBatch; ++b) {
     VF m = hn::Zero(df);
     for (size_t j = 0; j < 32; j += N) {
-      const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
-      hn::Store(v, df, x[b] + j);
-      m = hn::Max(hn::Abs(v), m);
+      m = hn::Max(hn::Abs(LoadF<kSrc>(df, src, (b0 + b) * 32 + j)), m);
     }
     vamax[b] = m;
   }
@@ -380,20 +379,19 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   const VF half = hn::Set(df, 0.5f);
   const auto lo127 = hn::Set(di, -127);
   const auto hi127 = hn::Set(di, 127);
-  HWY_ALIGN float x[kBatch][32];
   HWY_ALIGN float amax[kBatch], id[kBatch];
   uint16_t d_bits[kBatch];
   const size_t total = n_rows * (head_dim / 32);  // blocks are contiguous in src and dst
   const size_t full = total / kBatch * kBatch;
   for (size_t b0 = 0; b0 < full; b0 += kBatch) {
-    LoadBlocks<kSrc>(df, src, b0, x, amax);
+    BlockAbsMax<kSrc>(df, src, b0, amax);
     BlockScales(amax, 127.0f, id, d_bits);
     for (size_t b = 0; b < kBatch; ++b) {
       uint8_t* block = dst + (b0 + b) * sizeof(BlockQ8_0);
       std::memcpy(block, &d_bits[b], 2);
       const VF vid = hn::Set(df, id[b]);
       for (size_t j = 0; j < 32; j += N) {
-        const VF v = hn::Mul(hn::Load(df, x[b] + j), vid);
+        const VF v = hn::Mul(LoadF<kSrc>(df, src, (b0 + b) * 32 + j), vid);
         // roundf (half away from zero) as trunc(v + copysign(0.5, v)): exact here because
         // |v| <= 127 * (1 + 2^-22) < 127.5, so the sum never rounds across an integer.
         const auto r = TruncToInt(hn::Add(v, hn::CopySign(half, v)));
@@ -409,10 +407,13 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   }
 }
 
-// The first value of a block whose magnitude is `magnitude` (0 if none), as ggml's scan picks.
-HWY_INLINE float FirstOfMagnitude(const float* x, float magnitude) {
+// The first value of a block (32 values of kSrc) whose magnitude is `magnitude` (0 if none),
+// as ggml's scan picks.
+template <DType kSrc>
+HWY_INLINE float FirstOfMagnitude(const uint8_t* block, float magnitude) {
   for (size_t j = 0; j < 32; ++j) {
-    if (std::fabs(x[j]) == std::fabs(magnitude)) return x[j];
+    const float x = LoadAs(kSrc, block, j);
+    if (std::fabs(x) == std::fabs(magnitude)) return x;
   }
   return 0.0f;
 }
@@ -425,7 +426,6 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   const VF zero = hn::Zero(df);
   const VF fifteen = hn::Set(df, 15.0f);
   const hn::FixedTag<float, kBatch> d4;
-  HWY_ALIGN float x[kBatch][32];
   HWY_ALIGN float w_max[kBatch], w_min[kBatch], max[kBatch], id[kBatch];
   uint16_t d_bits[kBatch];
   const size_t total = n_rows * (head_dim / 32);
@@ -437,7 +437,6 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
       VF mn = hn::Set(df, std::numeric_limits<float>::infinity());
       for (size_t j = 0; j < 32; j += N) {
         const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
-        hn::Store(v, df, x[b] + j);
         mx = hn::Max(v, mx);  // NaN ignored
         mn = hn::Min(v, mn);
       }
@@ -456,7 +455,11 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
     const auto tie = hn::AndNot(hn::Eq(hi, z), hn::Eq(neg_lo, hi));
     if (!hn::AllFalse(d4, tie)) {
       for (size_t b = 0; b < kBatch; ++b) {
-        if (w_min[b] == w_max[b] && w_max[b] != 0.0f) max[b] = FirstOfMagnitude(x[b], w_max[b]);
+        if (w_min[b] == w_max[b] && w_max[b] != 0.0f) {
+          max[b] = FirstOfMagnitude<kSrc>(static_cast<const uint8_t*>(src) +
+                                              (b0 + b) * 32 * DTypeSize(kSrc),
+                                          w_max[b]);
+        }
       }
     }
     BlockScales(max, -8.0f, id, d_bits);
@@ -468,8 +471,8 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
         return hn::BitCast(DU(), TruncToInt(hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen)));
       };
       for (size_t j = 0; j < 16; j += N) {
-        const auto lo = code(hn::Load(df, x[b] + j));
-        const auto hi16 = code(hn::Load(df, x[b] + 16 + j));
+        const auto lo = code(LoadF<kSrc>(df, src, (b0 + b) * 32 + j));
+        const auto hi16 = code(LoadF<kSrc>(df, src, (b0 + b) * 32 + 16 + j));
         StoreLowBytes(hn::Or(lo, hn::ShiftLeft<4>(hi16)), block + 2 + j);
       }
     }
