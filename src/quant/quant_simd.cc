@@ -93,7 +93,7 @@ HWY_INLINE hn::Vec<DI> TruncToInt(VF v) {
 // TruncateTo takes a shuffle sequence there.
 HWY_INLINE void StoreLowBytes(hn::Vec<DU> v, uint8_t* p) {
 #if HWY_TARGET <= HWY_AVX3
-  _mm512_mask_cvtepi32_storeu_epi8(p, static_cast<__mmask16>(0xffff), v.raw);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(v.raw));
 #else
   const hn::Rebind<uint8_t, DU> du8;
   hn::StoreU(hn::TruncateTo(du8, v), du8, p);
@@ -103,7 +103,7 @@ HWY_INLINE void StoreLowBytes(hn::Vec<DU> v, uint8_t* p) {
 // Stores the low byte of each u64 lane (N/2 bytes).
 HWY_INLINE void StoreLowBytes64(hn::Vec<hn::Repartition<uint64_t, DU>> v, uint8_t* p) {
 #if HWY_TARGET <= HWY_AVX3
-  _mm512_mask_cvtepi64_storeu_epi8(p, static_cast<__mmask8>(0xff), v.raw);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm512_cvtepi64_epi8(v.raw));
 #else
   const hn::Rebind<uint8_t, hn::Repartition<uint64_t, DU>> du8;
   hn::StoreU(hn::TruncateTo(du8, v), du8, p);
