@@ -423,8 +423,7 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   const DF df;
   constexpr size_t N = HWY_LANES(float);
   const VF off = hn::Set(df, 8.5f);
-  const VF zero = hn::Zero(df);
-  const VF fifteen = hn::Set(df, 15.0f);
+  const auto fifteen = hn::Set(DI(), 15);
   const hn::FixedTag<float, kBatch> d4;
   HWY_ALIGN float w_max[kBatch], w_min[kBatch], max[kBatch], id[kBatch];
   uint16_t d_bits[kBatch];
@@ -467,8 +466,10 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
       uint8_t* block = dst + (b0 + b) * sizeof(BlockQ4_0);
       std::memcpy(block, &d_bits[b], 2);
       const VF vid = hn::Set(df, id[b]);
-      auto code = [&](VF v) {  // trunc(clamp(v * id + 8.5, 0, 15)), NaN -> 0 as the reference
-        return hn::BitCast(DU(), TruncToInt(hn::Min(hn::Max(hn::Add(hn::Mul(v, vid), off), zero), fifteen)));
+      // min(15, trunc(v * id + 8.5)). v * id + 8.5 >= 0.49 for finite input; a NaN becomes
+      // INT32_MIN, whose low byte (and whose << 4) is 0: code 0, as the reference.
+      auto code = [&](VF v) {
+        return hn::BitCast(DU(), hn::Min(TruncToInt(hn::Add(hn::Mul(v, vid), off)), fifteen));
       };
       for (size_t j = 0; j < 16; j += N) {
         const auto lo = code(LoadF<kSrc>(df, src, (b0 + b) * 32 + j));
