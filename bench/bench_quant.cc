@@ -2,6 +2,7 @@
 // of the same bytes (f16 source, head_dim 128, 32768 rows = 8 MiB of source).
 #include <benchmark/benchmark.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -82,11 +83,14 @@ BENCHMARK(BM_Dequantize)->DenseRange(0, 4);
 
 }  // namespace
 
-
-#include <cstdlib>
-
+// KVTIER_FORCE_TARGET=<Highway target bit> compares targets, e.g. 512 for AVX2, 256 for AVX3.
 int main(int argc, char** argv) {
-  if (const char* t = std::getenv("KVTIER_FORCE_TARGET")) kvtier::QuantForceSimdTarget(std::atoll(t));
+  if (const char* t = std::getenv("KVTIER_FORCE_TARGET")) {
+    if (!kvtier::QuantForceSimdTarget(std::atoll(t))) {
+      std::fprintf(stderr, "KVTIER_FORCE_TARGET=%s: this CPU cannot run that target\n", t);
+      return 2;
+    }
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
 }
