@@ -141,12 +141,11 @@ HWY_INLINE void ReduceMaxBatch(const VF* a, const VF* c, float* amax, float* cma
   // Within each block: lane 0 <- max of s's block, lane 1 <- max of t's block.
   __m512 m = _mm512_max_ps(_mm512_unpacklo_ps(s, t), _mm512_unpackhi_ps(s, t));
   m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
-  HWY_ALIGN float lanes[16];
-  _mm512_store_ps(lanes, m);
-  for (size_t b = 0; b < kBatch; ++b) {
-    amax[b] = lanes[4 * b];
-    cmax[b] = lanes[4 * b + 1];
-  }
+  // Gather lanes 0, 4, 8, 12 (the a maxima) and 1, 5, 9, 13 (the c maxima).
+  const __m512i ia = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i ic = _mm512_setr_epi32(1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  _mm_storeu_ps(amax, _mm512_castps512_ps128(_mm512_permutexvar_ps(ia, m)));
+  _mm_storeu_ps(cmax, _mm512_castps512_ps128(_mm512_permutexvar_ps(ic, m)));
 #else
   const DF df;
   for (size_t b = 0; b < kBatch; ++b) {
