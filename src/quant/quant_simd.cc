@@ -155,6 +155,27 @@ HWY_INLINE void ReduceMaxBatch(const VF* a, const VF* c, float* amax, float* cma
 #endif
 }
 
+// Min and max of each of the kBatch runs of kLen values starting at element `first`
+// (NaN ignored, as the reference's std::min / std::max scans), reduced together.
+template <DType kSrc, size_t kLen>
+HWY_INLINE void BatchMinMax(DF df, const void* src, size_t first, float* w_min, float* w_max) {
+  constexpr size_t N = HWY_LANES(float);
+  VF vmax[kBatch], vneg_min[kBatch];
+  for (size_t b = 0; b < kBatch; ++b) {
+    VF mx = hn::Set(df, -std::numeric_limits<float>::infinity());
+    VF mn = hn::Set(df, std::numeric_limits<float>::infinity());
+    for (size_t j = 0; j < kLen; j += N) {
+      const VF v = LoadF<kSrc>(df, src, first + b * kLen + j);
+      mx = hn::Max(v, mx);  // operand order: NaN v ignored, as std::max(w_max, v)
+      mn = hn::Min(v, mn);
+    }
+    vmax[b] = mx;
+    vneg_min[b] = hn::Neg(mn);  // min = -max(-x): one reduction kind for both
+  }
+  ReduceMaxBatch(vmax, vneg_min, w_max, w_min);
+  for (size_t b = 0; b < kBatch; ++b) w_min[b] = -w_min[b];
+}
+
 // ---------------------------------------------------------------- affine
 
 // MLX's affine parameters (AffineParamsFromMinMax) for kBatch groups at once, lane b for
@@ -193,44 +214,26 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
   const hn::Repartition<uint64_t, DU> du64;
   const auto n_bins = hn::Set(di, (1 << kBits) - 1);
   const auto izero = hn::Zero(di);
-  HWY_ALIGN uint8_t codes[kGroup];       // codes, for widths packed by scalar code
-  HWY_ALIGN float scale[2][kBatch], bias[2][kBatch], inv[2][kBatch];
+  HWY_ALIGN uint8_t codes[kGroup];  // codes, for widths packed by scalar code
+  HWY_ALIGN float w_min[kBatch], w_max[kBatch], scale[kBatch], bias[kBatch], inv[kBatch];
 
-  const size_t total = n_rows * l.n_groups;  // groups are contiguous in the source
-
-  // Phases 1-2 for the full batch at g0 into `slot`: load, min/max, reduce, parameters.
-  auto prepare = [&](size_t g0, int slot) {
-    VF vmax[kBatch], vneg_min[kBatch];
-    for (size_t b = 0; b < kBatch; ++b) {
-      VF vmx = hn::Set(df, -std::numeric_limits<float>::infinity());
-      VF vmn = hn::Set(df, std::numeric_limits<float>::infinity());
-      for (size_t j = 0; j < kGroup; j += N) {
-        const VF v = LoadF<kSrc>(df, src, (g0 + b) * kGroup + j);
-        vmx = hn::Max(v, vmx);  // operand order: NaN v ignored, as std::max(w_max, v)
-        vmn = hn::Min(v, vmn);
-      }
-      vmax[b] = vmx;
-      vneg_min[b] = hn::Neg(vmn);  // min = -max(-x): one reduction kind for both
-    }
-    HWY_ALIGN float w_max[kBatch], w_min[kBatch];
-    ReduceMaxBatch(vmax, vneg_min, w_max, w_min);
-    for (size_t b = 0; b < kBatch; ++b) w_min[b] = -w_min[b];
-    AffineParamsBatch<kBits>(w_min, w_max, scale[slot], bias[slot], inv[slot]);
-  };
-
-  // Software pipelining: the next batch's reduce -> divide chain is issued before this
-  // batch's codes, so the out-of-order core overlaps the two.
+  const size_t total = n_rows * l.n_groups;     // groups are contiguous in the source
   const size_t full = total / kBatch * kBatch;  // groups done by whole batches
-  size_t row = 0, gi = 0;                      // (row, group in row) of the next group
-  int slot = 0;
-  if (full > 0) prepare(0, 0);
-  for (size_t g0 = 0; g0 < full; g0 += kBatch, slot ^= 1) {
-    if (g0 + kBatch < full) prepare(g0 + kBatch, slot ^ 1);
+  size_t row = 0, gi = 0;                       // (row, group in row) of the next group
+  auto next_group = [&] {
+    if (++gi == l.n_groups) {
+      gi = 0;
+      ++row;
+    }
+  };
+  for (size_t g0 = 0; g0 < full; g0 += kBatch) {
+    BatchMinMax<kSrc, kGroup>(df, src, g0 * kGroup, w_min, w_max);
+    AffineParamsBatch<kBits>(w_min, w_max, scale, bias, inv);
     for (size_t b = 0; b < kBatch; ++b) {
       uint8_t* out = dst + row * row_bytes;
       uint8_t* gout = out + gi * l.group_code_bytes;
-      const VF vb = hn::Set(df, bias[slot][b]);
-      const VF vinv = hn::Set(df, inv[slot][b]);
+      const VF vb = hn::Set(df, bias[b]);
+      const VF vinv = hn::Set(df, inv[b]);
       for (size_t j = 0; j < kGroup; j += N) {
         // Codes: clamp(rint((x - bias) * inv_scale), 0, n_bins); NaN -> INT32_MIN -> 0.
         const VF v = LoadF<kSrc>(df, src, (g0 + b) * kGroup + j);
@@ -248,12 +251,9 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
         }
       }
       if constexpr (kBits != 8 && kBits != 4) PackCodes(codes, kGroup, kBits, gout);
-      StoreScalar(f.scale_dtype, out + l.scales_off, gi, scale[slot][b]);
-      StoreScalar(f.scale_dtype, out + l.biases_off, gi, bias[slot][b]);
-      if (++gi == l.n_groups) {
-        gi = 0;
-        ++row;
-      }
+      StoreScalar(f.scale_dtype, out + l.scales_off, gi, scale[b]);
+      StoreScalar(f.scale_dtype, out + l.biases_off, gi, bias[b]);
+      next_group();
     }
   }
   for (size_t g = full; g < total; ++g) {  // fewer than kBatch groups left: the reference
@@ -261,10 +261,7 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
     ref::QuantizeAffineGroup(f, kSrc, static_cast<const uint8_t*>(src) + g * kGroup * DTypeSize(kSrc),
                              out + gi * l.group_code_bytes, out + l.scales_off, out + l.biases_off,
                              gi);
-    if (++gi == l.n_groups) {
-      gi = 0;
-      ++row;
-    }
+    next_group();
   }
 }
 
@@ -429,23 +426,11 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   const size_t total = n_rows * (head_dim / 32);
   const size_t full = total / kBatch * kBatch;
   for (size_t b0 = 0; b0 < full; b0 += kBatch) {
-    VF vmax[kBatch], vneg_min[kBatch];
-    for (size_t b = 0; b < kBatch; ++b) {
-      VF mx = hn::Set(df, -std::numeric_limits<float>::infinity());
-      VF mn = hn::Set(df, std::numeric_limits<float>::infinity());
-      for (size_t j = 0; j < 32; j += N) {
-        const VF v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j);
-        mx = hn::Max(v, mx);  // NaN ignored
-        mn = hn::Min(v, mn);
-      }
-      vmax[b] = mx;
-      vneg_min[b] = hn::Neg(mn);
-    }
-    ReduceMaxBatch(vmax, vneg_min, w_max, w_min);  // w_min holds -min
+    BatchMinMax<kSrc, 32>(df, src, b0 * 32, w_min, w_max);
     // ggml's d comes from the signed value of largest magnitude (first one on a tie): the
     // max or the min, unless both have the same magnitude (then scan), 0 for a zero block.
     const auto hi = hn::Load(d4, w_max);
-    const auto neg_lo = hn::Load(d4, w_min);
+    const auto neg_lo = hn::Neg(hn::Load(d4, w_min));
     const auto z = hn::Zero(d4);
     auto m = hn::IfThenElse(hn::Gt(neg_lo, hi), hn::Neg(neg_lo), hi);
     m = hn::IfThenZeroElse(hn::And(hn::Eq(hi, z), hn::Eq(neg_lo, z)), m);
@@ -453,7 +438,7 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
     const auto tie = hn::AndNot(hn::Eq(hi, z), hn::Eq(neg_lo, hi));
     if (!hn::AllFalse(d4, tie)) {
       for (size_t b = 0; b < kBatch; ++b) {
-        if (w_min[b] == w_max[b] && w_max[b] != 0.0f) {
+        if (-w_min[b] == w_max[b] && w_max[b] != 0.0f) {
           max[b] = FirstOfMagnitude<kSrc>(static_cast<const uint8_t*>(src) +
                                               (b0 + b) * 32 * DTypeSize(kSrc),
                                           w_max[b]);
