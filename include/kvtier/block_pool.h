@@ -1,0 +1,186 @@
+// BlockPool: fixed-size, reference-counted KV blocks of one model in one pair of formats.
+//
+// A block holds `block_tokens` consecutive tokens of K and V for every layer and KV head,
+// K in k_format and V in v_format (chosen independently). Inside a block (KvBlockLayout):
+//
+//   [n_layers] x { K: [block_tokens][n_kv_heads] rows of k_row_bytes, padded to 64 bytes,
+//                  V: [block_tokens][n_kv_heads] rows of v_row_bytes, padded to 64 bytes }
+//
+// All blocks live in one address range reserved up front (capacity bytes, committed by the OS
+// only when touched), so block b starts at base + b * block_stride. A block handed out by
+// Allocate is all zero bytes: freed blocks are zeroed (large ones given back to the OS), so no
+// data of one sequence can ever show up in another.
+//
+// Never grows past its capacity, nor past a shared MemoryBudget when one is given: an
+// allocation that does not fit returns ResourceExhausted saying how much was needed and how
+// much is free. References are counted per owner (KvOwner) for memory accounting.
+//
+// Thread-safe: all methods may be called from any thread. Block contents are not guarded:
+// whoever holds a block's only reference may write it; shared blocks are read-only by
+// convention (SequenceCache copies them on write).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/format.h"
+#include "kvtier/kv_types.h"
+#include "kvtier/paged_kv_view.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// A byte budget shared by several pools (e.g. the active pool and a prefix-cache pool in
+// another format). Thread-safe.
+class MemoryBudget {
+ public:
+  explicit MemoryBudget(uint64_t capacity_bytes) : capacity_(capacity_bytes) {}
+  MemoryBudget(const MemoryBudget&) = delete;
+  MemoryBudget& operator=(const MemoryBudget&) = delete;
+
+  // Adds `bytes` to the used total if it stays within capacity.
+  bool TryCharge(uint64_t bytes);
+  void Release(uint64_t bytes);
+  uint64_t capacity() const { return capacity_; }
+  uint64_t used() const { return used_.load(std::memory_order_relaxed); }
+
+ private:
+  const uint64_t capacity_;
+  std::atomic<uint64_t> used_{0};
+};
+
+// Byte geometry of one block. Computed once per pool; plain value.
+struct KvBlockLayout {
+  KvShape shape;
+  Format k_format;
+  Format v_format;
+  uint32_t block_tokens = 0;
+  size_t k_row_bytes = 0;     // one KV head of one token
+  size_t v_row_bytes = 0;
+  size_t k_token_stride = 0;  // n_kv_heads * k_row_bytes
+  size_t v_token_stride = 0;
+  size_t k_region_bytes = 0;  // block_tokens * k_token_stride rounded up to 64
+  size_t v_region_bytes = 0;
+  size_t layer_stride = 0;    // k_region_bytes + v_region_bytes
+  size_t payload_bytes = 0;   // block_tokens * KvBytesPerToken (what the tokens need)
+  size_t block_stride = 0;    // n_layers * layer_stride, rounded up to 4 KiB when >= 64 KiB
+
+  static Result<KvBlockLayout> Make(const KvShape& shape, const Format& k_format,
+                                    const Format& v_format, uint32_t block_tokens);
+  size_t k_offset(uint32_t layer) const { return layer * layer_stride; }
+  size_t v_offset(uint32_t layer) const { return layer * layer_stride + k_region_bytes; }
+  // "K q8_0 / V q4_0, 32-token blocks of 1,032,192 bytes, 28 layers x 8 KV heads x ..."
+  std::string ToString() const;
+};
+
+struct BlockPoolOptions {
+  KvShape shape;
+  Format k_format = Format::F16();
+  Format v_format = Format::F16();
+  uint32_t block_tokens = 32;
+  uint64_t capacity_bytes = 0;  // required: at least one block
+  // Optional budget shared with other pools; allocations must fit both it and capacity.
+  std::shared_ptr<MemoryBudget> budget;
+};
+
+// A snapshot of a pool's memory. Bytes are whole blocks (block_stride each).
+struct PoolStats {
+  uint64_t capacity_bytes = 0;
+  uint32_t capacity_blocks = 0;
+  uint32_t blocks_in_use = 0;     // blocks with at least one reference
+  uint32_t shared_blocks = 0;     // blocks with two or more references
+  uint64_t bytes_in_use = 0;      // blocks_in_use * block_stride: exact memory held
+  uint64_t k_bytes_in_use = 0;    // of which K payload (k_format)
+  uint64_t v_bytes_in_use = 0;    // of which V payload (v_format)
+  // Bytes of blocks with at least one reference from each owner; a block shared by two
+  // owners counts for both.
+  std::array<uint64_t, kNumKvOwners> owner_bytes{};
+  uint64_t copied_bytes = 0;      // K/V bytes ever copied (copy-on-write, same-format copies)
+  uint64_t failed_allocations = 0;
+  uint64_t refcount_errors = 0;   // Unref of a reference that did not exist (a bug)
+};
+
+class BlockPool : public std::enable_shared_from_this<BlockPool> {
+ public:
+  static Result<std::shared_ptr<BlockPool>> Create(const BlockPoolOptions& options);
+  ~BlockPool();
+  BlockPool(const BlockPool&) = delete;
+  BlockPool& operator=(const BlockPool&) = delete;
+
+  const KvBlockLayout& layout() const { return layout_; }
+  const KvShape& shape() const { return layout_.shape; }
+  const Format& k_format() const { return layout_.k_format; }
+  const Format& v_format() const { return layout_.v_format; }
+  uint32_t block_tokens() const { return layout_.block_tokens; }
+  uint32_t capacity_blocks() const { return max_blocks_; }
+
+  // Appends `n` zeroed blocks, each with one reference from `owner`, to *out. All or nothing:
+  // on ResourceExhausted nothing is allocated. `what` names the caller in the error.
+  Status Allocate(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what);
+  // Adds one reference from `owner` to each id. All or nothing: an id that is not a live
+  // block of this pool is InvalidArgument and nothing changes.
+  Status Ref(std::span<const BlockId> ids, KvOwner owner);
+  // Drops one reference from `owner` of each id; a block whose last reference goes is
+  // zeroed and reused. An id without such a reference is a caller bug: it is skipped, logged
+  // to stderr and counted in PoolStats::refcount_errors (tests require 0).
+  void Unref(std::span<const BlockId> ids, KvOwner owner);
+  // Moves one reference of each id from `from` to `to` (accounting only). Same checks as Ref.
+  Status MoveOwner(std::span<const BlockId> ids, KvOwner from, KvOwner to);
+  uint32_t RefCount(BlockId id) const;
+  // OK if `id` is a block of this pool with at least one reference.
+  Status CheckBlock(BlockId id) const;
+
+  uint8_t* block_data(BlockId id) { return base_ + static_cast<size_t>(id) * layout_.block_stride; }
+  const uint8_t* block_data(BlockId id) const {
+    return base_ + static_cast<size_t>(id) * layout_.block_stride;
+  }
+  // A view of `layer` over rows the caller provides (see paged_kv_view.h).
+  PagedKvView View(uint32_t layer, const PagedKvRow* rows, uint32_t n_rows) const;
+
+  PoolStats Stats() const;
+  // Sum of all references (tests compare it with the references they know of).
+  uint64_t TotalRefs() const;
+  // Adds to the copied_bytes counter (SequenceCache's copy-on-write, conversions).
+  void CountCopied(uint64_t bytes) { copied_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+
+ private:
+  BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* base,
+            size_t reserved, uint32_t max_blocks);
+  // Zeroes a block whose last reference went away and returns it to the free list.
+  void Recycle(std::span<const BlockId> ids);
+  std::string FullMessage(size_t n, const char* what, const char* limit, uint64_t free_bytes,
+                          uint64_t cap_bytes) const;
+
+  const KvBlockLayout layout_;
+  const uint64_t capacity_bytes_;
+  const std::shared_ptr<MemoryBudget> budget_;
+  uint8_t* const base_;           // [max_blocks_ * block_stride] reserved address range
+  const size_t reserved_bytes_;
+  const uint32_t max_blocks_;
+  const bool release_pages_;      // freed blocks go back to the OS (else memset to zero)
+
+  mutable std::mutex mu_;
+  struct Meta {
+    std::array<uint32_t, kNumKvOwners> refs{};
+    uint32_t total = 0;
+  };
+  std::vector<Meta> meta_;          // [max_blocks_]
+  std::vector<BlockId> free_ids_;   // recycled blocks, reused last-in first-out
+  uint32_t next_fresh_ = 0;         // blocks [next_fresh_, max_blocks_) never used yet
+  uint32_t in_use_ = 0;
+  uint32_t shared_ = 0;
+  uint64_t total_refs_ = 0;
+  std::array<uint32_t, kNumKvOwners> owner_blocks_{};
+  uint64_t failed_allocations_ = 0;
+  uint64_t refcount_errors_ = 0;
+  std::atomic<uint64_t> copied_bytes_{0};
+};
+
+}  // namespace kvtier

@@ -1,0 +1,310 @@
+// BlockPool: reserved address range, free list, per-owner reference counts, zeroing on free.
+// Thread-safety: every method takes mu_ except the zeroing of freed blocks, which happens
+// while those blocks belong to nobody (not yet on the free list).
+#include "kvtier/block_pool.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "base/strings.h"
+
+namespace kvtier {
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kReleaseThreshold = 64 * 1024;  // blocks this big go back to the OS on free
+
+size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
+
+std::string BlocksAndBytes(uint64_t blocks, uint64_t stride) {
+  return GroupDigits(blocks) + (blocks == 1 ? " block, " : " blocks, ") +
+         DescribeBytes(blocks * stride);
+}
+
+}  // namespace
+
+bool MemoryBudget::TryCharge(uint64_t bytes) {
+  uint64_t cur = used_.load(std::memory_order_relaxed);
+  do {
+    if (bytes > capacity_ || cur > capacity_ - bytes) return false;
+  } while (!used_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+  return true;
+}
+
+void MemoryBudget::Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_order_relaxed); }
+
+Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_format,
+                                          const Format& v_format, uint32_t block_tokens) {
+  KVTIER_RETURN_IF_ERROR(shape.Validate());
+  KVTIER_RETURN_IF_ERROR(k_format.Validate());
+  KVTIER_RETURN_IF_ERROR(v_format.Validate());
+  if (Status s = k_format.CheckHeadDim(shape.head_dim); !s.ok()) {
+    return Status::InvalidArgument("K format: " + s.message());
+  }
+  if (Status s = v_format.CheckHeadDim(shape.head_dim); !s.ok()) {
+    return Status::InvalidArgument("V format: " + s.message());
+  }
+  if (block_tokens == 0 || block_tokens > 4096) {
+    return Status::InvalidArgument("block_tokens " + std::to_string(block_tokens) +
+                                   " invalid: expected 1..4096 tokens per block");
+  }
+  KvBlockLayout l;
+  l.shape = shape;
+  l.k_format = k_format;
+  l.v_format = v_format;
+  l.block_tokens = block_tokens;
+  l.k_row_bytes = k_format.row_bytes(shape.head_dim);
+  l.v_row_bytes = v_format.row_bytes(shape.head_dim);
+  l.k_token_stride = shape.n_kv_heads * l.k_row_bytes;
+  l.v_token_stride = shape.n_kv_heads * l.v_row_bytes;
+  l.k_region_bytes = RoundUp(block_tokens * l.k_token_stride, 64);
+  l.v_region_bytes = RoundUp(block_tokens * l.v_token_stride, 64);
+  l.layer_stride = l.k_region_bytes + l.v_region_bytes;
+  l.payload_bytes = block_tokens * KvBytesPerToken(shape, k_format, v_format);
+  const size_t raw = static_cast<size_t>(shape.n_layers) * l.layer_stride;
+  l.block_stride = raw >= kReleaseThreshold ? RoundUp(raw, kPage) : raw;
+  return l;
+}
+
+std::string KvBlockLayout::ToString() const {
+  return "K " + k_format.spec() + " / V " + v_format.spec() + ", " +
+         std::to_string(block_tokens) + "-token blocks of " + DescribeBytes(block_stride) +
+         ", " + shape.ToString();
+}
+
+Result<std::shared_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& options) {
+  KVTIER_ASSIGN_OR_RETURN(
+      KvBlockLayout layout,
+      KvBlockLayout::Make(options.shape, options.k_format, options.v_format, options.block_tokens));
+  const uint64_t stride = layout.block_stride;
+  if (options.capacity_bytes < stride) {
+    return Status::InvalidArgument("KV pool capacity " + DescribeBytes(options.capacity_bytes) +
+                                   " is less than one block: " + layout.ToString());
+  }
+  const uint64_t blocks64 = options.capacity_bytes / stride;
+  const uint32_t max_blocks =
+      static_cast<uint32_t>(std::min<uint64_t>(blocks64, static_cast<uint64_t>(INT32_MAX)));
+  const size_t reserved = static_cast<size_t>(max_blocks) * stride;
+  void* p = mmap(nullptr, reserved, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    return Status::ResourceExhausted("KV pool: cannot reserve " + DescribeBytes(reserved) +
+                                     " of address space for " + GroupDigits(max_blocks) +
+                                     " blocks (" + std::strerror(errno) + ")");
+  }
+  return std::shared_ptr<BlockPool>(
+      new BlockPool(options, layout, static_cast<uint8_t*>(p), reserved, max_blocks));
+}
+
+BlockPool::BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* base,
+                     size_t reserved, uint32_t max_blocks)
+    : layout_(layout),
+      capacity_bytes_(options.capacity_bytes),
+      budget_(options.budget),
+      base_(base),
+      reserved_bytes_(reserved),
+      max_blocks_(max_blocks),
+      release_pages_(layout.block_stride % kPage == 0),
+      meta_(max_blocks) {}
+
+BlockPool::~BlockPool() {
+  if (budget_) budget_->Release(static_cast<uint64_t>(in_use_) * layout_.block_stride);
+  munmap(base_, reserved_bytes_);
+}
+
+std::string BlockPool::FullMessage(size_t n, const char* what, const char* limit,
+                                   uint64_t free_bytes, uint64_t cap_bytes) const {
+  const uint64_t stride = layout_.block_stride;
+  return std::string(limit) + " full: " + what + " needs " + BlocksAndBytes(n, stride) +
+         "; free: " + DescribeBytes(free_bytes) + " of " + DescribeBytes(cap_bytes) + " [" +
+         layout_.ToString() + "]";
+}
+
+Status BlockPool::Allocate(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what) {
+  if (n == 0) return Status::OK();
+  const uint64_t stride = layout_.block_stride;
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint32_t free_blocks = max_blocks_ - in_use_;
+  if (n > free_blocks) {
+    ++failed_allocations_;
+    return Status::ResourceExhausted(FullMessage(n, what, "KV block pool", free_blocks * stride,
+                                                 static_cast<uint64_t>(max_blocks_) * stride));
+  }
+  if (budget_ && !budget_->TryCharge(n * stride)) {
+    ++failed_allocations_;
+    const uint64_t used = budget_->used();
+    const uint64_t cap = budget_->capacity();
+    return Status::ResourceExhausted(
+        FullMessage(n, what, "KV memory budget", used < cap ? cap - used : 0, cap));
+  }
+  const int o = static_cast<int>(owner);
+  for (size_t i = 0; i < n; ++i) {
+    BlockId id;
+    if (!free_ids_.empty()) {
+      id = free_ids_.back();
+      free_ids_.pop_back();
+    } else {
+      id = static_cast<BlockId>(next_fresh_++);
+    }
+    Meta& m = meta_[static_cast<size_t>(id)];
+    m.refs = {};
+    m.refs[static_cast<size_t>(o)] = 1;
+    m.total = 1;
+    out->push_back(id);
+  }
+  in_use_ += static_cast<uint32_t>(n);
+  total_refs_ += n;
+  owner_blocks_[static_cast<size_t>(o)] += static_cast<uint32_t>(n);
+  return Status::OK();
+}
+
+Status BlockPool::CheckBlock(BlockId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_ || meta_[static_cast<size_t>(id)].total == 0) {
+    return Status::InvalidArgument("block id " + std::to_string(id) +
+                                   " is not a live block of this pool (" +
+                                   GroupDigits(max_blocks_) + " blocks)");
+  }
+  return Status::OK();
+}
+
+Status BlockPool::Ref(std::span<const BlockId> ids, KvOwner owner) {
+  const size_t o = static_cast<size_t>(owner);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (BlockId id : ids) {
+    if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_ ||
+        meta_[static_cast<size_t>(id)].total == 0) {
+      return Status::InvalidArgument("Ref: block id " + std::to_string(id) +
+                                     " is not a live block of this pool");
+    }
+  }
+  for (BlockId id : ids) {
+    Meta& m = meta_[static_cast<size_t>(id)];
+    if (m.refs[o]++ == 0) ++owner_blocks_[o];
+    if (m.total++ == 1) ++shared_;
+  }
+  total_refs_ += ids.size();
+  return Status::OK();
+}
+
+void BlockPool::Unref(std::span<const BlockId> ids, KvOwner owner) {
+  const size_t o = static_cast<size_t>(owner);
+  std::vector<BlockId> freed;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (BlockId id : ids) {
+      if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_ ||
+          meta_[static_cast<size_t>(id)].refs[o] == 0) {
+        ++refcount_errors_;
+        std::fprintf(stderr, "kvtier: BUG: Unref of block %d without a reference from %s\n", id,
+                     std::string(KvOwnerName(owner)).c_str());
+        continue;
+      }
+      Meta& m = meta_[static_cast<size_t>(id)];
+      if (--m.refs[o] == 0) --owner_blocks_[o];
+      --total_refs_;
+      if (--m.total == 1) --shared_;
+      if (m.total == 0) freed.push_back(id);
+    }
+  }
+  if (!freed.empty()) Recycle(freed);
+}
+
+void BlockPool::Recycle(std::span<const BlockId> ids) {
+  const size_t stride = layout_.block_stride;
+  for (BlockId id : ids) {
+    uint8_t* p = block_data(id);
+    // Large blocks: give the pages back (they read as zero when next touched).
+    if (!release_pages_ || madvise(p, stride, MADV_DONTNEED) != 0) std::memset(p, 0, stride);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (BlockId id : ids) free_ids_.push_back(id);
+  in_use_ -= static_cast<uint32_t>(ids.size());
+  if (budget_) budget_->Release(ids.size() * stride);
+}
+
+Status BlockPool::MoveOwner(std::span<const BlockId> ids, KvOwner from, KvOwner to) {
+  if (from == to) return Status::OK();
+  const size_t f = static_cast<size_t>(from);
+  const size_t t = static_cast<size_t>(to);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Count how many references each id needs, so repeated ids are checked correctly.
+  std::vector<BlockId> sorted(ids.begin(), ids.end());
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < sorted.size();) {
+    size_t j = i;
+    while (j < sorted.size() && sorted[j] == sorted[i]) ++j;
+    const BlockId id = sorted[i];
+    if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_ ||
+        meta_[static_cast<size_t>(id)].refs[f] < j - i) {
+      return Status::InvalidArgument("MoveOwner: block " + std::to_string(id) + " has fewer than " +
+                                     std::to_string(j - i) + " references from " +
+                                     std::string(KvOwnerName(from)));
+    }
+    i = j;
+  }
+  for (BlockId id : ids) {
+    Meta& m = meta_[static_cast<size_t>(id)];
+    if (--m.refs[f] == 0) --owner_blocks_[f];
+    if (m.refs[t]++ == 0) ++owner_blocks_[t];
+  }
+  return Status::OK();
+}
+
+uint32_t BlockPool::RefCount(BlockId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_) return 0;
+  return meta_[static_cast<size_t>(id)].total;
+}
+
+PagedKvView BlockPool::View(uint32_t layer, const PagedKvRow* rows, uint32_t n_rows) const {
+  PagedKvView v;
+  v.k_base = base_ + layout_.k_offset(layer);
+  v.v_base = base_ + layout_.v_offset(layer);
+  v.block_stride = layout_.block_stride;
+  v.k_token_stride = layout_.k_token_stride;
+  v.k_head_stride = layout_.k_row_bytes;
+  v.v_token_stride = layout_.v_token_stride;
+  v.v_head_stride = layout_.v_row_bytes;
+  v.block_tokens = layout_.block_tokens;
+  v.n_kv_heads = layout_.shape.n_kv_heads;
+  v.head_dim = layout_.shape.head_dim;
+  v.k_format = layout_.k_format;
+  v.v_format = layout_.v_format;
+  v.n_rows = n_rows;
+  v.rows = rows;
+  return v;
+}
+
+PoolStats BlockPool::Stats() const {
+  const uint64_t stride = layout_.block_stride;
+  const uint64_t k_per_block =
+      static_cast<uint64_t>(layout_.shape.n_layers) * layout_.block_tokens * layout_.k_token_stride;
+  const uint64_t v_per_block =
+      static_cast<uint64_t>(layout_.shape.n_layers) * layout_.block_tokens * layout_.v_token_stride;
+  std::lock_guard<std::mutex> lock(mu_);
+  PoolStats s;
+  s.capacity_bytes = capacity_bytes_;
+  s.capacity_blocks = max_blocks_;
+  s.blocks_in_use = in_use_;
+  s.shared_blocks = shared_;
+  s.bytes_in_use = in_use_ * stride;
+  s.k_bytes_in_use = in_use_ * k_per_block;
+  s.v_bytes_in_use = in_use_ * v_per_block;
+  for (size_t o = 0; o < s.owner_bytes.size(); ++o) s.owner_bytes[o] = owner_blocks_[o] * stride;
+  s.copied_bytes = copied_bytes_.load(std::memory_order_relaxed);
+  s.failed_allocations = failed_allocations_;
+  s.refcount_errors = refcount_errors_;
+  return s;
+}
+
+uint64_t BlockPool::TotalRefs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_refs_;
+}
+
+}  // namespace kvtier
