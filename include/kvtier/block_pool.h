@@ -7,9 +7,11 @@
 //                  V: [block_tokens][n_kv_heads] rows of v_row_bytes, padded to 64 bytes }
 //
 // All blocks live in one address range reserved up front (capacity bytes, committed by the OS
-// only when touched), so block b starts at base + b * block_stride. A block handed out by
-// Allocate is all zero bytes: freed blocks are zeroed (large ones given back to the OS), so no
-// data of one sequence can ever show up in another.
+// only when touched; transparent huge pages where the kernel offers them), so block b starts
+// at base + b * block_stride. Freed blocks stay resident for reuse ("warm", up to
+// retain_free_bytes) or are given back to the OS ("cold"); ReleaseFreeMemory gives back the
+// warm ones. A block handed out by Allocate is all zero bytes (warm blocks are cleared on
+// reuse), so no data of one sequence can ever show up in another.
 //
 // Never grows past its capacity, nor past a shared MemoryBudget when one is given: an
 // allocation that does not fit returns ResourceExhausted saying how much was needed and how
@@ -70,7 +72,7 @@ struct KvBlockLayout {
   size_t v_region_bytes = 0;
   size_t layer_stride = 0;    // k_region_bytes + v_region_bytes
   size_t payload_bytes = 0;   // block_tokens * KvBytesPerToken (what the tokens need)
-  size_t block_stride = 0;    // n_layers * layer_stride, rounded up to 4 KiB when >= 64 KiB
+  size_t block_stride = 0;    // n_layers * layer_stride rounded up to 4 KiB (whole pages)
 
   static Result<KvBlockLayout> Make(const KvShape& shape, const Format& k_format,
                                     const Format& v_format, uint32_t block_tokens);
@@ -86,8 +88,11 @@ struct BlockPoolOptions {
   Format v_format = Format::F16();
   uint32_t block_tokens = 32;
   uint64_t capacity_bytes = 0;  // required: at least one block
-  // Optional budget shared with other pools; allocations must fit both it and capacity.
+  // Optional budget shared with other pools; the pool charges it for every block it keeps in
+  // RAM (in use or warm), so resident blocks must fit both it and capacity.
   std::shared_ptr<MemoryBudget> budget;
+  // Freed blocks kept resident for fast reuse, at most this many bytes (default: all).
+  uint64_t retain_free_bytes = UINT64_MAX;
 };
 
 // A snapshot of a pool's memory. Bytes are whole blocks (block_stride each).
@@ -97,6 +102,8 @@ struct PoolStats {
   uint32_t blocks_in_use = 0;     // blocks with at least one reference
   uint32_t shared_blocks = 0;     // blocks with two or more references
   uint64_t bytes_in_use = 0;      // blocks_in_use * block_stride: exact memory held
+  uint64_t free_resident_bytes = 0;  // freed blocks kept in RAM for reuse (warm)
+  uint64_t resident_bytes = 0;    // bytes_in_use + free_resident_bytes (what the budget holds)
   uint64_t k_bytes_in_use = 0;    // of which K payload (k_format)
   uint64_t v_bytes_in_use = 0;    // of which V payload (v_format)
   // Bytes of blocks with at least one reference from each owner; a block shared by two
@@ -145,16 +152,18 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   PagedKvView View(uint32_t layer, const PagedKvRow* rows, uint32_t n_rows) const;
 
   PoolStats Stats() const;
+  // Gives the warm free blocks back to the OS (and to the budget); returns the bytes released.
+  uint64_t ReleaseFreeMemory();
   // Sum of all references (tests compare it with the references they know of).
   uint64_t TotalRefs() const;
   // Adds to the copied_bytes counter (SequenceCache's copy-on-write, conversions).
   void CountCopied(uint64_t bytes) { copied_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
 
  private:
-  BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* base,
-            size_t reserved, uint32_t max_blocks);
-  // Zeroes a block whose last reference went away and returns it to the free list.
-  void Recycle(std::span<const BlockId> ids);
+  BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* map,
+            size_t map_bytes, uint8_t* base, size_t reserved, uint32_t max_blocks);
+  // Gives `ids` (free, not on any list) back to the OS and puts them on the cold list.
+  void Release(std::span<const BlockId> ids);
   std::string FullMessage(size_t n, const char* what, const char* limit, uint64_t free_bytes,
                           uint64_t cap_bytes) const;
 
@@ -164,7 +173,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   uint8_t* const base_;           // [max_blocks_ * block_stride] reserved address range
   const size_t reserved_bytes_;
   const uint32_t max_blocks_;
-  const bool release_pages_;      // freed blocks go back to the OS (else memset to zero)
+  uint8_t* const map_;            // the mapping as mmap returned it (base_ is 2 MiB aligned)
+  const size_t map_bytes_;
+  const uint64_t retain_free_bytes_;
 
   mutable std::mutex mu_;
   struct Meta {
@@ -172,9 +183,11 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
     uint32_t total = 0;
   };
   std::vector<Meta> meta_;          // [max_blocks_]
-  std::vector<BlockId> free_ids_;   // recycled blocks, reused last-in first-out
+  std::vector<BlockId> warm_;       // freed, resident, dirty: cleared when reused (LIFO)
+  std::vector<BlockId> cold_;       // freed and given back to the OS: read as zero
   uint32_t next_fresh_ = 0;         // blocks [next_fresh_, max_blocks_) never used yet
-  uint32_t in_use_ = 0;
+  uint32_t in_use_ = 0;             // referenced blocks, plus blocks on their way to cold_
+  uint32_t releasing_ = 0;          // of in_use_, blocks on their way to cold_
   uint32_t shared_ = 0;
   uint64_t total_refs_ = 0;
   std::array<uint32_t, kNumKvOwners> owner_blocks_{};

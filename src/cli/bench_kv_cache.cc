@@ -11,6 +11,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/dtype_io.h"
+#include "base/stats.h"
 #include "base/sysinfo.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
@@ -65,12 +66,6 @@ void FillNormalSegment(uint64_t seed, uint64_t stream, size_t segment, DType dty
     const float v[2] = {static_cast<float>(r * std::cos(theta)), static_cast<float>(r * std::sin(theta))};
     for (size_t k = 0; k < 2 && i + k < n; ++k) StoreAs(dtype, out, i + k, v[k]);
   }
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 Status Validate(const BenchKvCacheConfig& c) {

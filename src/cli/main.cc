@@ -4,19 +4,26 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include "cli/bench_kv_cache.h"
+#include "cli/bench_kv_paged.h"
 
 namespace {
 
-void ProgressBar(int done, int total) {
-  constexpr int kWidth = 40;
-  const int filled = total > 0 ? done * kWidth / total : kWidth;
-  std::fprintf(stderr, "\r[%.*s%*s] layer %d/%d", filled,
-               "########################################", kWidth - filled, "", done, total);
-  if (done == total) std::fprintf(stderr, "\r%*s\r", kWidth + 24, "");
-  std::fflush(stderr);
+// A progress bar on stderr when it is a terminal, else no callback at all.
+std::function<void(int, int)> ProgressBar(const char* unit) {
+  if (isatty(STDERR_FILENO) == 0) return {};
+  return [unit](int done, int total) {
+    constexpr int kWidth = 40;
+    const int filled = total > 0 ? done * kWidth / total : kWidth;
+    std::fprintf(stderr, "\r[%.*s%*s] %s %d/%d", filled,
+                 "########################################", kWidth - filled, "", unit, done,
+                 total);
+    if (done == total) std::fprintf(stderr, "\r%*s\r", kWidth + 32, "");
+    std::fflush(stderr);
+  };
 }
 
 int Fail(const char* cmd, const kvtier::Status& s) {
@@ -53,7 +60,42 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   b->add_flag("--json", json, "Print one JSON object instead of a table");
 
+  kvtier::cli::BenchKvPagedConfig paged;
+  bool paged_json = false;
+  CLI::App* p = app.add_subcommand(
+      "bench-kv-paged",
+      "Bytes per token of the paged KV cache per format, and the time and bytes copied of "
+      "batch merge / extract / filter / extend at several context lengths");
+  p->add_option("--layers", paged.layers, "Layers")->capture_default_str();
+  p->add_option("--kv-heads", paged.kv_heads, "KV heads")->capture_default_str();
+  p->add_option("--head-dim", paged.head_dim, "Head dimension")->capture_default_str();
+  p->add_option("--block-tokens", paged.block_tokens, "Tokens per KV block")
+      ->capture_default_str();
+  p->add_option("--formats", paged.formats,
+                "Comma-separated formats for the bytes-per-token table, each FMT or K/V: " +
+                    kvtier::ValidFormatsHelp())
+      ->capture_default_str();
+  p->add_option("--ops-format", paged.ops_format, "Format (FMT or K/V) of the timed cache")
+      ->capture_default_str();
+  p->add_option("--rows", paged.rows, "Rows of the batch")->capture_default_str();
+  p->add_option("--contexts", paged.contexts, "Comma-separated tokens per row")
+      ->capture_default_str();
+  p->add_option("--repeats", paged.repeats, "Runs of each timed step; the median counts")
+      ->capture_default_str();
+  p->add_option("--threads", paged.threads, "Threads filling the rows (0: all cores)")
+      ->capture_default_str();
+  p->add_option("--seed", paged.seed, "Seed of the K/V data")->capture_default_str();
+  p->add_flag("--json", paged_json, "Print one JSON object instead of a table");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (p->parsed()) {
+    auto report = kvtier::cli::RunBenchKvPaged(paged, ProgressBar("step"));
+    if (!report.ok()) return Fail("bench-kv-paged", report.status());
+    std::cout << (paged_json ? kvtier::cli::FormatBenchKvPagedJson(*report)
+                             : kvtier::cli::FormatBenchKvPagedTable(*report));
+    return 0;
+  }
 
   if (b->parsed()) {
     kvtier::Result<kvtier::DType> dt = kvtier::ParseDType(dtype);
@@ -62,9 +104,7 @@ int main(int argc, char** argv) {
                   kvtier::Status::InvalidArgument("--dtype: " + dt.status().message()));
     }
     bench.dtype = *dt;
-    const bool tty = isatty(STDERR_FILENO) != 0;
-    auto report = kvtier::cli::RunBenchKvCache(
-        bench, tty ? std::function<void(int, int)>(ProgressBar) : std::function<void(int, int)>());
+    auto report = kvtier::cli::RunBenchKvCache(bench, ProgressBar("layer"));
     if (!report.ok()) return Fail("bench-kv-cache", report.status());
     std::cout << (json ? kvtier::cli::FormatBenchKvCacheJson(*report)
                        : kvtier::cli::FormatBenchKvCacheTable(*report));

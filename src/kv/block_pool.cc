@@ -16,7 +16,7 @@ namespace kvtier {
 namespace {
 
 constexpr size_t kPage = 4096;
-constexpr size_t kReleaseThreshold = 64 * 1024;  // blocks this big go back to the OS on free
+constexpr size_t kHugePage = 2 << 20;  // arena alignment, so huge pages can back it
 
 size_t RoundUp(size_t v, size_t to) { return (v + to - 1) / to * to; }
 
@@ -65,8 +65,8 @@ Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_
   l.v_region_bytes = RoundUp(block_tokens * l.v_token_stride, 64);
   l.layer_stride = l.k_region_bytes + l.v_region_bytes;
   l.payload_bytes = block_tokens * KvBytesPerToken(shape, k_format, v_format);
-  const size_t raw = static_cast<size_t>(shape.n_layers) * l.layer_stride;
-  l.block_stride = raw >= kReleaseThreshold ? RoundUp(raw, kPage) : raw;
+  // Whole pages per block, so a freed block can be given back to the OS on its own.
+  l.block_stride = RoundUp(static_cast<size_t>(shape.n_layers) * l.layer_stride, kPage);
   return l;
 }
 
@@ -89,31 +89,40 @@ Result<std::shared_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& opt
   const uint32_t max_blocks =
       static_cast<uint32_t>(std::min<uint64_t>(blocks64, static_cast<uint64_t>(INT32_MAX)));
   const size_t reserved = static_cast<size_t>(max_blocks) * stride;
-  void* p = mmap(nullptr, reserved, PROT_READ | PROT_WRITE,
+  const size_t map_bytes = reserved + kHugePage;
+  void* p = mmap(nullptr, map_bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     return Status::ResourceExhausted("KV pool: cannot reserve " + DescribeBytes(reserved) +
                                      " of address space for " + GroupDigits(max_blocks) +
                                      " blocks (" + std::strerror(errno) + ")");
   }
+  auto* map = static_cast<uint8_t*>(p);
+  uint8_t* base = map + (kHugePage - reinterpret_cast<uintptr_t>(map) % kHugePage) % kHugePage;
+  // Fewer page faults (and TLB misses) on big caches; ignored where THP is off.
+  (void)madvise(base, reserved, MADV_HUGEPAGE);
   return std::shared_ptr<BlockPool>(
-      new BlockPool(options, layout, static_cast<uint8_t*>(p), reserved, max_blocks));
+      new BlockPool(options, layout, map, map_bytes, base, reserved, max_blocks));
 }
 
-BlockPool::BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* base,
-                     size_t reserved, uint32_t max_blocks)
+BlockPool::BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* map,
+                     size_t map_bytes, uint8_t* base, size_t reserved, uint32_t max_blocks)
     : layout_(layout),
       capacity_bytes_(options.capacity_bytes),
       budget_(options.budget),
       base_(base),
       reserved_bytes_(reserved),
       max_blocks_(max_blocks),
-      release_pages_(layout.block_stride % kPage == 0),
+      map_(map),
+      map_bytes_(map_bytes),
+      retain_free_bytes_(options.retain_free_bytes),
       meta_(max_blocks) {}
 
 BlockPool::~BlockPool() {
-  if (budget_) budget_->Release(static_cast<uint64_t>(in_use_) * layout_.block_stride);
-  munmap(base_, reserved_bytes_);
+  if (budget_) {
+    budget_->Release((static_cast<uint64_t>(in_use_) + warm_.size()) * layout_.block_stride);
+  }
+  munmap(map_, map_bytes_);
 }
 
 std::string BlockPool::FullMessage(size_t n, const char* what, const char* limit,
@@ -127,38 +136,49 @@ std::string BlockPool::FullMessage(size_t n, const char* what, const char* limit
 Status BlockPool::Allocate(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what) {
   if (n == 0) return Status::OK();
   const uint64_t stride = layout_.block_stride;
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint32_t free_blocks = max_blocks_ - in_use_;
-  if (n > free_blocks) {
-    ++failed_allocations_;
-    return Status::ResourceExhausted(FullMessage(n, what, "KV block pool", free_blocks * stride,
-                                                 static_cast<uint64_t>(max_blocks_) * stride));
-  }
-  if (budget_ && !budget_->TryCharge(n * stride)) {
-    ++failed_allocations_;
-    const uint64_t used = budget_->used();
-    const uint64_t cap = budget_->capacity();
-    return Status::ResourceExhausted(
-        FullMessage(n, what, "KV memory budget", used < cap ? cap - used : 0, cap));
-  }
-  const int o = static_cast<int>(owner);
-  for (size_t i = 0; i < n; ++i) {
-    BlockId id;
-    if (!free_ids_.empty()) {
-      id = free_ids_.back();
-      free_ids_.pop_back();
-    } else {
-      id = static_cast<BlockId>(next_fresh_++);
+  const size_t o = static_cast<size_t>(owner);
+  const size_t first = out->size();
+  size_t n_warm = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint32_t free_blocks = max_blocks_ - in_use_;
+    if (n > free_blocks) {
+      ++failed_allocations_;
+      return Status::ResourceExhausted(FullMessage(n, what, "KV block pool", free_blocks * stride,
+                                                   static_cast<uint64_t>(max_blocks_) * stride));
     }
-    Meta& m = meta_[static_cast<size_t>(id)];
-    m.refs = {};
-    m.refs[static_cast<size_t>(o)] = 1;
-    m.total = 1;
-    out->push_back(id);
+    // Warm blocks are already resident (and charged); the others need budget.
+    n_warm = std::min(n, warm_.size());
+    if (budget_ && n > n_warm && !budget_->TryCharge((n - n_warm) * stride)) {
+      ++failed_allocations_;
+      const uint64_t used = budget_->used();
+      const uint64_t cap = budget_->capacity();
+      return Status::ResourceExhausted(
+          FullMessage(n, what, "KV memory budget", used < cap ? cap - used : 0, cap));
+    }
+    for (size_t i = 0; i < n; ++i) {
+      BlockId id;
+      if (i < n_warm) {
+        id = warm_.back();
+        warm_.pop_back();
+      } else if (!cold_.empty()) {
+        id = cold_.back();
+        cold_.pop_back();
+      } else {
+        id = static_cast<BlockId>(next_fresh_++);
+      }
+      Meta& m = meta_[static_cast<size_t>(id)];
+      m.refs = {};
+      m.refs[o] = 1;
+      m.total = 1;
+      out->push_back(id);
+    }
+    in_use_ += static_cast<uint32_t>(n);
+    total_refs_ += n;
+    owner_blocks_[o] += static_cast<uint32_t>(n);
   }
-  in_use_ += static_cast<uint32_t>(n);
-  total_refs_ += n;
-  owner_blocks_[static_cast<size_t>(o)] += static_cast<uint32_t>(n);
+  // Warm blocks hold a former owner's bytes: clear them (they are ours alone now).
+  for (size_t i = 0; i < n_warm; ++i) std::memset(block_data((*out)[first + i]), 0, stride);
   return Status::OK();
 }
 
@@ -193,7 +213,8 @@ Status BlockPool::Ref(std::span<const BlockId> ids, KvOwner owner) {
 
 void BlockPool::Unref(std::span<const BlockId> ids, KvOwner owner) {
   const size_t o = static_cast<size_t>(owner);
-  std::vector<BlockId> freed;
+  const uint64_t stride = layout_.block_stride;
+  std::vector<BlockId> release;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (BlockId id : ids) {
@@ -208,23 +229,43 @@ void BlockPool::Unref(std::span<const BlockId> ids, KvOwner owner) {
       if (--m.refs[o] == 0) --owner_blocks_[o];
       --total_refs_;
       if (--m.total == 1) --shared_;
-      if (m.total == 0) freed.push_back(id);
+      if (m.total > 0) continue;
+      if ((warm_.size() + 1) * stride <= retain_free_bytes_) {
+        warm_.push_back(id);  // stays resident (and charged); cleared when reused
+        --in_use_;
+      } else {
+        release.push_back(id);
+        ++releasing_;
+      }
     }
   }
-  if (!freed.empty()) Recycle(freed);
+  if (!release.empty()) Release(release);
 }
 
-void BlockPool::Recycle(std::span<const BlockId> ids) {
+void BlockPool::Release(std::span<const BlockId> ids) {
   const size_t stride = layout_.block_stride;
   for (BlockId id : ids) {
     uint8_t* p = block_data(id);
-    // Large blocks: give the pages back (they read as zero when next touched).
-    if (!release_pages_ || madvise(p, stride, MADV_DONTNEED) != 0) std::memset(p, 0, stride);
+    // The pages read as zero when next touched; if the kernel refuses, clear them here.
+    if (madvise(p, stride, MADV_DONTNEED) != 0) std::memset(p, 0, stride);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (BlockId id : ids) free_ids_.push_back(id);
+  for (BlockId id : ids) cold_.push_back(id);
   in_use_ -= static_cast<uint32_t>(ids.size());
+  releasing_ -= static_cast<uint32_t>(ids.size());
   if (budget_) budget_->Release(ids.size() * stride);
+}
+
+uint64_t BlockPool::ReleaseFreeMemory() {
+  std::vector<BlockId> ids;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ids.swap(warm_);
+    in_use_ += static_cast<uint32_t>(ids.size());  // in transit: not allocatable meanwhile
+    releasing_ += static_cast<uint32_t>(ids.size());
+  }
+  if (!ids.empty()) Release(ids);
+  return ids.size() * layout_.block_stride;
 }
 
 Status BlockPool::MoveOwner(std::span<const BlockId> ids, KvOwner from, KvOwner to) {
@@ -290,11 +331,14 @@ PoolStats BlockPool::Stats() const {
   PoolStats s;
   s.capacity_bytes = capacity_bytes_;
   s.capacity_blocks = max_blocks_;
-  s.blocks_in_use = in_use_;
+  const uint64_t used = in_use_ - releasing_;
+  s.blocks_in_use = static_cast<uint32_t>(used);
   s.shared_blocks = shared_;
-  s.bytes_in_use = in_use_ * stride;
-  s.k_bytes_in_use = in_use_ * k_per_block;
-  s.v_bytes_in_use = in_use_ * v_per_block;
+  s.bytes_in_use = used * stride;
+  s.free_resident_bytes = warm_.size() * stride;
+  s.resident_bytes = s.bytes_in_use + s.free_resident_bytes;
+  s.k_bytes_in_use = used * k_per_block;
+  s.v_bytes_in_use = used * v_per_block;
   for (size_t o = 0; o < s.owner_bytes.size(); ++o) s.owner_bytes[o] = owner_blocks_[o] * stride;
   s.copied_bytes = copied_bytes_.load(std::memory_order_relaxed);
   s.failed_allocations = failed_allocations_;

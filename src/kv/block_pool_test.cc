@@ -42,11 +42,12 @@ TEST(KvBlockLayout, OffsetsAndStrides) {
   EXPECT_GE(l->block_stride, l->payload_bytes);
   EXPECT_LT(l->block_stride, l->payload_bytes + 4096 + 28 * 128);
 
-  // Small blocks are not page-rounded; regions stay 64-byte aligned.
+  // Regions are 64-byte aligned, blocks whole pages.
   Result<KvBlockLayout> s = KvBlockLayout::Make(kSmall, Format::Q4_0(), Format::F32(), 3);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->k_region_bytes, 256u);  // 3 tokens * 2 heads * 36 bytes = 216 -> 256
-  EXPECT_EQ(s->block_stride, 2u * (256 + 1536));
+  EXPECT_EQ(s->layer_stride, 256u + 1536);
+  EXPECT_EQ(s->block_stride, 4096u);
 }
 
 TEST(KvBlockLayout, BadInputsNameTheProblem) {
@@ -96,12 +97,20 @@ TEST(BlockPool, ExhaustionSaysNeededAndFreeAndChangesNothing) {
   EXPECT_EQ(pool->Stats().blocks_in_use, 0u);
 }
 
-// Blocks come back zeroed on both paths: small blocks (memset) and page-sized ones (madvise).
+// Blocks come back zeroed on both paths: warm blocks (cleared on reuse) and blocks given back
+// to the OS (retain_free_bytes 0).
 TEST(BlockPool, RecycledBlocksAreZero) {
+  for (uint64_t retain : {UINT64_MAX, uint64_t{0}})
   for (KvShape shape : {kSmall, kQwen3}) {
-    auto pool = MakePool(shape, Format::F16(), Format::Q4_0(), 32,
-                         testing::BlocksCapacity(shape, Format::F16(), Format::Q4_0(), 32, 2));
-    ASSERT_TRUE(pool);
+    BlockPoolOptions o;
+    o.shape = shape;
+    o.k_format = Format::F16();
+    o.v_format = Format::Q4_0();
+    o.capacity_bytes = testing::BlocksCapacity(shape, Format::F16(), Format::Q4_0(), 32, 2);
+    o.retain_free_bytes = retain;
+    Result<std::shared_ptr<BlockPool>> created = BlockPool::Create(o);
+    ASSERT_TRUE(created.ok());
+    std::shared_ptr<BlockPool> pool = *created;
     std::vector<BlockId> ids;
     ASSERT_TRUE(pool->Allocate(2, KvOwner::kActive, &ids, "test").ok());
     const size_t stride = pool->layout().block_stride;
@@ -111,6 +120,7 @@ TEST(BlockPool, RecycledBlocksAreZero) {
       std::memset(pool->block_data(id), 0xAB, stride);
     }
     pool->Unref(ids, KvOwner::kActive);
+    EXPECT_EQ(pool->Stats().free_resident_bytes, retain ? 2 * stride : 0);
     ids.clear();
     ASSERT_TRUE(pool->Allocate(2, KvOwner::kActive, &ids, "test").ok());
     for (BlockId id : ids) {
@@ -184,8 +194,17 @@ TEST(BlockPool, SharedBudgetLimitsEveryPool) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("KV memory budget full"), std::string::npos) << s.message();
   EXPECT_EQ(budget->used(), 2 * one + b->layout().block_stride);
-  a->Unref(ia, KvOwner::kActive);
+  // Freed blocks stay resident (warm) and charged; a can reuse them without new budget.
   b->Unref(ib, KvOwner::kActive);
+  EXPECT_EQ(b->Stats().free_resident_bytes, b->layout().block_stride);
+  EXPECT_EQ(budget->used(), 2 * one + b->layout().block_stride);
+  EXPECT_FALSE(a->Allocate(1, KvOwner::kActive, &ia, "test").ok());  // b's warm block holds it
+  EXPECT_EQ(b->ReleaseFreeMemory(), b->layout().block_stride);
+  ASSERT_TRUE(a->Allocate(1, KvOwner::kActive, &ia, "test").ok());
+  a->Unref(ia, KvOwner::kActive);
+  EXPECT_EQ(budget->used(), 3 * one);
+  EXPECT_EQ(a->Stats().resident_bytes, 3 * one);
+  a->ReleaseFreeMemory();
   EXPECT_EQ(budget->used(), 0u);
 }
 
