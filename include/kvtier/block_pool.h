@@ -114,6 +114,19 @@ struct PoolStats {
   uint64_t refcount_errors = 0;   // Unref of a reference that did not exist (a bug)
 };
 
+// Memory of several pools (e.g. the active pool and a prefix-cache pool in a store format),
+// summed. by_format maps a format name ("q4_0", "affine4g64:f16") to the K and V payload
+// bytes in use in it; padding is what block rounding adds.
+struct KvMemoryReport {
+  uint64_t bytes_in_use = 0;
+  uint64_t resident_bytes = 0;
+  uint64_t padding_bytes = 0;
+  std::array<uint64_t, kNumKvOwners> owner_bytes{};
+  std::vector<std::pair<std::string, uint64_t>> by_format;  // sorted by name
+};
+class BlockPool;
+KvMemoryReport CollectKvMemory(std::span<const BlockPool* const> pools);
+
 class BlockPool : public std::enable_shared_from_this<BlockPool> {
  public:
   static Result<std::shared_ptr<BlockPool>> Create(const BlockPoolOptions& options);
@@ -161,7 +174,7 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
 
  private:
   BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* map,
-            size_t map_bytes, uint8_t* base, size_t reserved, uint32_t max_blocks);
+            size_t map_bytes, uint8_t* base, uint32_t max_blocks);
   // Gives `ids` (free, not on any list) back to the OS and puts them on the cold list.
   void Release(std::span<const BlockId> ids);
   std::string FullMessage(size_t n, const char* what, const char* limit, uint64_t free_bytes,
@@ -170,8 +183,7 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   const KvBlockLayout layout_;
   const uint64_t capacity_bytes_;
   const std::shared_ptr<MemoryBudget> budget_;
-  uint8_t* const base_;           // [max_blocks_ * block_stride] reserved address range
-  const size_t reserved_bytes_;
+  uint8_t* const base_;           // [max_blocks_ * block_stride] of reserved address range
   const uint32_t max_blocks_;
   uint8_t* const map_;            // the mapping as mmap returned it (base_ is 2 MiB aligned)
   const size_t map_bytes_;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 
 #include "base/strings.h"
@@ -102,16 +103,15 @@ Result<std::shared_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& opt
   // Fewer page faults (and TLB misses) on big caches; ignored where THP is off.
   (void)madvise(base, reserved, MADV_HUGEPAGE);
   return std::shared_ptr<BlockPool>(
-      new BlockPool(options, layout, map, map_bytes, base, reserved, max_blocks));
+      new BlockPool(options, layout, map, map_bytes, base, max_blocks));
 }
 
 BlockPool::BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layout, uint8_t* map,
-                     size_t map_bytes, uint8_t* base, size_t reserved, uint32_t max_blocks)
+                     size_t map_bytes, uint8_t* base, uint32_t max_blocks)
     : layout_(layout),
       capacity_bytes_(options.capacity_bytes),
       budget_(options.budget),
       base_(base),
-      reserved_bytes_(reserved),
       max_blocks_(max_blocks),
       map_(map),
       map_bytes_(map_bytes),
@@ -344,6 +344,22 @@ PoolStats BlockPool::Stats() const {
   s.failed_allocations = failed_allocations_;
   s.refcount_errors = refcount_errors_;
   return s;
+}
+
+KvMemoryReport CollectKvMemory(std::span<const BlockPool* const> pools) {
+  KvMemoryReport r;
+  std::map<std::string, uint64_t> by_format;
+  for (const BlockPool* p : pools) {
+    const PoolStats s = p->Stats();
+    r.bytes_in_use += s.bytes_in_use;
+    r.resident_bytes += s.resident_bytes;
+    r.padding_bytes += s.bytes_in_use - s.k_bytes_in_use - s.v_bytes_in_use;
+    for (size_t o = 0; o < r.owner_bytes.size(); ++o) r.owner_bytes[o] += s.owner_bytes[o];
+    by_format[p->k_format().spec()] += s.k_bytes_in_use;
+    by_format[p->v_format().spec()] += s.v_bytes_in_use;
+  }
+  r.by_format.assign(by_format.begin(), by_format.end());
+  return r;
 }
 
 uint64_t BlockPool::TotalRefs() const {

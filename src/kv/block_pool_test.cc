@@ -208,6 +208,28 @@ TEST(BlockPool, SharedBudgetLimitsEveryPool) {
   EXPECT_EQ(budget->used(), 0u);
 }
 
+TEST(BlockPool, MemoryByFormatAndOwnerAcrossPools) {
+  auto a = MakePool(kQwen3, Format::Q8_0(), Format::Q4_0(), 32, 64 << 20);
+  auto b = MakePool(kQwen3, Format::Q4_0(), Format::Q4_0(), 32, 64 << 20);
+  std::vector<BlockId> ia, ib;
+  ASSERT_TRUE(a->Allocate(2, KvOwner::kActive, &ia, "test").ok());
+  ASSERT_TRUE(b->Allocate(3, KvOwner::kPrefixCache, &ib, "test").ok());
+  const BlockPool* pools[] = {a.get(), b.get()};
+  const KvMemoryReport r = CollectKvMemory(pools);
+  const uint64_t tok = 32u * 28 * 8;  // token-rows per block and layer set
+  ASSERT_EQ(r.by_format.size(), 2u);
+  EXPECT_EQ(r.by_format[0].first, "q4_0");
+  EXPECT_EQ(r.by_format[0].second, 2 * tok * 72 + 3 * tok * 72 * 2);
+  EXPECT_EQ(r.by_format[1].first, "q8_0");
+  EXPECT_EQ(r.by_format[1].second, 2 * tok * 136);
+  EXPECT_EQ(r.bytes_in_use, 2 * a->layout().block_stride + 3 * b->layout().block_stride);
+  EXPECT_EQ(r.bytes_in_use, r.by_format[0].second + r.by_format[1].second + r.padding_bytes);
+  EXPECT_EQ(r.owner_bytes[0], 2 * a->layout().block_stride);
+  EXPECT_EQ(r.owner_bytes[1], 3 * b->layout().block_stride);
+  a->Unref(ia, KvOwner::kActive);
+  b->Unref(ib, KvOwner::kPrefixCache);
+}
+
 TEST(BlockPool, ConcurrentAllocateRefUnref) {
   auto pool = MakePool(kSmall, Format::Q4_0(), Format::Q4_0(), 4, 1 << 20);
   ASSERT_TRUE(pool);

@@ -290,6 +290,10 @@ class Harness {
         ASSERT_EQ(*t, std::min(n, s.model.size()));
         s.model.Truncate(s.model.size() - *t, D());
         Compare(s.cache, s.model, "after trim");
+        // Trimmed positions cannot be read, by range or by view.
+        std::vector<float> one(size_t{shape_.n_kv_heads} * D());
+        ASSERT_FALSE(s.cache.ReadDense(0, s.cache.size(), 1, DType::kF32, one.data(), one.data()).ok());
+        ASSERT_EQ(s.cache.Row(0).length, s.cache.size());
         break;
       }
       case 5:  // fork
