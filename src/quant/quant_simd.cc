@@ -276,13 +276,12 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
 }
 
 template <int kBits, DType kDst>
-void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
-                      void* dst) {
+void DequantizeAffine(const Format& f, const uint8_t* src, size_t src_stride, size_t n_rows,
+                      size_t head_dim, void* dst) {
   const DF df;
   const DI di;
   const size_t N = hn::Lanes(df);
   const AffineRowLayout l = MakeAffineLayout(f, head_dim);
-  const size_t row_bytes = f.row_bytes(head_dim);
   const size_t dst_row = head_dim * DTypeSize(kDst);
   const size_t group = f.group;
   const hn::Rebind<uint8_t, DF> du8;                  // N lanes
@@ -297,7 +296,7 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t n_rows, size_t
 #endif
 
   for (size_t r = 0; r < n_rows; ++r) {
-    const uint8_t* in = src + r * row_bytes;
+    const uint8_t* in = src + r * src_stride;
     uint8_t* out = static_cast<uint8_t*>(dst) + r * dst_row;
     for (size_t g = 0; g < l.n_groups; ++g) {
       const VF vs = hn::Set(df, LoadAs(f.scale_dtype, in + l.scales_off, g));
@@ -470,14 +469,17 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
 }
 
 template <DType kDst>
-void DequantizeQ8_0(const uint8_t* src, size_t n_rows, size_t head_dim, void* dst) {
+void DequantizeQ8_0(const uint8_t* src, size_t src_stride, size_t n_rows, size_t head_dim,
+                    void* dst) {
   const DF df;
   const DI di;
   const size_t N = hn::Lanes(df);
   const hn::Rebind<int8_t, DF> di8;
-  const size_t nb = n_rows * (head_dim / 32);  // blocks are contiguous across rows
+  const size_t row_blocks = head_dim / 32;
+  const size_t nb = n_rows * row_blocks;
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* block = src + b * sizeof(BlockQ8_0);
+    const uint8_t* block =
+        src + (b / row_blocks) * src_stride + (b % row_blocks) * sizeof(BlockQ8_0);
     uint16_t dh;
     std::memcpy(&dh, block, 2);
     const VF vd = hn::Set(df, F16ToF32(dh));
@@ -490,16 +492,19 @@ void DequantizeQ8_0(const uint8_t* src, size_t n_rows, size_t head_dim, void* ds
 }
 
 template <DType kDst>
-void DequantizeQ4_0(const uint8_t* src, size_t n_rows, size_t head_dim, void* dst) {
+void DequantizeQ4_0(const uint8_t* src, size_t src_stride, size_t n_rows, size_t head_dim,
+                    void* dst) {
   const DF df;
   const DI di;
   const size_t N = hn::Lanes(df);
   const hn::Rebind<uint8_t, DF> du8;
   const auto eight = hn::Set(di, 8);
   const auto mask = hn::Set(du8, 0x0f);
-  const size_t nb = n_rows * (head_dim / 32);
+  const size_t row_blocks = head_dim / 32;
+  const size_t nb = n_rows * row_blocks;
   for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* block = src + b * sizeof(BlockQ4_0);
+    const uint8_t* block =
+        src + (b / row_blocks) * src_stride + (b % row_blocks) * sizeof(BlockQ4_0);
     uint16_t dh;
     std::memcpy(&dh, block, 2);
     const VF vd = hn::Set(df, F16ToF32(dh));
@@ -578,26 +583,37 @@ bool QuantizeFrom(const Format& f, const void* src, size_t n_rows, size_t head_d
 }
 
 template <DType kDst>
-bool DequantizeTo(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
-                  void* dst) {
+bool DequantizeTo(const Format& f, const uint8_t* src, size_t src_stride, size_t n_rows,
+                  size_t head_dim, void* dst) {
+  const size_t s = src_stride;
   switch (f.kind) {
     case FormatKind::kAffine:
       switch (f.bits) {
-        case 2: DequantizeAffine<2, kDst>(f, src, n_rows, head_dim, dst); return true;
-        case 3: DequantizeAffine<3, kDst>(f, src, n_rows, head_dim, dst); return true;
-        case 4: DequantizeAffine<4, kDst>(f, src, n_rows, head_dim, dst); return true;
-        case 5: DequantizeAffine<5, kDst>(f, src, n_rows, head_dim, dst); return true;
-        case 6: DequantizeAffine<6, kDst>(f, src, n_rows, head_dim, dst); return true;
-        case 8: DequantizeAffine<8, kDst>(f, src, n_rows, head_dim, dst); return true;
+        case 2: DequantizeAffine<2, kDst>(f, src, s, n_rows, head_dim, dst); return true;
+        case 3: DequantizeAffine<3, kDst>(f, src, s, n_rows, head_dim, dst); return true;
+        case 4: DequantizeAffine<4, kDst>(f, src, s, n_rows, head_dim, dst); return true;
+        case 5: DequantizeAffine<5, kDst>(f, src, s, n_rows, head_dim, dst); return true;
+        case 6: DequantizeAffine<6, kDst>(f, src, s, n_rows, head_dim, dst); return true;
+        case 8: DequantizeAffine<8, kDst>(f, src, s, n_rows, head_dim, dst); return true;
         default: return false;
       }
-    case FormatKind::kQ8_0: DequantizeQ8_0<kDst>(src, n_rows, head_dim, dst); return true;
-    case FormatKind::kQ4_0: DequantizeQ4_0<kDst>(src, n_rows, head_dim, dst); return true;
+    case FormatKind::kQ8_0: DequantizeQ8_0<kDst>(src, s, n_rows, head_dim, dst); return true;
+    case FormatKind::kQ4_0: DequantizeQ4_0<kDst>(src, s, n_rows, head_dim, dst); return true;
     case FormatKind::kF32:
     case FormatKind::kF16:
-    case FormatKind::kBF16:
-      ConvertDTypes(f.scale_dtype, kDst, src, n_rows * head_dim, dst);
+    case FormatKind::kBF16: {
+      const size_t row_bytes = f.row_bytes(head_dim);
+      if (s == row_bytes) {
+        ConvertDTypes(f.scale_dtype, kDst, src, n_rows * head_dim, dst);
+        return true;
+      }
+      const size_t dst_row = head_dim * DTypeSize(kDst);
+      for (size_t r = 0; r < n_rows; ++r) {
+        ConvertDTypes(f.scale_dtype, kDst, src + r * s, head_dim,
+                      static_cast<uint8_t*>(dst) + r * dst_row);
+      }
       return true;
+    }
   }
   return false;
 }
@@ -623,20 +639,20 @@ bool QuantizeRowsImpl(const Format& f, DType src_dtype, const void* src, size_t 
 #endif
 }
 
-bool DequantizeRowsImpl(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
-                        DType dst_dtype, void* dst) {
+bool DequantizeRowsImpl(const Format& f, const uint8_t* src, size_t src_stride, size_t n_rows,
+                        size_t head_dim, DType dst_dtype, void* dst) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  const size_t s = src_stride;
   switch (dst_dtype) {
-    case DType::kF32: return DequantizeTo<DType::kF32>(f, src, n_rows, head_dim, dst);
-    case DType::kF16: return DequantizeTo<DType::kF16>(f, src, n_rows, head_dim, dst);
-    case DType::kBF16: return DequantizeTo<DType::kBF16>(f, src, n_rows, head_dim, dst);
+    case DType::kF32: return DequantizeTo<DType::kF32>(f, src, s, n_rows, head_dim, dst);
+    case DType::kF16: return DequantizeTo<DType::kF16>(f, src, s, n_rows, head_dim, dst);
+    case DType::kBF16: return DequantizeTo<DType::kBF16>(f, src, s, n_rows, head_dim, dst);
   }
   return false;
 #else
   const size_t dst_row = head_dim * DTypeSize(dst_dtype);
-  const size_t row_bytes = f.row_bytes(head_dim);
   for (size_t r = 0; r < n_rows; ++r) {
-    ref::DequantizeRow(f, src + r * row_bytes, head_dim, dst_dtype,
+    ref::DequantizeRow(f, src + r * src_stride, head_dim, dst_dtype,
                        static_cast<uint8_t*>(dst) + r * dst_row);
   }
   return true;
@@ -663,7 +679,14 @@ bool QuantizeRows(const Format& f, DType src_dtype, const void* src, size_t n_ro
 
 bool DequantizeRows(const Format& f, const uint8_t* src, size_t n_rows, size_t head_dim,
                     DType dst_dtype, void* dst) {
-  return HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(f, src, n_rows, head_dim, dst_dtype, dst);
+  return HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(f, src, f.row_bytes(head_dim), n_rows,
+                                                  head_dim, dst_dtype, dst);
+}
+
+bool DequantizeRowsStrided(const Format& f, const uint8_t* src, size_t src_stride, size_t n_rows,
+                           size_t head_dim, DType dst_dtype, void* dst) {
+  return HWY_DYNAMIC_DISPATCH(DequantizeRowsImpl)(f, src, src_stride, n_rows, head_dim,
+                                                  dst_dtype, dst);
 }
 
 bool ChosenTargetIsVector() { return HWY_DYNAMIC_DISPATCH(IsVectorTarget)(); }

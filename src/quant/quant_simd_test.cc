@@ -11,6 +11,7 @@
 #include "base/dtype_io.h"
 #include "base/test_random.h"
 #include "kvtier/quant.h"
+#include "quant/quant_simd.h"
 #include "quant/test_formats.h"
 
 namespace kvtier {
@@ -80,6 +81,13 @@ void ExpectSameAsRef(const Format& f, DType src_dtype, const std::vector<uint8_t
       ASSERT_EQ(a, b) << what << " dequantized to " << DTypeName(dst) << ": element " << i
                       << std::hex << " simd 0x" << a << " ref 0x" << b;
     }
+    // Rows spread out (one KV head of consecutive tokens in a block): same values.
+    const size_t stride = rb * 3 + 8;
+    std::vector<uint8_t> spread(rows * stride, 0xEE), y_str(y_ref.size(), 0xCD);
+    for (size_t r = 0; r < rows; ++r) std::memcpy(&spread[r * stride], &q_ref[r * rb], rb);
+    ASSERT_TRUE(simd::DequantizeRowsStrided(f, spread.data(), stride, rows, head_dim, dst,
+                                            y_str.data()));
+    ASSERT_EQ(y_str, y_ref) << what << " strided, to " << DTypeName(dst);
   }
 }
 

@@ -1,0 +1,320 @@
+// Attention kernels against the float64 reference (every format, head_dim, GQA ratio, mask,
+// window, soft-cap and batch mix), against a dense left-padded batch with mlx-lm's masks, and
+// clear errors for bad shapes.
+#include "kvtier/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include "base/dtype_io.h"
+#include "base/half.h"
+#include "base/thread_pool.h"
+#include "kernels/attention_ref.h"
+#include "kvtier/batch_cache.h"
+#include "quant/test_formats.h"
+
+namespace kvtier {
+namespace {
+
+struct Case {
+  Format k = Format::F16(), v = Format::F16();
+  uint32_t head_dim = 128;
+  uint32_t n_kv_heads = 2;
+  uint32_t group = 2;
+  std::vector<uint32_t> lengths = {37};
+  std::vector<uint32_t> q_lens = {1};
+  uint32_t block_tokens = 16;
+  uint32_t window = 0;
+  float softcap = 0;
+  float scale = 0;
+  float kv_scale = 1.0f;  // magnitude of K/V values
+  uint64_t seed = 1;
+};
+
+// Builds the cache (2 layers; layer 1 is used), runs both, returns ||out - ref|| / ||ref||.
+double RelError(const Case& c, ThreadPool* pool, DType out_dtype = DType::kF32,
+                std::vector<float>* out_copy = nullptr) {
+  const KvShape shape{2, c.n_kv_heads, c.head_dim};
+  BlockPoolOptions o;
+  o.shape = shape;
+  o.k_format = c.k;
+  o.v_format = c.v;
+  o.block_tokens = c.block_tokens;
+  o.capacity_bytes = 256ull << 20;
+  auto pool_r = BlockPool::Create(o);
+  EXPECT_TRUE(pool_r.ok()) << pool_r.status().ToString();
+  std::mt19937_64 rng(c.seed);
+  std::normal_distribution<float> nd;
+  std::vector<SequenceCache> rows;
+  for (uint32_t len : c.lengths) {
+    SequenceCache s(*pool_r);
+    std::vector<float> k(size_t{len} * c.n_kv_heads * c.head_dim), v(k.size());
+    for (float& x : k) x = nd(rng) * c.kv_scale;
+    for (float& x : v) x = nd(rng) * c.kv_scale;
+    for (uint32_t l = 0; l < 2; ++l) EXPECT_TRUE(s.Append(l, DType::kF32, k.data(), v.data(), len).ok());
+    rows.push_back(std::move(s));
+  }
+  auto batch = BatchCache::Merge(std::move(rows));
+  EXPECT_TRUE(batch.ok());
+  auto view = batch->View(1);
+  EXPECT_TRUE(view.ok());
+  const uint32_t n_heads = c.n_kv_heads * c.group;
+  size_t total_q = 0;
+  for (uint32_t n : c.q_lens) total_q += n;
+  std::vector<float> q(total_q * n_heads * c.head_dim);
+  for (float& x : q) x = nd(rng);
+  AttentionParams p;
+  p.n_heads = n_heads;
+  p.window = c.window;
+  p.softcap = c.softcap;
+  p.scale = c.scale;
+  p.out_dtype = out_dtype;
+  std::vector<double> want;
+  Status st = ref::Attention(*view, q.data(), c.q_lens, p, &want);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  std::vector<uint8_t> out(q.size() * DTypeSize(out_dtype), 0xFF);
+  st = Attention(*view, q.data(), c.q_lens, p, out.data(), pool);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  double num = 0, den = 0;
+  if (out_copy) out_copy->resize(q.size());
+  for (size_t i = 0; i < q.size(); ++i) {
+    const double got = LoadAs(out_dtype, out.data(), i);
+    if (!std::isfinite(got)) return INFINITY;
+    if (out_copy) (*out_copy)[i] = static_cast<float>(got);
+    num += (got - want[i]) * (got - want[i]);
+    den += want[i] * want[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+std::string Describe(const Case& c) {
+  std::ostringstream s;
+  s << "K " << c.k.spec() << " V " << c.v.spec() << " d" << c.head_dim << " kvh" << c.n_kv_heads
+    << " G" << c.group << " bt" << c.block_tokens << " rows";
+  for (size_t i = 0; i < c.lengths.size(); ++i) s << " " << c.q_lens[i] << "/" << c.lengths[i];
+  if (c.window) s << " window " << c.window;
+  if (c.softcap > 0) s << " softcap";
+  return s.str();
+}
+
+TEST(Attention, EveryFormatMatchesTheReference) {
+  ThreadPool pool(2);
+  uint64_t seed = 1;
+  for (const Format& f : testing::AllFormats()) {
+    Case c;
+    c.k = c.v = f;
+    c.head_dim = f.group > 64 ? 128 : 64;
+    c.lengths = {70, 5, 33};
+    c.q_lens = {1, 5, 3};
+    c.seed = ++seed;
+    EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+  }
+}
+
+TEST(Attention, MixedFormatsHeadDimsAndGqaRatios) {
+  ThreadPool pool(2);
+  const std::pair<Format, Format> pairs[] = {
+      {Format::Q8_0(), Format::Q4_0()},
+      {Format::F16(), Format::Affine(4, 32, DType::kBF16)},
+      {Format::BF16(), Format::F32()},
+  };
+  uint64_t seed = 100;
+  for (const auto& [kf, vf] : pairs) {
+    for (uint32_t d : {64u, 80u, 96u, 128u, 256u}) {
+      if (!kf.CheckHeadDim(d).ok() || !vf.CheckHeadDim(d).ok()) continue;
+      for (uint32_t g : {1u, 3u, 4u, 8u}) {
+        Case c;
+        c.k = kf;
+        c.v = vf;
+        c.head_dim = d;
+        c.group = g;
+        c.n_kv_heads = g == 8 ? 1 : 2;
+        c.lengths = {45, 1, 17};
+        c.q_lens = {1, 1, 17};
+        c.block_tokens = 8;
+        c.seed = ++seed;
+        EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+      }
+    }
+  }
+  // Plain formats at head_dim 80 (the block formats need multiples of 32).
+  Case c;
+  c.k = Format::F16();
+  c.v = Format::BF16();
+  c.head_dim = 80;
+  c.lengths = {50};
+  c.q_lens = {9};
+  EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+}
+
+TEST(Attention, MasksWindowsSoftcapAndScales) {
+  ThreadPool pool(2);
+  uint64_t seed = 200;
+  for (uint32_t window : {0u, 1u, 7u, 40u}) {
+    for (float softcap : {0.0f, 5.0f}) {
+      Case c;
+      c.k = Format::Q8_0();
+      c.v = Format::Q8_0();
+      c.lengths = {90, 64, 3};
+      c.q_lens = {20, 64, 2};
+      c.window = window;
+      c.softcap = softcap;
+      c.scale = softcap > 0 ? 0.3f : 0.0f;
+      c.seed = ++seed;
+      EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+    }
+  }
+}
+
+// A long row with one KV head splits its keys across threads; the merge matches.
+TEST(Attention, SplitKeysMergeExactly) {
+  ThreadPool pool(2);
+  for (const Format& f : {Format::F16(), Format::Q4_0(), Format::Affine(8, 64, DType::kF16)}) {
+    Case c;
+    c.k = c.v = f;
+    c.n_kv_heads = 1;
+    c.group = 4;
+    c.lengths = {3000};
+    c.q_lens = {1};
+    c.block_tokens = 32;
+    EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+    EXPECT_LT(RelError(c, nullptr), 1e-5) << Describe(c) << " (no pool)";
+  }
+}
+
+TEST(Attention, HugeLogitsStayFiniteAndOutputDtypes) {
+  ThreadPool pool(2);
+  Case c;
+  c.k = Format::F32();
+  c.v = Format::F32();
+  c.kv_scale = 300.0f;  // scores in the thousands: softmax must not overflow
+  c.lengths = {64, 10};
+  c.q_lens = {8, 1};
+  EXPECT_LT(RelError(c, &pool), 1e-5);
+  c.kv_scale = 1.0f;
+  std::vector<float> f32, f16, bf16;
+  EXPECT_LT(RelError(c, &pool, DType::kF32, &f32), 1e-5);
+  EXPECT_LT(RelError(c, &pool, DType::kF16, &f16), 1e-3);
+  EXPECT_LT(RelError(c, &pool, DType::kBF16, &bf16), 1e-2);
+  ASSERT_EQ(f16.size(), f32.size());
+  for (size_t i = 0; i < f32.size(); ++i) {
+    ASSERT_EQ(f16[i], F16ToF32(F32ToF16(f32[i]))) << i;
+    ASSERT_EQ(bf16[i], BF16ToF32(F32ToBF16(f32[i]))) << i;
+  }
+}
+
+// Seed 002's case: GQA with left-padded histories. A dense [B, kv_heads, T, D] batch with left
+// padding and mlx-lm's mask (key column j of row b visible to a query at column c iff
+// left_padding[b] <= j <= c) gives the same outputs as the paged kernel.
+TEST(Attention, DenseLeftPaddedBatchWithMlxMasks) {
+  const uint32_t d = 64, kvh = 2, G = 4, H = kvh * G;
+  const std::vector<uint32_t> lengths = {5, 19, 12};
+  const std::vector<uint32_t> q_lens = {1, 1, 1};
+  BlockPoolOptions o;
+  o.shape = {1, kvh, d};
+  o.k_format = Format::Q4_0();
+  o.v_format = Format::Q4_0();
+  o.block_tokens = 4;
+  o.capacity_bytes = 16 << 20;
+  auto pool = *BlockPool::Create(o);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<float> nd;
+  std::vector<SequenceCache> rows;
+  const uint32_t T = 19;
+  // Dense, left-padded, already dequantized K/V: [B][kvh][T][d].
+  std::vector<double> dk(3 * kvh * T * d, 0.0), dv(dk.size(), 0.0);
+  for (uint32_t b = 0; b < 3; ++b) {
+    SequenceCache s(pool);
+    std::vector<float> k(size_t{lengths[b]} * kvh * d), v(k.size());
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    ASSERT_TRUE(s.Append(0, DType::kF32, k.data(), v.data(), lengths[b]).ok());
+    std::vector<float> kd(k.size()), vd(v.size());
+    ASSERT_TRUE(s.ReadDense(0, 0, lengths[b], DType::kF32, kd.data(), vd.data()).ok());
+    const uint32_t pad = T - lengths[b];
+    for (uint32_t t = 0; t < lengths[b]; ++t) {
+      for (uint32_t h = 0; h < kvh; ++h) {
+        for (uint32_t j = 0; j < d; ++j) {
+          dk[((b * kvh + h) * T + pad + t) * d + j] = kd[(t * kvh + h) * d + j];
+          dv[((b * kvh + h) * T + pad + t) * d + j] = vd[(t * kvh + h) * d + j];
+        }
+      }
+    }
+    rows.push_back(std::move(s));
+  }
+  auto batch = BatchCache::Merge(std::move(rows));
+  ASSERT_TRUE(batch.ok());
+  std::vector<float> q(3 * H * d);
+  for (float& x : q) x = nd(rng);
+  AttentionParams p;
+  p.n_heads = H;
+  std::vector<float> out(q.size());
+  ThreadPool tp(2);
+  ASSERT_TRUE(Attention(*batch->View(0), q.data(), q_lens, p, out.data(), &tp).ok());
+  for (uint32_t b = 0; b < 3; ++b) {
+    EXPECT_EQ(batch->left_padding(b), T - lengths[b]);
+    for (uint32_t h = 0; h < H; ++h) {
+      // The query broadcasts over the GQA group (mlx-lm's [B, kvh, G, 1, T] scores).
+      const uint32_t kh = h / G, c = T - 1, pad = batch->left_padding(b);
+      std::vector<double> s(T, -INFINITY);
+      double mx = -INFINITY;
+      for (uint32_t j = pad; j <= c; ++j) {
+        double dot = 0;
+        for (uint32_t e = 0; e < d; ++e) dot += q[(b * H + h) * d + e] * dk[((b * kvh + kh) * T + j) * d + e];
+        s[j] = dot / std::sqrt(double{d});
+        mx = std::max(mx, s[j]);
+      }
+      double l = 0;
+      for (uint32_t j = pad; j <= c; ++j) l += std::exp(s[j] - mx);
+      for (uint32_t e = 0; e < d; ++e) {
+        double o = 0;
+        for (uint32_t j = pad; j <= c; ++j) o += std::exp(s[j] - mx) / l * dv[((b * kvh + kh) * T + j) * d + e];
+        EXPECT_NEAR(out[(b * H + h) * d + e], o, 1e-5 * (1 + std::fabs(o))) << b << " " << h << " " << e;
+      }
+    }
+  }
+}
+
+TEST(Attention, BadShapesAreErrors) {
+  BlockPoolOptions o;
+  o.shape = {1, 2, 48};
+  o.k_format = Format::F16();
+  o.v_format = Format::F16();
+  o.capacity_bytes = 1 << 20;
+  auto pool = *BlockPool::Create(o);
+  SequenceCache s(pool);
+  std::vector<float> kv(4 * 2 * 48, 0.5f);
+  ASSERT_TRUE(s.Append(0, DType::kF32, kv.data(), kv.data(), 4).ok());
+  std::vector<SequenceCache> rows;
+  rows.push_back(std::move(s));
+  auto batch = BatchCache::Merge(std::move(rows));
+  PagedKvView view = *batch->View(0);
+  std::vector<float> q(8 * 4 * 48, 1.0f), out(q.size());
+  AttentionParams p;
+  p.n_heads = 4;
+  const uint32_t one[] = {1};
+  Status st = Attention(view, q.data(), one, p, out.data(), nullptr);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(st.message().find("head_dim 48"), std::string::npos);
+  std::vector<double> ref_out;
+  EXPECT_TRUE(ref::Attention(view, q.data(), one, p, &ref_out).ok());  // the reference takes any
+  const uint32_t five[] = {5};
+  st = Attention(view, q.data(), five, p, out.data(), nullptr);
+  EXPECT_NE(st.message().find("row 0 has 5 queries but only 4 tokens"), std::string::npos);
+  p.n_heads = 3;
+  st = Attention(view, q.data(), one, p, out.data(), nullptr);
+  EXPECT_NE(st.message().find("n_heads 3 must be a positive multiple of the 2 KV heads"),
+            std::string::npos);
+  p.n_heads = 4;
+  const uint32_t two_rows[] = {1, 1};
+  st = Attention(view, q.data(), two_rows, p, out.data(), nullptr);
+  EXPECT_NE(st.message().find("q_lens has 2 entries for a view of 1 rows"), std::string::npos);
+  st = Attention(view, nullptr, one, p, out.data(), nullptr);
+  EXPECT_NE(st.message().find("null query"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvtier
