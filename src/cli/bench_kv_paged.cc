@@ -14,6 +14,7 @@
 #include "base/sysinfo.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "cli/flags.h"
 #include "kvtier/batch_cache.h"
 #include "kvtier/quant.h"
 
@@ -22,31 +23,6 @@ namespace {
 
 constexpr uint32_t kFillChunk = 256;  // tokens appended per call while filling
 constexpr uint32_t kRowStep = 3;      // row i holds context - 3 * i tokens (ragged tails)
-
-struct KvFormats {
-  Format k, v;
-  std::string name;
-};
-
-Result<KvFormats> ParseKvFormats(const std::string& flag, const std::string& text) {
-  const size_t slash = text.find('/');
-  const std::string ks = text.substr(0, slash);
-  const std::string vs = slash == std::string::npos ? ks : text.substr(slash + 1);
-  Result<Format> k = ParseFormat(ks);
-  if (!k.ok()) return Status::InvalidArgument(flag + ": " + k.status().message());
-  Result<Format> v = ParseFormat(vs);
-  if (!v.ok()) return Status::InvalidArgument(flag + ": " + v.status().message());
-  return KvFormats{*k, *v, *k == *v ? k->name() : k->name() + "/" + v->name()};
-}
-
-std::vector<std::string> SplitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
 
 Status Validate(const BenchKvPagedConfig& c, std::vector<uint32_t>* contexts) {
   auto range = [](const char* flag, long long v, long long lo, long long hi) {
@@ -61,16 +37,8 @@ Status Validate(const BenchKvPagedConfig& c, std::vector<uint32_t>* contexts) {
   KVTIER_RETURN_IF_ERROR(range("--rows", c.rows, 2, 4096));
   KVTIER_RETURN_IF_ERROR(range("--repeats", c.repeats, 1, 1000));
   KVTIER_RETURN_IF_ERROR(range("--threads", c.threads, 0, 1024));
-  for (const std::string& s : SplitComma(c.contexts)) {
-    char* end = nullptr;
-    const long long v = std::strtoll(s.c_str(), &end, 10);
-    if (end == s.c_str() || *end != '\0') {
-      return Status::InvalidArgument("--contexts: '" + s + "' is not a number");
-    }
-    KVTIER_RETURN_IF_ERROR(range("--contexts", v, kRowStep * c.rows, 1 << 24));
-    contexts->push_back(static_cast<uint32_t>(v));
-  }
-  if (contexts->empty()) return Status::InvalidArgument("--contexts: no context length given");
+  KVTIER_ASSIGN_OR_RETURN(*contexts, ParseUintList("--contexts", c.contexts,
+                                                   uint64_t{kRowStep} * c.rows, 1 << 24));
   return Status::OK();
 }
 

@@ -7,6 +7,7 @@
 #include <functional>
 #include <iostream>
 
+#include "cli/bench_attention.h"
 #include "cli/bench_kv_cache.h"
 #include "cli/bench_kv_paged.h"
 
@@ -87,7 +88,41 @@ int main(int argc, char** argv) {
   p->add_option("--seed", paged.seed, "Seed of the K/V data")->capture_default_str();
   p->add_flag("--json", paged_json, "Print one JSON object instead of a table");
 
+  kvtier::cli::BenchAttentionConfig attn;
+  bool attn_json = false;
+  CLI::App* a = app.add_subcommand(
+      "bench-attention",
+      "Fused attention on paged KV per format, decode and prefill, against roofline floors");
+  a->add_option("--ctx", attn.ctx, "Comma-separated decode contexts")->capture_default_str();
+  a->add_option("--prefill-ctx", attn.prefill_ctx, "Comma-separated prefill contexts")
+      ->capture_default_str();
+  a->add_option("--batch", attn.batches, "Comma-separated decode batch sizes")
+      ->capture_default_str();
+  a->add_option("--modes", attn.modes, "decode, prefill or both")->capture_default_str();
+  a->add_option("--prefill-chunk", attn.prefill_chunk, "Queries per prefill row")
+      ->capture_default_str();
+  a->add_option("--heads", attn.heads, "Query heads")->capture_default_str();
+  a->add_option("--kv-heads", attn.kv_heads, "KV heads")->capture_default_str();
+  a->add_option("--head-dim", attn.head_dim, "Head dimension")->capture_default_str();
+  a->add_option("--block-tokens", attn.block_tokens, "Tokens per KV block")
+      ->capture_default_str();
+  a->add_option("--formats", attn.formats, "Comma-separated K or K/V formats")
+      ->capture_default_str();
+  a->add_option("--repeats", attn.repeats, "Timed calls per row; the median counts")
+      ->capture_default_str();
+  a->add_option("--threads", attn.threads, "Threads (0: all cores)")->capture_default_str();
+  a->add_option("--seed", attn.seed, "Seed of the K/V and query data")->capture_default_str();
+  a->add_flag("--json", attn_json, "Print one JSON object instead of a table");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (a->parsed()) {
+    auto report = kvtier::cli::RunBenchAttention(attn, ProgressBar("format"));
+    if (!report.ok()) return Fail("bench-attention", report.status());
+    std::cout << (attn_json ? kvtier::cli::FormatBenchAttentionJson(*report)
+                            : kvtier::cli::FormatBenchAttentionTable(*report));
+    return 0;
+  }
 
   if (p->parsed()) {
     auto report = kvtier::cli::RunBenchKvPaged(paged, ProgressBar("step"));

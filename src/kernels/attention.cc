@@ -67,86 +67,127 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
   job.q_first = q_first.data();
   if (total_q == 0) return Status::OK();
 
-  // Units: (row, KV head, query tile). A tile holds whole query tokens when the group fits.
+  // Units: decode rows (few queries) take every KV head at once, so each token's K/V (which
+  // sit together in a block) is read in one pass; prefill rows are cut by KV head and query
+  // tile (a tile holds whole query tokens when the group fits).
   const uint32_t G = job.group;
   const uint32_t tile_qv = G <= attn::kMaxQv ? attn::kMaxQv / G * G : attn::kMaxQv;
   std::vector<attn::Item> units;
-  uint32_t longest = 0;
   for (uint32_t r = 0; r < kv.n_rows; ++r) {
     const uint32_t n_qv = q_lens[r] * G;
     if (n_qv == 0) continue;
-    longest = std::max(longest, kv.rows[r].length);
+    const uint32_t len = kv.rows[r].length;
+    if (n_qv <= attn::kMaxQv) {
+      units.push_back({r, 0, kv.n_kv_heads, 0, n_qv, 0, len});
+      continue;
+    }
     for (uint32_t h = 0; h < kv.n_kv_heads; ++h) {
       for (uint32_t v = 0; v < n_qv; v += tile_qv) {
-        units.push_back({r, h, v, std::min(n_qv, v + tile_qv), 0, kv.rows[r].length});
+        units.push_back({r, h, h + 1, v, std::min(n_qv, v + tile_qv), 0, len});
       }
     }
   }
   // Split keys when there are too few units to keep every thread busy (long decode rows).
   const uint32_t threads = pool ? static_cast<uint32_t>(pool->num_threads()) : 1;
-  uint32_t splits = 1;
-  if (units.size() < 2u * threads) {
-    const uint32_t want = static_cast<uint32_t>((4u * threads + units.size() - 1) / units.size());
-    splits = std::clamp(longest / kMinSplitKeys, 1u, want);
+  const size_t want_items = 4u * threads;
+  const uint32_t bt = kv.block_tokens;
+  std::vector<attn::Item> items;
+  std::vector<size_t> unit_first(units.size() + 1, 0);  // items of unit u: [first[u], first[u+1])
+  for (size_t u = 0; u < units.size(); ++u) {
+    const attn::Item& un = units[u];
+    const uint32_t len = un.key_end;
+    uint32_t splits = 1;
+    if (units.size() < want_items) {
+      const uint32_t want = static_cast<uint32_t>((want_items + units.size() - 1) / units.size());
+      splits = std::clamp(len / kMinSplitKeys, 1u, want);
+    }
+    // Split boundaries on block boundaries, so tiles never straddle splits needlessly.
+    const uint32_t per = ((len + splits - 1) / splits + bt - 1) / bt * bt;
+    unit_first[u] = items.size();
+    for (uint32_t k0 = 0; k0 < len || k0 == 0; k0 += per) {
+      attn::Item it = un;
+      it.key_begin = k0;
+      it.key_end = std::min(len, k0 + per);
+      items.push_back(it);
+      if (per == 0) break;
+    }
   }
+  unit_first[units.size()] = items.size();
   const size_t stride = static_cast<size_t>(d) + 2;
-  const size_t unit_floats = attn::kMaxQv * stride;
-  std::vector<float> partials;  // only with splits: [units][splits][kMaxQv][d + 2]
-  if (splits > 1) partials.resize(units.size() * splits * unit_floats);
-  std::vector<uint8_t> failed(units.size() * splits, 0);
+  // Partials of split units live until the merge; unsplit units use a per-thread buffer.
+  std::vector<size_t> part_off(items.size() + 1, 0);
+  for (size_t u = 0; u < units.size(); ++u) {
+    const bool split = unit_first[u + 1] - unit_first[u] > 1;
+    for (size_t w = unit_first[u]; w < unit_first[u + 1]; ++w) {
+      part_off[w + 1] = part_off[w] + (split ? attn::PartialFloats(items[w], d) : 0);
+    }
+  }
+  std::vector<float> partials(part_off.back());
+  std::vector<uint8_t> failed(items.size(), 0);
+  std::vector<uint32_t> unit_of(items.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    for (size_t w = unit_first[u]; w < unit_first[u + 1]; ++w) unit_of[w] = static_cast<uint32_t>(u);
+  }
 
-  auto run = [&](size_t begin, size_t end) {
-    std::vector<float> local(splits > 1 ? 0 : unit_floats);
-    for (size_t w = begin; w < end; ++w) {
-      const size_t u = w / splits;
-      const uint32_t s = static_cast<uint32_t>(w % splits);
-      attn::Item it = units[u];
-      const uint32_t len = it.key_end;
-      const uint32_t bt = kv.block_tokens;
-      // Split boundaries on block boundaries, so tiles never straddle splits needlessly.
-      const uint32_t per = (len + splits - 1) / splits;
-      const uint32_t per_b = (per + bt - 1) / bt * bt;
-      it.key_begin = std::min(len, s * per_b);
-      it.key_end = std::min(len, (s + 1) * per_b);
-      float* part = splits > 1 ? partials.data() + w * unit_floats : local.data();
-      if (!attn::RunItem(job, it, part)) {
-        failed[w] = 1;
-        continue;
-      }
-      if (splits == 1) {
-        for (uint32_t v = it.qv_begin; v < it.qv_end; ++v) {
-          const size_t at = ((q_first[it.row] + v / G) * params.n_heads + it.kv_head * G + v % G) * d;
-          Finalize(part + (v - it.qv_begin) * stride, 1, d, params.out_dtype, out, at);
+  // Writes unit u's output from its items' partials.
+  auto finalize = [&](size_t u, const float* const* parts, size_t n_parts) {
+    const attn::Item& it = units[u];
+    const uint32_t nq = it.qv_end - it.qv_begin;
+    std::vector<float> gathered(n_parts * stride);
+    for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
+      for (uint32_t i = 0; i < nq; ++i) {
+        const size_t j = (size_t{h} - it.head_begin) * nq + i;
+        for (size_t p = 0; p < n_parts; ++p) {
+          std::copy(parts[p] + j * stride, parts[p] + (j + 1) * stride, gathered.data() + p * stride);
         }
+        const uint32_t v = it.qv_begin + i;
+        const size_t at = ((q_first[it.row] + v / G) * params.n_heads + size_t{h} * G + v % G) * d;
+        Finalize(gathered.data(), n_parts, d, params.out_dtype, out, at);
       }
     }
   };
-  const size_t n_work = units.size() * splits;
-  if (pool && n_work > 1) {
-    pool->ParallelFor(n_work, 1, run);
+  auto run = [&](size_t begin, size_t end) {
+    std::vector<float> local;
+    for (size_t w = begin; w < end; ++w) {
+      const size_t u = unit_of[w];
+      const bool split = unit_first[u + 1] - unit_first[u] > 1;
+      float* part = partials.data() + part_off[w];
+      if (!split) {
+        local.resize(attn::PartialFloats(items[w], d));
+        part = local.data();
+      }
+      if (!attn::RunItem(job, items[w], part)) {
+        failed[w] = 1;
+        continue;
+      }
+      if (!split) {
+        const float* parts[1] = {part};
+        finalize(u, parts, 1);
+      }
+    }
+  };
+  if (pool && items.size() > 1) {
+    pool->ParallelFor(items.size(), 1, run);
   } else {
-    run(0, n_work);
+    run(0, items.size());
   }
   if (std::find(failed.begin(), failed.end(), 1) != failed.end()) {
     return Status::Internal("attention: no kernel for K " + kv.k_format.spec() + " / V " +
                             kv.v_format.spec() + " at head_dim " + std::to_string(d));
   }
-  if (splits > 1) {
-    auto merge = [&](size_t begin, size_t end) {
-      std::vector<float> gathered(splits * stride);
-      for (size_t u = begin; u < end; ++u) {
-        const attn::Item& it = units[u];
-        for (uint32_t v = it.qv_begin; v < it.qv_end; ++v) {
-          for (uint32_t s = 0; s < splits; ++s) {
-            const float* p = partials.data() + (u * splits + s) * unit_floats +
-                             (v - it.qv_begin) * stride;
-            std::copy(p, p + stride, gathered.data() + s * stride);
-          }
-          const size_t at = ((q_first[it.row] + v / G) * params.n_heads + it.kv_head * G + v % G) * d;
-          Finalize(gathered.data(), splits, d, params.out_dtype, out, at);
-        }
+  auto merge = [&](size_t begin, size_t end) {
+    std::vector<const float*> parts;
+    for (size_t u = begin; u < end; ++u) {
+      const size_t n = unit_first[u + 1] - unit_first[u];
+      if (n < 2) continue;
+      parts.clear();
+      for (size_t w = unit_first[u]; w < unit_first[u + 1]; ++w) {
+        parts.push_back(partials.data() + part_off[w]);
       }
-    };
+      finalize(u, parts.data(), n);
+    }
+  };
+  if (!partials.empty()) {
     if (pool && units.size() > 1) {
       pool->ParallelFor(units.size(), 1, merge);
     } else {

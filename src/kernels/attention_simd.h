@@ -26,19 +26,26 @@ struct Job {
   uint32_t window = 0;
 };
 
-// One unit of work: some query vectors of one (row, KV head) against a range of its keys.
-// Query vector v of the (row, KV head) is query token v / group, head kv_head * group + v % group.
+// One unit of work: some query vectors of a range of KV heads of one row, against a range of
+// its keys. Query vector v of KV head h is query token v / group, query head h * group +
+// v % group. Decode items take every KV head (one pass over each token's K/V, which sit
+// together in a block); prefill items take one.
 struct Item {
   uint32_t row = 0;
-  uint32_t kv_head = 0;
-  uint32_t qv_begin = 0, qv_end = 0;    // qv_end - qv_begin <= kMaxQv
-  uint32_t key_begin = 0, key_end = 0;  // keys of this split
+  uint32_t head_begin = 0, head_end = 0;  // KV heads
+  uint32_t qv_begin = 0, qv_end = 0;      // qv_end - qv_begin <= kMaxQv
+  uint32_t key_begin = 0, key_end = 0;    // keys of this split
 };
 
-// Runs one item. For each of its query vectors writes {m, l, acc[head_dim]} to
-// partial + i * (head_dim + 2): the running max score, the softmax denominator scaled by
-// exp(-m) and the unnormalised output (m = -inf, l = 0 when it saw no key). Returns false for a
-// head_dim without a compiled kernel.
+// Floats of an item's partial results: per KV head, per query vector, {m, l, acc[head_dim]}.
+inline size_t PartialFloats(const Item& it, size_t head_dim) {
+  return size_t{it.head_end - it.head_begin} * (it.qv_end - it.qv_begin) * (head_dim + 2);
+}
+
+// Runs one item. For KV head h and query vector i (from qv_begin) writes {m, l, acc} at
+// partial + ((h - head_begin) * n_qv + i) * (head_dim + 2): the running max score, the softmax
+// denominator scaled by exp(-m) and the unnormalised output (m = -inf, l = 0 when it saw no
+// key). Returns false for a head_dim without a compiled kernel.
 bool RunItem(const Job& job, const Item& item, float* partial);
 
 std::string TargetName();

@@ -45,6 +45,28 @@ HWY_INLINE VF LoadF(DF df, const void* p, size_t i) {
   }
 }
 
+// Element i of a dtype array as f32, converting f16 in hardware (the portable LoadAs is a
+// call here, and each call costs a vzeroupper inside vector loops).
+HWY_INLINE float LoadScalar(DType t, const uint8_t* base, size_t i) {
+  if (t == DType::kF16) {
+    const hn::CappedTag<hwy::float16_t, 1> dh1;
+    const hn::CappedTag<float, 1> df1;
+    return hn::GetLane(
+        hn::PromoteTo(df1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(base) + i)));
+  }
+  if (t == DType::kBF16) {
+    uint16_t h;
+    std::memcpy(&h, base + 2 * i, 2);
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  float f;
+  std::memcpy(&f, base + 4 * i, 4);
+  return f;
+}
+
 // Stores N floats at element i of a row of dtype kDst, rounding to nearest even.
 template <DType kDst>
 HWY_INLINE void StoreF(DF df, VF v, void* p, size_t i) {
@@ -299,8 +321,8 @@ void DequantizeAffine(const Format& f, const uint8_t* src, size_t src_stride, si
     const uint8_t* in = src + r * src_stride;
     uint8_t* out = static_cast<uint8_t*>(dst) + r * dst_row;
     for (size_t g = 0; g < l.n_groups; ++g) {
-      const VF vs = hn::Set(df, LoadAs(f.scale_dtype, in + l.scales_off, g));
-      const VF vb = hn::Set(df, LoadAs(f.scale_dtype, in + l.biases_off, g));
+      const VF vs = hn::Set(df, LoadScalar(f.scale_dtype, in + l.scales_off, g));
+      const VF vb = hn::Set(df, LoadScalar(f.scale_dtype, in + l.biases_off, g));
       const uint8_t* gin = in + g * l.group_code_bytes;
       if constexpr (kBits != 8 && kBits != 4) UnpackCodes(gin, group, kBits, codes);
 #if HWY_TARGET <= HWY_AVX3
@@ -468,6 +490,9 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   }
 }
 
+// The fp16 scale of a ggml block as f32, by the hardware conversion (one lane).
+HWY_INLINE float BlockScale(const uint8_t* block) { return LoadScalar(DType::kF16, block, 0); }
+
 template <DType kDst>
 void DequantizeQ8_0(const uint8_t* src, size_t src_stride, size_t n_rows, size_t head_dim,
                     void* dst) {
@@ -476,17 +501,17 @@ void DequantizeQ8_0(const uint8_t* src, size_t src_stride, size_t n_rows, size_t
   const size_t N = hn::Lanes(df);
   const hn::Rebind<int8_t, DF> di8;
   const size_t row_blocks = head_dim / 32;
-  const size_t nb = n_rows * row_blocks;
-  for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* block =
-        src + (b / row_blocks) * src_stride + (b % row_blocks) * sizeof(BlockQ8_0);
-    uint16_t dh;
-    std::memcpy(&dh, block, 2);
-    const VF vd = hn::Set(df, F16ToF32(dh));
-    const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2);
-    for (size_t j = 0; j < 32; j += N) {
-      const VF q = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, qs + j)));
-      StoreF<kDst>(df, hn::Mul(q, vd), dst, b * 32 + j);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = src + r * src_stride;
+    for (size_t rb = 0; rb < row_blocks; ++rb) {
+      const uint8_t* block = row + rb * sizeof(BlockQ8_0);
+      const size_t b = r * row_blocks + rb;  // output block
+      const VF vd = hn::Set(df, BlockScale(block));
+      const int8_t* qs = reinterpret_cast<const int8_t*>(block + 2);
+      for (size_t j = 0; j < 32; j += N) {
+        const VF q = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(di8, qs + j)));
+        StoreF<kDst>(df, hn::Mul(q, vd), dst, b * 32 + j);
+      }
     }
   }
 }
@@ -501,19 +526,19 @@ void DequantizeQ4_0(const uint8_t* src, size_t src_stride, size_t n_rows, size_t
   const auto eight = hn::Set(di, 8);
   const auto mask = hn::Set(du8, 0x0f);
   const size_t row_blocks = head_dim / 32;
-  const size_t nb = n_rows * row_blocks;
-  for (size_t b = 0; b < nb; ++b) {
-    const uint8_t* block =
-        src + (b / row_blocks) * src_stride + (b % row_blocks) * sizeof(BlockQ4_0);
-    uint16_t dh;
-    std::memcpy(&dh, block, 2);
-    const VF vd = hn::Set(df, F16ToF32(dh));
-    for (size_t j = 0; j < 16; j += N) {
-      const auto bytes = hn::LoadU(du8, block + 2 + j);
-      const auto lo = hn::Sub(hn::PromoteTo(di, hn::And(bytes, mask)), eight);
-      const auto hi = hn::Sub(hn::PromoteTo(di, hn::ShiftRight<4>(bytes)), eight);
-      StoreF<kDst>(df, hn::Mul(hn::ConvertTo(df, lo), vd), dst, b * 32 + j);
-      StoreF<kDst>(df, hn::Mul(hn::ConvertTo(df, hi), vd), dst, b * 32 + 16 + j);
+  for (size_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = src + r * src_stride;
+    for (size_t rb = 0; rb < row_blocks; ++rb) {
+      const uint8_t* block = row + rb * sizeof(BlockQ4_0);
+      const size_t b = r * row_blocks + rb;  // output block
+      const VF vd = hn::Set(df, BlockScale(block));
+      for (size_t j = 0; j < 16; j += N) {
+        const auto bytes = hn::LoadU(du8, block + 2 + j);
+        const auto lo = hn::Sub(hn::PromoteTo(di, hn::And(bytes, mask)), eight);
+        const auto hi = hn::Sub(hn::PromoteTo(di, hn::ShiftRight<4>(bytes)), eight);
+        StoreF<kDst>(df, hn::Mul(hn::ConvertTo(df, lo), vd), dst, b * 32 + j);
+        StoreF<kDst>(df, hn::Mul(hn::ConvertTo(df, hi), vd), dst, b * 32 + 16 + j);
+      }
     }
   }
 }

@@ -1,0 +1,265 @@
+// `kvtier bench-attention` (see the header).
+#include "cli/bench_attention.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "base/dtype_io.h"
+#include "base/stats.h"
+#include "base/strings.h"
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "cli/flags.h"
+#include "kernels/probe.h"
+#include "kvtier/attention.h"
+#include "kvtier/batch_cache.h"
+
+namespace kvtier::cli {
+namespace {
+
+constexpr uint32_t kFillChunk = 512;
+
+struct Plan {
+  std::vector<uint32_t> ctx, prefill_ctx, batches;
+  bool decode = false, prefill = false;
+  std::vector<KvFormats> formats;
+};
+
+Result<Plan> Validate(const BenchAttentionConfig& c) {
+  auto range = [](const char* flag, long long v, long long lo, long long hi) {
+    if (v >= lo && v <= hi) return Status::OK();
+    return Status::InvalidArgument(std::string(flag) + ": expected " + std::to_string(lo) + ".." +
+                                   std::to_string(hi) + ", got " + std::to_string(v));
+  };
+  KVTIER_RETURN_IF_ERROR(range("--kv-heads", c.kv_heads, 1, 256));
+  KVTIER_RETURN_IF_ERROR(range("--heads", c.heads, 1, 4096));
+  if (c.heads % c.kv_heads != 0) {
+    return Status::InvalidArgument("--heads " + std::to_string(c.heads) +
+                                   " must be a multiple of --kv-heads " +
+                                   std::to_string(c.kv_heads));
+  }
+  KVTIER_RETURN_IF_ERROR(range("--head-dim", c.head_dim, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(range("--block-tokens", c.block_tokens, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(range("--repeats", c.repeats, 1, 1000));
+  KVTIER_RETURN_IF_ERROR(range("--threads", c.threads, 0, 1024));
+  KVTIER_RETURN_IF_ERROR(range("--prefill-chunk", c.prefill_chunk, 1, 1 << 16));
+  Plan p;
+  for (const std::string& m : SplitComma(c.modes)) {
+    if (m == "decode") {
+      p.decode = true;
+    } else if (m == "prefill") {
+      p.prefill = true;
+    } else {
+      return Status::InvalidArgument("--modes: '" + m + "' unknown: expected decode, prefill");
+    }
+  }
+  if (!p.decode && !p.prefill) return Status::InvalidArgument("--modes: nothing to run");
+  if (p.decode) {
+    KVTIER_ASSIGN_OR_RETURN(p.ctx, ParseUintList("--ctx", c.ctx, 1, 1 << 22));
+    KVTIER_ASSIGN_OR_RETURN(p.batches, ParseUintList("--batch", c.batches, 1, 256));
+  }
+  if (p.prefill) {
+    KVTIER_ASSIGN_OR_RETURN(p.prefill_ctx, ParseUintList("--prefill-ctx", c.prefill_ctx,
+                                                         static_cast<uint64_t>(c.prefill_chunk),
+                                                         1 << 22));
+  }
+  for (const std::string& f : SplitComma(c.formats)) {
+    KVTIER_ASSIGN_OR_RETURN(KvFormats kvf, ParseKvFormats("--formats", f));
+    p.formats.push_back(kvf);
+  }
+  if (p.formats.empty()) return Status::InvalidArgument("--formats: no format given");
+  return p;
+}
+
+// Median ms of `repeats` attention calls after a warm-up.
+Result<double> TimeCalls(const PagedKvView& view, const std::vector<float>& q,
+                         const std::vector<uint32_t>& q_lens, const AttentionParams& p,
+                         std::vector<float>* out, ThreadPool* pool, int repeats) {
+  KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), q_lens, p, out->data(), pool));
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    Timer timer;
+    KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), q_lens, p, out->data(), pool));
+    t.push_back(timer.Millis());
+  }
+  return Median(t);
+}
+
+}  // namespace
+
+Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& config,
+                                               const std::function<void(int, int)>& progress) {
+  KVTIER_ASSIGN_OR_RETURN(Plan plan, Validate(config));
+  const KvShape shape{1, static_cast<uint32_t>(config.kv_heads),
+                      static_cast<uint32_t>(config.head_dim)};
+  const uint32_t max_batch = plan.decode ? *std::max_element(plan.batches.begin(), plan.batches.end()) : 1;
+  uint32_t max_ctx = 0;
+  for (uint32_t c : plan.ctx) max_ctx = std::max(max_ctx, c);
+  for (uint32_t c : plan.prefill_ctx) max_ctx = std::max(max_ctx, c);
+
+  ThreadPool pool(config.threads);
+  BenchAttentionReport report;
+  report.config = config;
+  report.threads = pool.num_threads();
+  report.simd_target = AttentionSimdTargetName();
+  report.memcpy_gbps = MemcpyProbeGbps(pool, size_t{256} << 20, 5);
+  report.peak_gflops = PeakFmaGflops(pool);
+
+  // Seeded normal K/V and queries.
+  std::mt19937_64 rng(config.seed);
+  std::normal_distribution<float> nd;
+  const size_t token_values = size_t{shape.n_kv_heads} * shape.head_dim;
+  std::vector<float> kdata(kFillChunk * token_values), vdata(kdata.size());
+  for (float& x : kdata) x = nd(rng);
+  for (float& x : vdata) x = nd(rng);
+  const uint32_t n_heads = static_cast<uint32_t>(config.heads);
+  const uint32_t max_q = std::max<uint32_t>(max_batch, static_cast<uint32_t>(config.prefill_chunk));
+  std::vector<float> q(size_t{max_q} * n_heads * shape.head_dim);
+  for (float& x : q) x = nd(rng);
+  std::vector<float> out(q.size());
+
+  const int total = static_cast<int>(plan.formats.size());
+  int done = 0;
+  std::map<std::string, double> f16_ms;  // "mode/ctx/batch" -> ms
+  for (const KvFormats& f : plan.formats) {
+    BlockPoolOptions o;
+    o.shape = shape;
+    o.k_format = f.k;
+    o.v_format = f.v;
+    o.block_tokens = static_cast<uint32_t>(config.block_tokens);
+    Result<KvBlockLayout> layout = KvBlockLayout::Make(shape, f.k, f.v, o.block_tokens);
+    if (!layout.ok()) return Status::InvalidArgument("--formats " + f.name + ": " + layout.status().message());
+    o.capacity_bytes = (uint64_t{max_batch} * ((max_ctx + o.block_tokens - 1) / o.block_tokens) +
+                        4 * max_batch + 8) * layout->block_stride;
+    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> kv_pool, BlockPool::Create(o));
+    // Fill the longest rows once; every context is a trimmed fork of them.
+    std::vector<SequenceCache> base;
+    for (uint32_t b = 0; b < max_batch; ++b) {
+      base.emplace_back(kv_pool);
+      for (uint32_t t = 0; t < max_ctx; t += kFillChunk) {
+        const uint32_t n = std::min(kFillChunk, max_ctx - t);
+        KVTIER_RETURN_IF_ERROR(base.back().Append(0, DType::kF32, kdata.data(), vdata.data(), n));
+      }
+    }
+    auto run = [&](const char* mode, uint32_t ctx, uint32_t batch, uint32_t nq) -> Status {
+      std::vector<SequenceCache> rows;
+      for (uint32_t b = 0; b < batch; ++b) {
+        SequenceCache s = base[b].Fork();
+        KVTIER_RETURN_IF_ERROR(s.Trim(max_ctx - ctx).status());
+        rows.push_back(std::move(s));
+      }
+      KVTIER_ASSIGN_OR_RETURN(BatchCache bc, BatchCache::Merge(std::move(rows)));
+      KVTIER_ASSIGN_OR_RETURN(PagedKvView view, bc.View(0));
+      std::vector<uint32_t> q_lens(batch, nq);
+      AttentionParams p;
+      p.n_heads = n_heads;
+      KVTIER_ASSIGN_OR_RETURN(double ms, TimeCalls(view, q, q_lens, p, &out, &pool, config.repeats));
+      BenchAttentionRow row;
+      row.mode = mode;
+      row.ctx = ctx;
+      row.batch = batch;
+      row.queries = nq;
+      row.k_format = f.k.spec();
+      row.v_format = f.v.spec();
+      row.ms = ms;
+      row.kv_bytes = uint64_t{batch} * ctx * shape.n_kv_heads * (layout->k_row_bytes + layout->v_row_bytes);
+      // Visible keys: query i of nq at position ctx - nq + i sees ctx - nq + i + 1 keys.
+      const double keys = static_cast<double>(batch) * (static_cast<double>(nq) * (ctx - nq) +
+                                                        static_cast<double>(nq) * (nq + 1) / 2);
+      const double flops = 4.0 * n_heads * shape.head_dim * keys;
+      row.gbps = static_cast<double>(row.kv_bytes) / (ms * 1e-3) / 1e9;
+      row.gflops = flops / (ms * 1e-3) / 1e9;
+      row.floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.memcpy_gbps * 1e9),
+                              flops / (report.peak_gflops * 1e9)) * 1e3;
+      row.vs_floor = ms / row.floor_ms;
+      const std::string key = std::string(mode) + "/" + std::to_string(ctx) + "/" + std::to_string(batch);
+      if (f.k == Format::F16() && f.v == Format::F16()) f16_ms[key] = ms;
+      report.rows.push_back(row);
+      return Status::OK();
+    };
+    if (plan.decode) {
+      for (uint32_t ctx : plan.ctx) {
+        for (uint32_t b : plan.batches) KVTIER_RETURN_IF_ERROR(run("decode", ctx, b, 1));
+      }
+    }
+    if (plan.prefill) {
+      for (uint32_t ctx : plan.prefill_ctx) {
+        KVTIER_RETURN_IF_ERROR(run("prefill", ctx, 1, static_cast<uint32_t>(config.prefill_chunk)));
+      }
+    }
+    if (progress) progress(++done, total);
+  }
+  for (BenchAttentionRow& r : report.rows) {
+    auto it = f16_ms.find(r.mode + "/" + std::to_string(r.ctx) + "/" + std::to_string(r.batch));
+    r.speedup_vs_f16 = it == f16_ms.end() ? 0.0 : it->second / r.ms;
+  }
+  // Order: mode, ctx, batch, then formats in the order given.
+  std::stable_sort(report.rows.begin(), report.rows.end(), [](const auto& a, const auto& b) {
+    return std::tie(b.mode, a.ctx, a.batch) < std::tie(a.mode, b.ctx, b.batch);
+  });
+  return report;
+}
+
+std::string FormatBenchAttentionTable(const BenchAttentionReport& r) {
+  const BenchAttentionConfig& c = r.config;
+  std::string out;
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "bench-attention: %d query / %d KV heads x head_dim %d, %d-token blocks, SIMD %s, "
+                "%d threads, median of %d\nmemcpy probe %.1f GB/s (read + write), FMA peak %.1f "
+                "GFLOP/s\n\n",
+                c.heads, c.kv_heads, c.head_dim, c.block_tokens, r.simd_target.c_str(), r.threads,
+                c.repeats, r.memcpy_gbps, r.peak_gflops);
+  out += line;
+  std::snprintf(line, sizeof line, "%-8s %6s %5s %-20s %10s %10s %8s %9s %9s %8s %8s\n", "mode",
+                "ctx", "batch", "K/V", "ms", "KV MiB", "GB/s", "GFLOP/s", "floor ms", "x floor",
+                "vs f16");
+  out += line;
+  for (const BenchAttentionRow& row : r.rows) {
+    const std::string kvname =
+        row.k_format == row.v_format ? row.k_format : row.k_format + "/" + row.v_format;
+    std::snprintf(line, sizeof line, "%-8s %6u %5u %-20s %10.3f %10.1f %8.1f %9.1f %9.3f %8.2f %7.2fx\n",
+                  row.mode.c_str(), row.ctx, row.batch, kvname.c_str(), row.ms,
+                  static_cast<double>(row.kv_bytes) / (1 << 20), row.gbps, row.gflops,
+                  row.floor_ms, row.vs_floor, row.speedup_vs_f16);
+    out += line;
+  }
+  return out;
+}
+
+std::string FormatBenchAttentionJson(const BenchAttentionReport& r) {
+  const BenchAttentionConfig& c = r.config;
+  nlohmann::json j;
+  j["config"] = {{"ctx", c.ctx},         {"prefill_ctx", c.prefill_ctx},
+                 {"batches", c.batches}, {"modes", c.modes},
+                 {"prefill_chunk", c.prefill_chunk},
+                 {"heads", c.heads},     {"kv_heads", c.kv_heads},
+                 {"head_dim", c.head_dim}, {"block_tokens", c.block_tokens},
+                 {"formats", c.formats}, {"repeats", c.repeats},
+                 {"threads", r.threads}, {"seed", c.seed},
+                 {"simd_target", r.simd_target}};
+  j["memcpy_gbps"] = r.memcpy_gbps;
+  j["peak_gflops"] = r.peak_gflops;
+  j["rows"] = nlohmann::json::array();
+  for (const BenchAttentionRow& row : r.rows) {
+    j["rows"].push_back({{"mode", row.mode},
+                         {"ctx", row.ctx},
+                         {"batch", row.batch},
+                         {"queries", row.queries},
+                         {"k_format", row.k_format},
+                         {"v_format", row.v_format},
+                         {"ms", row.ms},
+                         {"kv_bytes", row.kv_bytes},
+                         {"gbps", row.gbps},
+                         {"gflops", row.gflops},
+                         {"floor_ms", row.floor_ms},
+                         {"vs_floor", row.vs_floor},
+                         {"speedup_vs_f16", row.speedup_vs_f16}});
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace kvtier::cli
