@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -74,20 +75,6 @@ Result<Plan> Validate(const BenchAttentionConfig& c) {
   return p;
 }
 
-// Median ms of `repeats` attention calls after a warm-up.
-Result<double> TimeCalls(const PagedKvView& view, const std::vector<float>& q,
-                         const std::vector<uint32_t>& q_lens, const AttentionParams& p,
-                         std::vector<float>* out, ThreadPool* pool, int repeats) {
-  KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), q_lens, p, out->data(), pool));
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
-    Timer timer;
-    KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), q_lens, p, out->data(), pool));
-    t.push_back(timer.Millis());
-  }
-  return Median(t);
-}
-
 }  // namespace
 
 Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& config,
@@ -105,8 +92,6 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
   report.config = config;
   report.threads = pool.num_threads();
   report.simd_target = AttentionSimdTargetName();
-  report.memcpy_gbps = MemcpyProbeGbps(pool, size_t{256} << 20, 5);
-  report.peak_gflops = PeakFmaGflops(pool);
 
   // Seeded normal K/V and queries.
   std::mt19937_64 rng(config.seed);
@@ -121,9 +106,20 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
   for (float& x : q) x = nd(rng);
   std::vector<float> out(q.size());
 
-  const int total = static_cast<int>(plan.formats.size());
+  // Every configuration is built first; then each round times every one of them once (and the
+  // probes), so a noisy neighbour slows all of them alike and medians stay comparable.
+  struct Config {
+    BenchAttentionRow row;
+    BatchCache batch;
+    PagedKvView view;
+    std::vector<uint32_t> q_lens;
+    std::vector<double> times;
+    double flops = 0;
+  };
+  std::vector<std::unique_ptr<Config>> configs;
+  std::vector<std::shared_ptr<BlockPool>> pools;
+  const int total = static_cast<int>(plan.formats.size()) + config.repeats;
   int done = 0;
-  std::map<std::string, double> f16_ms;  // "mode/ctx/batch" -> ms
   for (const KvFormats& f : plan.formats) {
     BlockPoolOptions o;
     o.shape = shape;
@@ -135,6 +131,7 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
     o.capacity_bytes = (uint64_t{max_batch} * ((max_ctx + o.block_tokens - 1) / o.block_tokens) +
                         4 * max_batch + 8) * layout->block_stride;
     KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> kv_pool, BlockPool::Create(o));
+    pools.push_back(kv_pool);
     // Fill the longest rows once; every context is a trimmed fork of them.
     std::vector<SequenceCache> base;
     for (uint32_t b = 0; b < max_batch; ++b) {
@@ -144,7 +141,7 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
         KVTIER_RETURN_IF_ERROR(base.back().Append(0, DType::kF32, kdata.data(), vdata.data(), n));
       }
     }
-    auto run = [&](const char* mode, uint32_t ctx, uint32_t batch, uint32_t nq) -> Status {
+    auto add = [&](const char* mode, uint32_t ctx, uint32_t batch, uint32_t nq) -> Status {
       std::vector<SequenceCache> rows;
       for (uint32_t b = 0; b < batch; ++b) {
         SequenceCache s = base[b].Fork();
@@ -152,51 +149,73 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
         rows.push_back(std::move(s));
       }
       KVTIER_ASSIGN_OR_RETURN(BatchCache bc, BatchCache::Merge(std::move(rows)));
-      KVTIER_ASSIGN_OR_RETURN(PagedKvView view, bc.View(0));
-      std::vector<uint32_t> q_lens(batch, nq);
-      AttentionParams p;
-      p.n_heads = n_heads;
-      KVTIER_ASSIGN_OR_RETURN(double ms, TimeCalls(view, q, q_lens, p, &out, &pool, config.repeats));
-      BenchAttentionRow row;
+      auto c = std::make_unique<Config>(Config{{}, std::move(bc), {}, {}, {}, 0});
+      KVTIER_ASSIGN_OR_RETURN(c->view, c->batch.View(0));
+      c->q_lens.assign(batch, nq);
+      BenchAttentionRow& row = c->row;
       row.mode = mode;
       row.ctx = ctx;
       row.batch = batch;
       row.queries = nq;
       row.k_format = f.k.spec();
       row.v_format = f.v.spec();
-      row.ms = ms;
       row.kv_bytes = uint64_t{batch} * ctx * shape.n_kv_heads * (layout->k_row_bytes + layout->v_row_bytes);
       // Visible keys: query i of nq at position ctx - nq + i sees ctx - nq + i + 1 keys.
       const double keys = static_cast<double>(batch) * (static_cast<double>(nq) * (ctx - nq) +
                                                         static_cast<double>(nq) * (nq + 1) / 2);
-      const double flops = 4.0 * n_heads * shape.head_dim * keys;
-      row.gbps = static_cast<double>(row.kv_bytes) / (ms * 1e-3) / 1e9;
-      row.gflops = flops / (ms * 1e-3) / 1e9;
-      row.floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.memcpy_gbps * 1e9),
-                              flops / (report.peak_gflops * 1e9)) * 1e3;
-      row.vs_floor = ms / row.floor_ms;
-      const std::string key = std::string(mode) + "/" + std::to_string(ctx) + "/" + std::to_string(batch);
-      if (f.k == Format::F16() && f.v == Format::F16()) f16_ms[key] = ms;
-      report.rows.push_back(row);
+      c->flops = 4.0 * n_heads * shape.head_dim * keys;
+      configs.push_back(std::move(c));
       return Status::OK();
     };
     if (plan.decode) {
       for (uint32_t ctx : plan.ctx) {
-        for (uint32_t b : plan.batches) KVTIER_RETURN_IF_ERROR(run("decode", ctx, b, 1));
+        for (uint32_t b : plan.batches) KVTIER_RETURN_IF_ERROR(add("decode", ctx, b, 1));
       }
     }
     if (plan.prefill) {
       for (uint32_t ctx : plan.prefill_ctx) {
-        KVTIER_RETURN_IF_ERROR(run("prefill", ctx, 1, static_cast<uint32_t>(config.prefill_chunk)));
+        KVTIER_RETURN_IF_ERROR(add("prefill", ctx, 1, static_cast<uint32_t>(config.prefill_chunk)));
       }
     }
     if (progress) progress(++done, total);
   }
-  for (BenchAttentionRow& r : report.rows) {
+  AttentionParams p;
+  p.n_heads = n_heads;
+  for (auto& c : configs) {  // warm-up
+    KVTIER_RETURN_IF_ERROR(Attention(c->view, q.data(), c->q_lens, p, out.data(), &pool));
+  }
+  std::vector<double> memcpy_runs;
+  for (int r = 0; r < config.repeats; ++r) {
+    memcpy_runs.push_back(MemcpyProbeGbps(pool, size_t{256} << 20, 1));
+    for (auto& c : configs) {
+      Timer timer;
+      KVTIER_RETURN_IF_ERROR(Attention(c->view, q.data(), c->q_lens, p, out.data(), &pool));
+      c->times.push_back(timer.Millis());
+    }
+    if (progress) progress(++done, total);
+  }
+  report.memcpy_gbps = Median(memcpy_runs);
+  report.peak_gflops = PeakFmaGflops(pool);
+  std::map<std::string, double> f16_ms;  // "mode/ctx/batch" -> ms
+  for (auto& c : configs) {
+    BenchAttentionRow& row = c->row;
+    row.ms = Median(c->times);
+    row.gbps = static_cast<double>(row.kv_bytes) / (row.ms * 1e-3) / 1e9;
+    row.gflops = c->flops / (row.ms * 1e-3) / 1e9;
+    row.floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.memcpy_gbps * 1e9),
+                            c->flops / (report.peak_gflops * 1e9)) * 1e3;
+    row.vs_floor = row.ms / row.floor_ms;
+    if (row.k_format == "f16" && row.v_format == "f16") {
+      f16_ms[row.mode + "/" + std::to_string(row.ctx) + "/" + std::to_string(row.batch)] = row.ms;
+    }
+  }
+  for (auto& c : configs) {
+    BenchAttentionRow& r = c->row;
     auto it = f16_ms.find(r.mode + "/" + std::to_string(r.ctx) + "/" + std::to_string(r.batch));
     r.speedup_vs_f16 = it == f16_ms.end() ? 0.0 : it->second / r.ms;
+    report.rows.push_back(r);
   }
-  // Order: mode, ctx, batch, then formats in the order given.
+  // Order: mode (decode first), ctx, batch, then formats in the order given.
   std::stable_sort(report.rows.begin(), report.rows.end(), [](const auto& a, const auto& b) {
     return std::tie(b.mode, a.ctx, a.batch) < std::tie(a.mode, b.ctx, b.batch);
   });

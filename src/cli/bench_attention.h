@@ -3,8 +3,10 @@
 // probes measured in the same run (memcpy bandwidth, peak FMA throughput).
 //
 // One KV layer of `--kv-heads` x `--head-dim` is filled with seeded normal K/V per format;
-// shorter contexts are forks of the longest rows trimmed down (no copy). Times are medians of
-// --repeats calls after one warm-up. Not thread-safe; call from one thread.
+// shorter contexts are forks of the longest rows trimmed down (no copy). After one warm-up call
+// each, every configuration is timed once per round, with the memcpy probe, for --repeats
+// rounds: a noisy neighbour slows all of them alike, and the medians stay comparable. Not
+// thread-safe; call from one thread.
 #pragma once
 
 #include <cstdint>

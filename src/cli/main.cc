@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (a->parsed()) {
-    auto report = kvtier::cli::RunBenchAttention(attn, ProgressBar("format"));
+    auto report = kvtier::cli::RunBenchAttention(attn, ProgressBar("step"));
     if (!report.ok()) return Fail("bench-attention", report.status());
     std::cout << (attn_json ? kvtier::cli::FormatBenchAttentionJson(*report)
                             : kvtier::cli::FormatBenchAttentionTable(*report));

@@ -111,6 +111,20 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
     const uint32_t nt_pad = static_cast<uint32_t>((nt + N - 1) / N * N);
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
+    // Prefetch the next tile's K and V rows of these heads while this one is computed.
+    if (t1 < hi) {
+      const uint32_t n1 = std::min({hi, (t1 / bt + 1) * bt, t1 + kTile}) - t1;
+      const size_t b1 = static_cast<size_t>(row.block_table[t1 / bt]);
+      const size_t s1 = t1 % bt;
+      const uint8_t* kn = kv.k_base + b1 * kv.block_stride + s1 * kv.k_token_stride +
+                          it.head_begin * kv.k_head_stride;
+      const uint8_t* vn = kv.v_base + b1 * kv.block_stride + s1 * kv.v_token_stride +
+                          it.head_begin * kv.v_head_stride;
+      const size_t kbytes = (n1 - 1) * kv.k_token_stride + (it.head_end - it.head_begin) * kv.k_head_stride;
+      const size_t vbytes = (n1 - 1) * kv.v_token_stride + (it.head_end - it.head_begin) * kv.v_head_stride;
+      for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kn + o);
+      for (size_t o = 0; o < vbytes; o += 64) __builtin_prefetch(vn + o);
+    }
     for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
     const uint8_t* kp = kv.k_base + block * kv.block_stride + slot * kv.k_token_stride +
                         h * kv.k_head_stride;
