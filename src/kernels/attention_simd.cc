@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "kernels/attention_simd.h"
@@ -96,8 +97,11 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
   lo = std::max(lo, *std::min_element(first, first + nq));
   hi = std::min(hi, *std::max_element(pos, pos + nq) + 1);
 
-  HWY_ALIGN float kt[kTile][kD];  // K rows of the tile, f32
-  HWY_ALIGN float vt[kTile][kD];  // V rows of the tile, f32
+  // K and V rows of the tile in f32. V starts 3 cache lines after a 4 KiB multiple from K,
+  // so loads of one never alias (modulo 4 KiB) with stores to the other.
+  HWY_ALIGN float tiles[2 * kTile * kD + 48];
+  float (*kt)[kD] = reinterpret_cast<float (*)[kD]>(tiles);
+  float (*vt)[kD] = reinterpret_cast<float (*)[kD]>(tiles + kTile * kD + 48);
   HWY_ALIGN float s[kTile];       // scores, then probabilities
   const VF vscale = hn::Set(df, job.scale);
   const VF vcap = hn::Set(df, job.softcap > 0 ? job.softcap : 1.0f);
@@ -111,21 +115,34 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
     const uint32_t nt_pad = static_cast<uint32_t>((nt + N - 1) / N * N);
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
-    // Prefetch the next tile's K and V rows of these heads while this one is computed.
+    // The next tile's K and V rows of these heads are prefetched into L2, a slice per head,
+    // while this tile is computed (a burst would stall on the line-fill buffers).
+    const uint8_t* kn = nullptr;
+    const uint8_t* vn = nullptr;
+    size_t kbytes = 0, vbytes = 0;
     if (t1 < hi) {
       const uint32_t n1 = std::min({hi, (t1 / bt + 1) * bt, t1 + kTile}) - t1;
       const size_t b1 = static_cast<size_t>(row.block_table[t1 / bt]);
       const size_t s1 = t1 % bt;
-      const uint8_t* kn = kv.k_base + b1 * kv.block_stride + s1 * kv.k_token_stride +
-                          it.head_begin * kv.k_head_stride;
-      const uint8_t* vn = kv.v_base + b1 * kv.block_stride + s1 * kv.v_token_stride +
-                          it.head_begin * kv.v_head_stride;
-      const size_t kbytes = (n1 - 1) * kv.k_token_stride + (it.head_end - it.head_begin) * kv.k_head_stride;
-      const size_t vbytes = (n1 - 1) * kv.v_token_stride + (it.head_end - it.head_begin) * kv.v_head_stride;
-      for (size_t o = 0; o < kbytes; o += 64) __builtin_prefetch(kn + o);
-      for (size_t o = 0; o < vbytes; o += 64) __builtin_prefetch(vn + o);
+      kn = kv.k_base + b1 * kv.block_stride + s1 * kv.k_token_stride +
+           it.head_begin * kv.k_head_stride;
+      vn = kv.v_base + b1 * kv.block_stride + s1 * kv.v_token_stride +
+           it.head_begin * kv.v_head_stride;
+      kbytes = (n1 - 1) * kv.k_token_stride + (it.head_end - it.head_begin) * kv.k_head_stride;
+      vbytes = (n1 - 1) * kv.v_token_stride + (it.head_end - it.head_begin) * kv.v_head_stride;
     }
+    const size_t k_slice = (kbytes / nh + 63) / 64 * 64;
+    const size_t v_slice = (vbytes / nh + 63) / 64 * 64;
     for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
+    if (kn != nullptr) {
+      const size_t j = h - it.head_begin;
+      for (size_t o = j * k_slice; o < std::min(kbytes, (j + 1) * k_slice); o += 64) {
+        __builtin_prefetch(kn + o, 0, 2);
+      }
+      for (size_t o = j * v_slice; o < std::min(vbytes, (j + 1) * v_slice); o += 64) {
+        __builtin_prefetch(vn + o, 0, 2);
+      }
+    }
     const uint8_t* kp = kv.k_base + block * kv.block_stride + slot * kv.k_token_stride +
                         h * kv.k_head_stride;
     const uint8_t* vp = kv.v_base + block * kv.block_stride + slot * kv.v_token_stride +
@@ -201,13 +218,324 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
   return true;
 }
 
+// ---------------------------------------------------------------- fast path
+//
+// Rows are decoded in registers, N values ("a chunk") at a time, by a decoder per format: no
+// f32 copy of K or V. Scores come 4 query vectors x N/4 tokens at a time (N FMA chains, one
+// batched reduction); each V chunk is decoded once per token and feeds 4 query vectors'
+// accumulators. Needs N a multiple of 4 and head_dim / N a multiple of 4 (head_dim 64, 128,
+// 256 on AVX-512); other cases take the tile path above. Values equal the quant module's
+// decoders (and so the reference) bit for bit.
+
+// What a decoder needs to know of a row besides its bytes.
+struct RowCtx {
+  size_t scales_off = 0, biases_off = 0;  // affine: byte offsets of scales and biases
+  size_t group = 32;
+  DType scale_dtype = DType::kF16;
+};
+
+HWY_INLINE float HalfAt(const uint8_t* p) {
+  const hn::CappedTag<hwy::float16_t, 1> dh1;
+  const hn::CappedTag<float, 1> df1;
+  return hn::GetLane(hn::PromoteTo(df1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
+HWY_INLINE float ScaleAt(DType t, const uint8_t* base, size_t i) {
+  if (t == DType::kF16) return HalfAt(base + 2 * i);
+  if (t == DType::kBF16) {
+    uint16_t h;
+    std::memcpy(&h, base + 2 * i, 2);
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+  float f;
+  std::memcpy(&f, base + 4 * i, 4);
+  return f;
+}
+
+struct DecF32 {
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + k * hn::Lanes(df));
+  }
+};
+struct DecF16 {
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(
+        df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + k * hn::Lanes(df)));
+  }
+};
+struct DecBF16 {
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    const hn::Rebind<uint16_t, DF> du16;
+    const hn::RebindToUnsigned<DF> du;
+    const auto w = hn::PromoteTo(
+        du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(row) + k * hn::Lanes(df)));
+    return hn::BitCast(df, hn::ShiftLeft<16>(w));
+  }
+};
+struct DecQ8_0 {  // 34-byte blocks: f16 scale, 32 int8 codes
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    const size_t v0 = k * hn::Lanes(df);
+    const uint8_t* block = row + (v0 / 32) * 34;
+    const hn::Rebind<int8_t, DF> di8;
+    const auto codes = hn::LoadU(di8, reinterpret_cast<const int8_t*>(block + 2 + v0 % 32));
+    const VF q = hn::ConvertTo(df, hn::PromoteTo(hn::RebindToSigned<DF>(), codes));
+    return hn::Mul(q, hn::Set(df, HalfAt(block)));
+  }
+};
+struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31 high
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    const size_t v0 = k * hn::Lanes(df);
+    const uint8_t* block = row + (v0 / 32) * 18;
+    const size_t o = v0 % 32;
+    const hn::Rebind<uint8_t, DF> du8;
+    const auto bytes = hn::LoadU(du8, block + 2 + o % 16);
+    const auto nib = o < 16 ? hn::And(bytes, hn::Set(du8, 0x0f)) : hn::ShiftRight<4>(bytes);
+    const hn::RebindToSigned<DF> di;
+    const auto c = hn::Sub(hn::PromoteTo(di, nib), hn::Set(di, 8));
+    return hn::Mul(hn::ConvertTo(df, c), hn::Set(df, HalfAt(block)));
+  }
+};
+template <int kBits>
+struct DecAffine {  // codes (little-endian bit stream) | scales | biases
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx& c) {
+    const size_t v0 = k * hn::Lanes(df);
+    const size_t g = v0 / c.group;
+    const hn::Rebind<uint8_t, DF> du8;
+    hn::Vec<decltype(du8)> codes;
+    if constexpr (kBits == 8) {
+      codes = hn::LoadU(du8, row + v0);
+    } else {
+      static_assert(kBits == 4, "fast affine decoders: 8 and 4 bits");
+      // N/2 bytes -> N nibbles, low nibble first.
+      const hn::Repartition<uint16_t, decltype(du8)> dw;  // N/2 lanes
+      const hn::Rebind<uint8_t, decltype(dw)> du8h;
+      const auto w = hn::PromoteTo(dw, hn::LoadU(du8h, row + v0 / 2));
+      codes = hn::BitCast(du8, hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
+                                      hn::ShiftLeft<4>(hn::And(w, hn::Set(dw, 0x00f0)))));
+    }
+    const VF q = hn::ConvertTo(df, hn::PromoteTo(hn::RebindToSigned<DF>(), codes));
+    return hn::MulAdd(q, hn::Set(df, ScaleAt(c.scale_dtype, row + c.scales_off, g)),
+                      hn::Set(df, ScaleAt(c.scale_dtype, row + c.biases_off, g)));
+  }
+};
+
+RowCtx MakeRowCtx(const Format& f, size_t head_dim) {
+  RowCtx c;
+  c.group = f.group;
+  c.scale_dtype = f.scale_dtype;
+  if (f.kind == FormatKind::kAffine) {
+    c.scales_off = head_dim * f.bits / 8;
+    c.biases_off = c.scales_off + head_dim / f.group * DTypeSize(f.scale_dtype);
+  }
+  return c;
+}
+
+template <size_t kD, class KDec, class VDec>
+void RunItemFast(const Job& job, const Item& it, float* partial) {
+  const DF df;
+  constexpr size_t N = HWY_LANES(float);
+  constexpr size_t V = kD / N;    // chunks per row
+  constexpr size_t kQG = 4;       // query vectors per pass
+  constexpr size_t kTB = N / kQG;  // tokens per score batch
+  constexpr size_t kCG = 4;       // V chunks per accumulator pass
+  static_assert(N % kQG == 0 && V % kCG == 0, "fast path geometry");
+  constexpr size_t kStride = kD + 2;
+  const PagedKvView& kv = *job.kv;
+  const PagedKvRow& row = kv.rows[it.row];
+  const uint32_t len = row.length;
+  const uint32_t qlen = job.q_lens[it.row];
+  const uint32_t G = job.group;
+  const uint32_t nq = it.qv_end - it.qv_begin;
+  const uint32_t nh = it.head_end - it.head_begin;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const RowCtx kc = MakeRowCtx(kv.k_format, kD), vc = MakeRowCtx(kv.v_format, kD);
+
+  uint32_t pos[kMaxQv] = {}, first[kMaxQv] = {};
+  size_t q_off[kMaxQv] = {};
+  for (uint32_t i = 0; i < nq; ++i) {
+    const uint32_t v = it.qv_begin + i;
+    const uint32_t qi = v / G;
+    pos[i] = len - qlen + qi;
+    first[i] = job.window > 0 && pos[i] + 1 > job.window ? pos[i] + 1 - job.window : 0;
+    q_off[i] = ((job.q_first[it.row] + qi) * job.n_heads + v % G) * kD;
+  }
+  for (uint32_t j = 0; j < nh * nq; ++j) {
+    float* st = partial + j * kStride;
+    st[0] = neg_inf;
+    st[1] = 0.0f;
+    std::fill(st + 2, st + kStride, 0.0f);
+  }
+  uint32_t lo = std::max(it.key_begin, *std::min_element(first, first + nq));
+  const uint32_t hi = std::min(it.key_end, *std::max_element(pos, pos + nq) + 1);
+
+  HWY_ALIGN float s[kQG][kTile + N];  // scores, then probabilities, per query vector of a pass
+  HWY_ALIGN float lanes[N];
+  HWY_ALIGN float zero_q[kD] = {};     // stands in for missing query vectors of a pass
+  const VF vscale = hn::Set(df, job.scale);
+  const VF vneg_inf = hn::Set(df, neg_inf);
+  const hn::RebindToSigned<DF> di;
+  const auto lane = hn::Iota(di, 0);
+  const uint32_t bt = kv.block_tokens;
+  for (uint32_t t0 = lo; t0 < hi;) {
+    const uint32_t t1 = std::min({hi, (t0 / bt + 1) * bt, t0 + kTile});
+    const uint32_t nt = t1 - t0;
+    const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
+    const size_t slot = t0 % bt;
+    for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
+      const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * kv.k_token_stride +
+                          h * kv.k_head_stride;
+      const uint8_t* vb = kv.v_base + block * kv.block_stride + slot * kv.v_token_stride +
+                          h * kv.v_head_stride;
+      const float* qh = job.q + size_t{h} * G * kD;
+      for (uint32_t i0 = 0; i0 < nq; i0 += kQG) {
+        const uint32_t nqp = std::min<uint32_t>(kQG, nq - i0);
+        // Visible keys of the pass.
+        uint32_t a = t1, b = t0;
+        for (uint32_t g = 0; g < nqp; ++g) {
+          a = std::min(a, std::max(t0, first[i0 + g]));
+          b = std::max(b, std::min(t1, pos[i0 + g] + 1));
+        }
+        if (a >= b) continue;
+        const float* qv[kQG];
+        for (size_t g = 0; g < kQG; ++g) qv[g] = g < nqp ? qh + q_off[i0 + g] : zero_q;
+        // Scores: accumulator j = g * kTB + tt holds q_g . k_(t + tt).
+        for (uint32_t t = t0; t < t1; t += kTB) {
+          VF acc[N];
+          for (size_t j = 0; j < N; ++j) acc[j] = hn::Zero(df);
+          const uint32_t ntb = std::min<uint32_t>(kTB, t1 - t);
+          for (size_t k = 0; k < V; ++k) {
+            VF kk[kTB];
+            for (size_t tt = 0; tt < kTB; ++tt) {
+              kk[tt] = KDec::Chunk(df, kb + (t - t0 + std::min<size_t>(tt, ntb - 1)) * kv.k_token_stride, k, kc);
+            }
+            for (size_t g = 0; g < kQG; ++g) {
+              const VF qk = hn::LoadU(df, qv[g] + k * N);
+              for (size_t tt = 0; tt < kTB; ++tt) acc[g * kTB + tt] = hn::MulAdd(qk, kk[tt], acc[g * kTB + tt]);
+            }
+          }
+          hn::Store(hn::Mul(SumBatch(df, acc), vscale), df, lanes);
+          for (size_t g = 0; g < kQG; ++g) {
+            for (size_t tt = 0; tt < kTB; ++tt) s[g][t - t0 + tt] = lanes[g * kTB + tt];
+          }
+        }
+        // Online softmax per query vector, N keys at a time.
+        const uint32_t nt_pad = static_cast<uint32_t>((nt + N - 1) / N * N);
+        float corr[kQG];
+        for (uint32_t g = 0; g < nqp; ++g) {
+          float* st = partial + ((h - it.head_begin) * nq + i0 + g) * kStride;
+          const uint32_t ag = std::max(t0, first[i0 + g]);
+          const uint32_t bg = std::min(t1, pos[i0 + g] + 1);
+          VF mx = vneg_inf;
+          for (uint32_t c = 0; c < nt_pad; c += static_cast<uint32_t>(N)) {
+            VF x = hn::Load(df, &s[g][c]);
+            if (job.softcap > 0) {
+              const VF cap = hn::Set(df, job.softcap);
+              const VF y = hn::Div(x, cap);
+              const VF e = hn::Exp(df, hn::Add(y, y));
+              const VF one = hn::Set(df, 1.0f);
+              x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
+            }
+            const auto t_abs = hn::Add(lane, hn::Set(di, static_cast<int32_t>(t0 + c)));
+            const auto vis = hn::And(hn::Gt(t_abs, hn::Set(di, static_cast<int32_t>(ag) - 1)),
+                                     hn::Lt(t_abs, hn::Set(di, static_cast<int32_t>(bg))));
+            x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
+            mx = hn::Max(mx, x);
+            hn::Store(x, df, &s[g][c]);
+          }
+          const float m_new = std::max(st[0], hn::GetLane(hn::MaxOfLanes(df, mx)));
+          if (m_new == neg_inf) {  // nothing visible to this query vector here
+            corr[g] = 1.0f;
+            for (uint32_t c = 0; c < nt_pad; ++c) s[g][c] = 0.0f;
+            continue;
+          }
+          corr[g] = std::exp(st[0] - m_new);
+          const VF vm = hn::Set(df, m_new);
+          VF sum = hn::Zero(df);
+          for (uint32_t c = 0; c < nt_pad; c += static_cast<uint32_t>(N)) {
+            const VF x = hn::Load(df, &s[g][c]);
+            const VF pr = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, vm)));
+            sum = hn::Add(sum, pr);
+            hn::Store(pr, df, &s[g][c]);
+          }
+          st[1] = st[1] * corr[g] + hn::GetLane(hn::SumOfLanes(df, sum));
+          st[0] = m_new;
+        }
+        for (uint32_t g = nqp; g < kQG; ++g) {
+          corr[g] = 1.0f;
+          for (uint32_t c = 0; c < nt_pad; ++c) s[g][c] = 0.0f;
+        }
+        // Weighted V: kQG x kCG accumulators per pass over kCG chunks.
+        float* acc_ptr[kQG];
+        HWY_ALIGN float dummy[kD];
+        for (size_t g = 0; g < kQG; ++g) {
+          acc_ptr[g] = g < nqp ? partial + ((h - it.head_begin) * nq + i0 + g) * kStride + 2 : dummy;
+        }
+        for (size_t c0 = 0; c0 < V; c0 += kCG) {
+          VF o[kQG][kCG];
+          for (size_t g = 0; g < kQG; ++g) {
+            const VF cg = hn::Set(df, corr[g]);
+            for (size_t c = 0; c < kCG; ++c) o[g][c] = hn::Mul(hn::LoadU(df, acc_ptr[g] + (c0 + c) * N), cg);
+          }
+          for (uint32_t t = a; t < b; ++t) {
+            const uint8_t* vr = vb + (t - t0) * kv.v_token_stride;
+            VF vv[kCG];
+            for (size_t c = 0; c < kCG; ++c) vv[c] = VDec::Chunk(df, vr, c0 + c, vc);
+            for (size_t g = 0; g < kQG; ++g) {
+              const VF pg = hn::Set(df, s[g][t - t0]);
+              for (size_t c = 0; c < kCG; ++c) o[g][c] = hn::MulAdd(pg, vv[c], o[g][c]);
+            }
+          }
+          for (size_t g = 0; g < kQG; ++g) {
+            for (size_t c = 0; c < kCG; ++c) hn::StoreU(o[g][c], df, acc_ptr[g] + (c0 + c) * N);
+          }
+        }
+      }
+    }
+    t0 = t1;
+  }
+}
+
+// Picks the fast kernel for (K kind, V kind) at head_dim kD, or returns false.
+template <size_t kD>
+bool RunFast(const Job& job, const Item& it, float* partial) {
+  constexpr size_t N = HWY_LANES(float);
+  if constexpr (N % 4 != 0 || (kD / N) % 4 != 0) {
+    return false;
+  } else {
+    const Format& kf = job.kv->k_format;
+    const Format& vf = job.kv->v_format;
+    auto same = [&](const Format& a, FormatKind kind, int bits) {
+      return a.kind == kind && (kind != FormatKind::kAffine || a.bits == bits);
+    };
+#define KVTIER_FAST_PAIR(KK, KB, KDEC, VK, VB, VDEC)                            \
+  if (same(kf, FormatKind::KK, KB) && same(vf, FormatKind::VK, VB)) {           \
+    RunItemFast<kD, KDEC, VDEC>(job, it, partial);                               \
+    return true;                                                                 \
+  }
+    KVTIER_FAST_PAIR(kF16, 0, DecF16, kF16, 0, DecF16)
+    KVTIER_FAST_PAIR(kBF16, 0, DecBF16, kBF16, 0, DecBF16)
+    KVTIER_FAST_PAIR(kF32, 0, DecF32, kF32, 0, DecF32)
+    KVTIER_FAST_PAIR(kQ8_0, 0, DecQ8_0, kQ8_0, 0, DecQ8_0)
+    KVTIER_FAST_PAIR(kQ4_0, 0, DecQ4_0, kQ4_0, 0, DecQ4_0)
+    KVTIER_FAST_PAIR(kQ8_0, 0, DecQ8_0, kQ4_0, 0, DecQ4_0)
+    KVTIER_FAST_PAIR(kAffine, 8, DecAffine<8>, kAffine, 8, DecAffine<8>)
+    KVTIER_FAST_PAIR(kAffine, 4, DecAffine<4>, kAffine, 4, DecAffine<4>)
+#undef KVTIER_FAST_PAIR
+    return false;
+  }
+}
+
 bool RunItemImpl(const Job& job, const Item& item, float* partial) {
   switch (job.kv->head_dim) {
-    case 64: return RunItemD<64>(job, item, partial);
+    case 64: return RunFast<64>(job, item, partial) || RunItemD<64>(job, item, partial);
     case 80: return RunItemD<80>(job, item, partial);
     case 96: return RunItemD<96>(job, item, partial);
-    case 128: return RunItemD<128>(job, item, partial);
-    case 256: return RunItemD<256>(job, item, partial);
+    case 128: return RunFast<128>(job, item, partial) || RunItemD<128>(job, item, partial);
+    case 256: return RunFast<256>(job, item, partial) || RunItemD<256>(job, item, partial);
     default: return false;
   }
 }

@@ -14,6 +14,7 @@
 #include "base/thread_pool.h"
 #include "kernels/attention_ref.h"
 #include "kvtier/batch_cache.h"
+#include "kvtier/quant.h"
 #include "quant/test_formats.h"
 
 namespace kvtier {
@@ -100,7 +101,14 @@ std::string Describe(const Case& c) {
   return s.str();
 }
 
-TEST(Attention, EveryFormatMatchesTheReference) {
+// Every SIMD target this CPU runs (AVX-512, AVX2, SSE4, ...): the fast and the tile paths.
+class AttentionTargets : public ::testing::TestWithParam<long long> {
+ protected:
+  void SetUp() override { ASSERT_TRUE(QuantForceSimdTarget(GetParam())); }
+  void TearDown() override { QuantForceSimdTarget(0); }
+};
+
+TEST_P(AttentionTargets, EveryFormatMatchesTheReference) {
   ThreadPool pool(2);
   uint64_t seed = 1;
   for (const Format& f : testing::AllFormats()) {
@@ -114,7 +122,7 @@ TEST(Attention, EveryFormatMatchesTheReference) {
   }
 }
 
-TEST(Attention, MixedFormatsHeadDimsAndGqaRatios) {
+TEST_P(AttentionTargets, MixedFormatsHeadDimsAndGqaRatios) {
   ThreadPool pool(2);
   const std::pair<Format, Format> pairs[] = {
       {Format::Q8_0(), Format::Q4_0()},
@@ -150,7 +158,7 @@ TEST(Attention, MixedFormatsHeadDimsAndGqaRatios) {
   EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
 }
 
-TEST(Attention, MasksWindowsSoftcapAndScales) {
+TEST_P(AttentionTargets, MasksWindowsSoftcapAndScales) {
   ThreadPool pool(2);
   uint64_t seed = 200;
   for (uint32_t window : {0u, 1u, 7u, 40u}) {
@@ -168,6 +176,12 @@ TEST(Attention, MasksWindowsSoftcapAndScales) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, AttentionTargets,
+                         ::testing::ValuesIn(QuantAvailableSimdTargets()),
+                         [](const ::testing::TestParamInfo<long long>& info) {
+                           return "target_" + std::to_string(info.param);
+                         });
 
 // A long row with one KV head splits its keys across threads; the merge matches.
 TEST(Attention, SplitKeysMergeExactly) {
