@@ -255,19 +255,50 @@ HWY_INLINE float ScaleAt(DType t, const uint8_t* base, size_t i) {
   return f;
 }
 
-struct DecF32 {
+// A half at p, converted and broadcast to every lane.
+HWY_INLINE VF BroadcastHalf(DF df, const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+#if HWY_TARGET <= HWY_AVX3
+  (void)df;
+  return VF{_mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits)))};
+#else
+  return hn::Set(df, HalfAt(p));
+#endif
+}
+
+template <DType kT>
+HWY_INLINE VF BroadcastScale(DF df, const uint8_t* base, size_t i) {
+  if constexpr (kT == DType::kF16) {
+    return BroadcastHalf(df, base + 2 * i);
+  } else {
+    return hn::Set(df, ScaleAt(kT, base, i));
+  }
+}
+
+// Decoders: Chunk gives values [k N, (k + 1) N) of a row as f32; Pair gives chunks k and k + 1
+// (k even) sharing what they can (one load, one scale conversion).
+template <class Dec>
+struct PairOf {
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx& c, VF& a, VF& b) {
+    a = Dec::Chunk(df, row, k, c);
+    b = Dec::Chunk(df, row, k + 1, c);
+  }
+};
+
+struct DecF32 : PairOf<DecF32> {
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
     return hn::LoadU(df, reinterpret_cast<const float*>(row) + k * hn::Lanes(df));
   }
 };
-struct DecF16 {
+struct DecF16 : PairOf<DecF16> {
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
     const hn::Rebind<hwy::float16_t, DF> dh;
     return hn::PromoteTo(
         df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + k * hn::Lanes(df)));
   }
 };
-struct DecBF16 {
+struct DecBF16 : PairOf<DecBF16> {
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
     const hn::Rebind<uint16_t, DF> du16;
     const hn::RebindToUnsigned<DF> du;
@@ -277,13 +308,23 @@ struct DecBF16 {
   }
 };
 struct DecQ8_0 {  // 34-byte blocks: f16 scale, 32 int8 codes
+  static HWY_INLINE VF Codes(DF df, const uint8_t* p) {
+    const hn::Rebind<int8_t, DF> di8;
+    return hn::ConvertTo(
+        df, hn::PromoteTo(hn::RebindToSigned<DF>(), hn::LoadU(di8, reinterpret_cast<const int8_t*>(p))));
+  }
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
     const size_t v0 = k * hn::Lanes(df);
     const uint8_t* block = row + (v0 / 32) * 34;
-    const hn::Rebind<int8_t, DF> di8;
-    const auto codes = hn::LoadU(di8, reinterpret_cast<const int8_t*>(block + 2 + v0 % 32));
-    const VF q = hn::ConvertTo(df, hn::PromoteTo(hn::RebindToSigned<DF>(), codes));
-    return hn::Mul(q, hn::Set(df, HalfAt(block)));
+    return hn::Mul(Codes(df, block + 2 + v0 % 32), BroadcastHalf(df, block));
+  }
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx&, VF& a, VF& b) {
+    const size_t N = hn::Lanes(df);
+    const size_t v0 = k * N;
+    const uint8_t* block = row + (v0 / 32) * 34;
+    const VF d = BroadcastHalf(df, block);  // chunks k and k + 1 share the block (N <= 16)
+    a = hn::Mul(Codes(df, block + 2 + v0 % 32), d);
+    b = hn::Mul(Codes(df, block + 2 + v0 % 32 + N), d);
   }
 };
 struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31 high
@@ -296,14 +337,30 @@ struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31
     const auto nib = o < 16 ? hn::And(bytes, hn::Set(du8, 0x0f)) : hn::ShiftRight<4>(bytes);
     const hn::RebindToSigned<DF> di;
     const auto c = hn::Sub(hn::PromoteTo(di, nib), hn::Set(di, 8));
-    return hn::Mul(hn::ConvertTo(df, c), hn::Set(df, HalfAt(block)));
+    return hn::Mul(hn::ConvertTo(df, c), BroadcastHalf(df, block));
+  }
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx& ctx, VF& a,
+                              VF& b) {
+    const size_t N = hn::Lanes(df);
+    if (N != 16) {
+      a = Chunk(df, row, k, ctx);
+      b = Chunk(df, row, k + 1, ctx);
+      return;
+    }
+    // N = 16: chunks k, k + 1 are the low and high nibbles of one block's 16 bytes.
+    const uint8_t* block = row + (k / 2) * 18;
+    const hn::Rebind<uint8_t, DF> du8;
+    const hn::RebindToSigned<DF> di;
+    const auto w = hn::PromoteTo(di, hn::LoadU(du8, block + 2));  // one byte per lane
+    const VF d = BroadcastHalf(df, block);
+    const auto eight = hn::Set(di, 8);
+    a = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::And(w, hn::Set(di, 0x0f)), eight)), d);
+    b = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(w), eight)), d);
   }
 };
-template <int kBits>
+template <int kBits, DType kScale>
 struct DecAffine {  // codes (little-endian bit stream) | scales | biases
-  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx& c) {
-    const size_t v0 = k * hn::Lanes(df);
-    const size_t g = v0 / c.group;
+  static HWY_INLINE VF Codes(DF df, const uint8_t* row, size_t v0) {
     const hn::Rebind<uint8_t, DF> du8;
     hn::Vec<decltype(du8)> codes;
     if constexpr (kBits == 8) {
@@ -317,9 +374,27 @@ struct DecAffine {  // codes (little-endian bit stream) | scales | biases
       codes = hn::BitCast(du8, hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
                                       hn::ShiftLeft<4>(hn::And(w, hn::Set(dw, 0x00f0)))));
     }
-    const VF q = hn::ConvertTo(df, hn::PromoteTo(hn::RebindToSigned<DF>(), codes));
-    return hn::MulAdd(q, hn::Set(df, ScaleAt(c.scale_dtype, row + c.scales_off, g)),
-                      hn::Set(df, ScaleAt(c.scale_dtype, row + c.biases_off, g)));
+    return hn::ConvertTo(df, hn::PromoteTo(hn::RebindToSigned<DF>(), codes));
+  }
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx& c) {
+    const size_t v0 = k * hn::Lanes(df);
+    const size_t g = v0 / c.group;
+    return hn::MulAdd(Codes(df, row, v0), BroadcastScale<kScale>(df, row + c.scales_off, g),
+                      BroadcastScale<kScale>(df, row + c.biases_off, g));
+  }
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx& c, VF& a, VF& b) {
+    const size_t N = hn::Lanes(df);
+    const size_t v0 = k * N;
+    if (2 * N > c.group) {
+      a = Chunk(df, row, k, c);
+      b = Chunk(df, row, k + 1, c);
+      return;
+    }
+    const size_t g = v0 / c.group;  // both chunks lie in group g (groups are >= 2N values)
+    const VF sc = BroadcastScale<kScale>(df, row + c.scales_off, g);
+    const VF bi = BroadcastScale<kScale>(df, row + c.biases_off, g);
+    a = hn::MulAdd(Codes(df, row, v0), sc, bi);
+    b = hn::MulAdd(Codes(df, row, v0 + N), sc, bi);
   }
 };
 
@@ -407,14 +482,19 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
           VF acc[N];
           for (size_t j = 0; j < N; ++j) acc[j] = hn::Zero(df);
           const uint32_t ntb = std::min<uint32_t>(kTB, t1 - t);
-          for (size_t k = 0; k < V; ++k) {
-            VF kk[kTB];
-            for (size_t tt = 0; tt < kTB; ++tt) {
-              kk[tt] = KDec::Chunk(df, kb + (t - t0 + std::min<size_t>(tt, ntb - 1)) * kv.k_token_stride, k, kc);
-            }
+          const uint8_t* kr[kTB];
+          for (size_t tt = 0; tt < kTB; ++tt) {
+            kr[tt] = kb + (t - t0 + std::min<size_t>(tt, ntb - 1)) * kv.k_token_stride;
+          }
+          for (size_t k = 0; k < V; k += 2) {
+            VF k0[kTB], k1[kTB];
+            for (size_t tt = 0; tt < kTB; ++tt) KDec::Pair(df, kr[tt], k, kc, k0[tt], k1[tt]);
             for (size_t g = 0; g < kQG; ++g) {
-              const VF qk = hn::LoadU(df, qv[g] + k * N);
-              for (size_t tt = 0; tt < kTB; ++tt) acc[g * kTB + tt] = hn::MulAdd(qk, kk[tt], acc[g * kTB + tt]);
+              const VF qa = hn::LoadU(df, qv[g] + k * N);
+              const VF qb = hn::LoadU(df, qv[g] + (k + 1) * N);
+              for (size_t tt = 0; tt < kTB; ++tt) {
+                acc[g * kTB + tt] = hn::MulAdd(qb, k1[tt], hn::MulAdd(qa, k0[tt], acc[g * kTB + tt]));
+              }
             }
           }
           hn::Store(hn::Mul(SumBatch(df, acc), vscale), df, lanes);
@@ -483,7 +563,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
           for (uint32_t t = a; t < b; ++t) {
             const uint8_t* vr = vb + (t - t0) * kv.v_token_stride;
             VF vv[kCG];
-            for (size_t c = 0; c < kCG; ++c) vv[c] = VDec::Chunk(df, vr, c0 + c, vc);
+            for (size_t c = 0; c < kCG; c += 2) VDec::Pair(df, vr, c0 + c, vc, vv[c], vv[c + 1]);
             for (size_t g = 0; g < kQG; ++g) {
               const VF pg = hn::Set(df, s[g][t - t0]);
               for (size_t c = 0; c < kCG; ++c) o[g][c] = hn::MulAdd(pg, vv[c], o[g][c]);
@@ -511,20 +591,36 @@ bool RunFast(const Job& job, const Item& it, float* partial) {
     auto same = [&](const Format& a, FormatKind kind, int bits) {
       return a.kind == kind && (kind != FormatKind::kAffine || a.bits == bits);
     };
-#define KVTIER_FAST_PAIR(KK, KB, KDEC, VK, VB, VDEC)                            \
-  if (same(kf, FormatKind::KK, KB) && same(vf, FormatKind::VK, VB)) {           \
-    RunItemFast<kD, KDEC, VDEC>(job, it, partial);                               \
-    return true;                                                                 \
+#define KVTIER_UNPAREN(...) __VA_ARGS__
+#define KVTIER_FAST_PAIR(KK, KB, KDEC, VK, VB, VDEC)                                    \
+  if (same(kf, FormatKind::KK, KB) && same(vf, FormatKind::VK, VB)) {                   \
+    RunItemFast<kD, KVTIER_UNPAREN KDEC, KVTIER_UNPAREN VDEC>(job, it, partial);         \
+    return true;                                                                         \
   }
-    KVTIER_FAST_PAIR(kF16, 0, DecF16, kF16, 0, DecF16)
-    KVTIER_FAST_PAIR(kBF16, 0, DecBF16, kBF16, 0, DecBF16)
-    KVTIER_FAST_PAIR(kF32, 0, DecF32, kF32, 0, DecF32)
-    KVTIER_FAST_PAIR(kQ8_0, 0, DecQ8_0, kQ8_0, 0, DecQ8_0)
-    KVTIER_FAST_PAIR(kQ4_0, 0, DecQ4_0, kQ4_0, 0, DecQ4_0)
-    KVTIER_FAST_PAIR(kQ8_0, 0, DecQ8_0, kQ4_0, 0, DecQ4_0)
-    KVTIER_FAST_PAIR(kAffine, 8, DecAffine<8>, kAffine, 8, DecAffine<8>)
-    KVTIER_FAST_PAIR(kAffine, 4, DecAffine<4>, kAffine, 4, DecAffine<4>)
+    KVTIER_FAST_PAIR(kF16, 0, (DecF16), kF16, 0, (DecF16))
+    KVTIER_FAST_PAIR(kBF16, 0, (DecBF16), kBF16, 0, (DecBF16))
+    KVTIER_FAST_PAIR(kF32, 0, (DecF32), kF32, 0, (DecF32))
+    KVTIER_FAST_PAIR(kQ8_0, 0, (DecQ8_0), kQ8_0, 0, (DecQ8_0))
+    KVTIER_FAST_PAIR(kQ4_0, 0, (DecQ4_0), kQ4_0, 0, (DecQ4_0))
+    KVTIER_FAST_PAIR(kQ8_0, 0, (DecQ8_0), kQ4_0, 0, (DecQ4_0))
+    if (kf.scale_dtype == vf.scale_dtype) {
+      switch (kf.scale_dtype) {
+        case DType::kF16:
+          KVTIER_FAST_PAIR(kAffine, 8, (DecAffine<8, DType::kF16>), kAffine, 8, (DecAffine<8, DType::kF16>))
+          KVTIER_FAST_PAIR(kAffine, 4, (DecAffine<4, DType::kF16>), kAffine, 4, (DecAffine<4, DType::kF16>))
+          break;
+        case DType::kBF16:
+          KVTIER_FAST_PAIR(kAffine, 8, (DecAffine<8, DType::kBF16>), kAffine, 8, (DecAffine<8, DType::kBF16>))
+          KVTIER_FAST_PAIR(kAffine, 4, (DecAffine<4, DType::kBF16>), kAffine, 4, (DecAffine<4, DType::kBF16>))
+          break;
+        case DType::kF32:
+          KVTIER_FAST_PAIR(kAffine, 8, (DecAffine<8, DType::kF32>), kAffine, 8, (DecAffine<8, DType::kF32>))
+          KVTIER_FAST_PAIR(kAffine, 4, (DecAffine<4, DType::kF32>), kAffine, 4, (DecAffine<4, DType::kF32>))
+          break;
+      }
+    }
 #undef KVTIER_FAST_PAIR
+#undef KVTIER_UNPAREN
     return false;
   }
 }
