@@ -19,6 +19,7 @@
 
 #include "kernels/attention_simd.h"
 #include "quant/quant_simd.h"
+#include "quant/simd_scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {
@@ -69,33 +70,18 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
   constexpr size_t V = kD / N;  // vectors per row
   const PagedKvView& kv = *job.kv;
   const PagedKvRow& row = kv.rows[it.row];
-  const uint32_t len = row.length;
-  const uint32_t qlen = job.q_lens[it.row];
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
   const float neg_inf = -std::numeric_limits<float>::infinity();
 
   const uint32_t nh = it.head_end - it.head_begin;
   constexpr size_t kStride = kD + 2;  // partial: {m, l, acc[kD]} per (head, query vector)
-  uint32_t pos[kMaxQv] = {}, first[kMaxQv] = {};
-  size_t q_off[kMaxQv] = {};  // offset of query vector i of KV head 0
-  for (uint32_t i = 0; i < nq; ++i) {
-    const uint32_t v = it.qv_begin + i;
-    const uint32_t qi = v / G;
-    pos[i] = len - qlen + qi;
-    first[i] = job.window > 0 && pos[i] + 1 > job.window ? pos[i] + 1 - job.window : 0;
-    q_off[i] = ((job.q_first[it.row] + qi) * job.n_heads + v % G) * kD;
-  }
-  for (uint32_t j = 0; j < nh * nq; ++j) {
-    float* st = partial + j * kStride;
-    st[0] = neg_inf;
-    st[1] = 0.0f;
-    std::fill(st + 2, st + kStride, 0.0f);
-  }
-  // Keys any of these queries can see, within this split.
-  uint32_t lo = it.key_begin, hi = it.key_end;
-  lo = std::max(lo, *std::min_element(first, first + nq));
-  hi = std::min(hi, *std::max_element(pos, pos + nq) + 1);
+  ItemQueries qs;
+  PrepareItem(job, it, kD, partial, &qs);
+  const uint32_t* pos = qs.pos;
+  const uint32_t* first = qs.first;
+  const size_t* q_off = qs.q_off;
+  const uint32_t lo = qs.lo, hi = qs.hi;
 
   // K and V rows of the tile in f32. V starts 3 cache lines after a 4 KiB multiple from K,
   // so loads of one never alias (modulo 4 KiB) with stores to the other.
@@ -234,38 +220,11 @@ struct RowCtx {
   DType scale_dtype = DType::kF16;
 };
 
-HWY_INLINE float HalfAt(const uint8_t* p) {
-  const hn::CappedTag<hwy::float16_t, 1> dh1;
-  const hn::CappedTag<float, 1> df1;
-  return hn::GetLane(hn::PromoteTo(df1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(p))));
-}
-
+HWY_INLINE float HalfAt(const uint8_t* p) { return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, p, 0); }
 HWY_INLINE float ScaleAt(DType t, const uint8_t* base, size_t i) {
-  if (t == DType::kF16) return HalfAt(base + 2 * i);
-  if (t == DType::kBF16) {
-    uint16_t h;
-    std::memcpy(&h, base + 2 * i, 2);
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  float f;
-  std::memcpy(&f, base + 4 * i, 4);
-  return f;
+  return kvtier::HWY_NAMESPACE::LoadScalar(t, base, i);
 }
-
-// A half at p, converted and broadcast to every lane.
-HWY_INLINE VF BroadcastHalf(DF df, const uint8_t* p) {
-  uint16_t bits;
-  std::memcpy(&bits, p, 2);
-#if HWY_TARGET <= HWY_AVX3
-  (void)df;
-  return VF{_mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits)))};
-#else
-  return hn::Set(df, HalfAt(p));
-#endif
-}
+HWY_INLINE VF BroadcastHalf(DF, const uint8_t* p) { return kvtier::HWY_NAMESPACE::BroadcastHalf(p); }
 
 template <DType kT>
 HWY_INLINE VF BroadcastScale(DF df, const uint8_t* base, size_t i) {
@@ -421,31 +380,18 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   constexpr size_t kStride = kD + 2;
   const PagedKvView& kv = *job.kv;
   const PagedKvRow& row = kv.rows[it.row];
-  const uint32_t len = row.length;
-  const uint32_t qlen = job.q_lens[it.row];
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
   const uint32_t nh = it.head_end - it.head_begin;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const RowCtx kc = MakeRowCtx(kv.k_format, kD), vc = MakeRowCtx(kv.v_format, kD);
 
-  uint32_t pos[kMaxQv] = {}, first[kMaxQv] = {};
-  size_t q_off[kMaxQv] = {};
-  for (uint32_t i = 0; i < nq; ++i) {
-    const uint32_t v = it.qv_begin + i;
-    const uint32_t qi = v / G;
-    pos[i] = len - qlen + qi;
-    first[i] = job.window > 0 && pos[i] + 1 > job.window ? pos[i] + 1 - job.window : 0;
-    q_off[i] = ((job.q_first[it.row] + qi) * job.n_heads + v % G) * kD;
-  }
-  for (uint32_t j = 0; j < nh * nq; ++j) {
-    float* st = partial + j * kStride;
-    st[0] = neg_inf;
-    st[1] = 0.0f;
-    std::fill(st + 2, st + kStride, 0.0f);
-  }
-  uint32_t lo = std::max(it.key_begin, *std::min_element(first, first + nq));
-  const uint32_t hi = std::min(it.key_end, *std::max_element(pos, pos + nq) + 1);
+  ItemQueries qs;
+  PrepareItem(job, it, kD, partial, &qs);
+  const uint32_t* pos = qs.pos;
+  const uint32_t* first = qs.first;
+  const size_t* q_off = qs.q_off;
+  const uint32_t lo = qs.lo, hi = qs.hi;
 
   HWY_ALIGN float s[kQG][kTile + N];  // scores, then probabilities, per query vector of a pass
   HWY_ALIGN float lanes[N];

@@ -48,6 +48,44 @@ inline size_t PartialFloats(const Item& it, size_t head_dim) {
 // key). Returns false for a head_dim without a compiled kernel.
 bool RunItem(const Job& job, const Item& item, float* partial);
 
+// The positions and query offsets of an item's query vectors, and the keys any of them can
+// see within its split: [lo, hi) (empty when lo >= hi).
+struct ItemQueries {
+  uint32_t pos[kMaxQv] = {};    // query vector i's position in the row
+  uint32_t first[kMaxQv] = {};  // first key it sees (sliding window)
+  size_t q_off[kMaxQv] = {};    // offset in q of query vector i of KV head 0
+  uint32_t lo = 0, hi = 0;
+};
+
+// Fills `qs` and resets the item's partials to {m = -inf, l = 0, acc = 0}.
+inline void PrepareItem(const Job& job, const Item& it, size_t head_dim, float* partial,
+                        ItemQueries* qs) {
+  const uint32_t len = job.kv->rows[it.row].length;
+  const uint32_t qlen = job.q_lens[it.row];
+  const uint32_t G = job.group;
+  const uint32_t nq = it.qv_end - it.qv_begin;
+  uint32_t lo = UINT32_MAX, hi = 0;
+  for (uint32_t i = 0; i < nq; ++i) {
+    const uint32_t v = it.qv_begin + i;
+    const uint32_t qi = v / G;
+    const uint32_t pos = len - qlen + qi;
+    qs->pos[i] = pos;
+    qs->first[i] = job.window > 0 && pos + 1 > job.window ? pos + 1 - job.window : 0;
+    qs->q_off[i] = ((job.q_first[it.row] + qi) * job.n_heads + v % G) * head_dim;
+    lo = lo < qs->first[i] ? lo : qs->first[i];
+    hi = hi > pos + 1 ? hi : pos + 1;
+  }
+  qs->lo = lo > it.key_begin ? lo : it.key_begin;
+  qs->hi = hi < it.key_end ? hi : it.key_end;
+  const size_t stride = head_dim + 2;
+  const size_t n = size_t{it.head_end - it.head_begin} * nq;
+  for (size_t j = 0; j < n; ++j) {
+    float* st = partial + j * stride;
+    st[0] = -__builtin_inff();
+    for (size_t k = 1; k < stride; ++k) st[k] = 0.0f;
+  }
+}
+
 std::string TargetName();
 
 }  // namespace kvtier::attn

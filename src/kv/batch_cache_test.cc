@@ -19,16 +19,7 @@ using testing::SameBits;
 
 const KvShape kShape{2, 2, 32};
 
-SequenceCache Filled(const std::shared_ptr<BlockPool>& pool, uint32_t n, uint64_t seed,
-                     Chunk* chunk = nullptr) {
-  SequenceCache s(pool);
-  Chunk c = RandomChunk(kShape, n, DType::kF16, seed);
-  for (uint32_t l = 0; l < kShape.n_layers; ++l) {
-    EXPECT_TRUE(s.Append(l, c.dtype, c.k.data(), c.v.data(), n).ok());
-  }
-  if (chunk) *chunk = c;
-  return s;
-}
+using testing::Filled;
 
 TEST(BatchCache, MergeKeepsRowsAndReportsVirtualPadding) {
   auto pool = MakePool(kShape, Format::Q4_0(), Format::Q8_0(), 4, 1 << 20);
@@ -95,9 +86,9 @@ TEST(BatchCache, ExtractFilterExtendTakeMoveTablesOnly) {
   auto pool = MakePool(kShape, Format::Q8_0(), Format::Q8_0(), 4, 1 << 20);
   Chunk c0, c1, c2;
   std::vector<SequenceCache> rows;
-  rows.push_back(Filled(pool, 5, 1, &c0));
-  rows.push_back(Filled(pool, 9, 2, &c1));
-  rows.push_back(Filled(pool, 2, 3, &c2));
+  rows.push_back(Filled(pool, 5, 1, DType::kF16, &c0));
+  rows.push_back(Filled(pool, 9, 2, DType::kF16, &c1));
+  rows.push_back(Filled(pool, 2, 3, DType::kF16, &c2));
   const void* t1 = rows[1].table_identity();
   Result<BatchCache> b = BatchCache::Merge(std::move(rows));
   ASSERT_TRUE(b.ok());

@@ -20,15 +20,7 @@ using testing::SameBits;
 
 const KvShape kShape{2, 2, 128};
 
-SequenceCache Filled(const std::shared_ptr<BlockPool>& pool, uint32_t n, uint64_t seed,
-                     DType dtype = DType::kF16) {
-  SequenceCache s(pool);
-  Chunk c = RandomChunk(pool->shape(), n, dtype, seed);
-  for (uint32_t l = 0; l < pool->shape().n_layers; ++l) {
-    EXPECT_TRUE(s.Append(l, c.dtype, c.k.data(), c.v.data(), n).ok());
-  }
-  return s;
-}
+using testing::Filled;
 
 // Encoded rows of every layer, concatenated.
 std::vector<uint8_t> Encoded(const SequenceCache& s) {

@@ -48,6 +48,24 @@ inline Chunk RandomChunk(const KvShape& s, uint32_t n_tokens, DType dtype, uint6
           RandomValues(dtype, n, seed ^ 0x9e3779b97f4a7c15ull, 0.8f, -0.1f)};
 }
 
+// Appends `c` to every layer of `s`.
+inline void AppendAll(SequenceCache& s, const Chunk& c) {
+  for (uint32_t l = 0; l < s.pool()->shape().n_layers; ++l) {
+    Status st = s.Append(l, c.dtype, c.k.data(), c.v.data(), c.n_tokens);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+}
+
+// A new sequence of `pool` holding n random tokens of `dtype` (the chunk in *chunk if asked).
+inline SequenceCache Filled(const std::shared_ptr<BlockPool>& pool, uint32_t n, uint64_t seed,
+                            DType dtype = DType::kF16, Chunk* chunk = nullptr) {
+  SequenceCache s(pool);
+  Chunk c = RandomChunk(pool->shape(), n, dtype, seed);
+  AppendAll(s, c);
+  if (chunk) *chunk = std::move(c);
+  return s;
+}
+
 // What a cache in `fmt` must give back for `src` (rows of head_dim values): f32 values.
 inline std::vector<float> RoundTrip(const Format& fmt, DType dtype, const std::vector<uint8_t>& src,
                                     size_t head_dim) {

@@ -21,13 +21,7 @@ using testing::SameBits;
 
 const KvShape kShape{3, 2, 64};
 
-// Appends `c` to every layer.
-void AppendAll(SequenceCache& s, const Chunk& c) {
-  for (uint32_t l = 0; l < s.pool()->shape().n_layers; ++l) {
-    Status st = s.Append(l, c.dtype, c.k.data(), c.v.data(), c.n_tokens);
-    ASSERT_TRUE(st.ok()) << st.ToString();
-  }
-}
+using testing::AppendAll;
 
 // Expected f32 contents of `chunks` concatenated, in the pool's formats.
 testing::Dense Expect(const BlockPool& p, const std::vector<Chunk>& chunks) {

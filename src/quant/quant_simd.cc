@@ -17,6 +17,7 @@
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"
 #include "quant/quant_simd.h"
+#include "quant/simd_scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier {
@@ -43,28 +44,6 @@ HWY_INLINE VF LoadF(DF df, const void* p, size_t i) {
     const auto w = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(p) + i));
     return hn::BitCast(df, hn::ShiftLeft<16>(w));
   }
-}
-
-// Element i of a dtype array as f32, converting f16 in hardware (the portable LoadAs is a
-// call here, and each call costs a vzeroupper inside vector loops).
-HWY_INLINE float LoadScalar(DType t, const uint8_t* base, size_t i) {
-  if (t == DType::kF16) {
-    const hn::CappedTag<hwy::float16_t, 1> dh1;
-    const hn::CappedTag<float, 1> df1;
-    return hn::GetLane(
-        hn::PromoteTo(df1, hn::LoadU(dh1, reinterpret_cast<const hwy::float16_t*>(base) + i)));
-  }
-  if (t == DType::kBF16) {
-    uint16_t h;
-    std::memcpy(&h, base + 2 * i, 2);
-    const uint32_t bits = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-  float f;
-  std::memcpy(&f, base + 4 * i, 4);
-  return f;
 }
 
 // Stores N floats at element i of a row of dtype kDst, rounding to nearest even.
