@@ -217,7 +217,7 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
   }
   // Order: mode (decode first), ctx, batch, then formats in the order given.
   std::stable_sort(report.rows.begin(), report.rows.end(), [](const auto& a, const auto& b) {
-    return std::tie(b.mode, a.ctx, a.batch) < std::tie(a.mode, b.ctx, b.batch);
+    return std::tie(a.mode, a.ctx, a.batch) < std::tie(b.mode, b.ctx, b.batch);
   });
   return report;
 }
