@@ -118,8 +118,12 @@ class SequenceCache {
   Status CheckLayer(const char* op, uint32_t layer) const;
   // Ensures blocks cover tokens [0, end) and blocks holding tokens >= `from` are private.
   Status MakeWritable(uint32_t from, uint32_t end, const char* what);
+  // Replaces the table by a new one holding its first n blocks, referenced for `owner`.
+  Status CloneTable(KvOwner owner, size_t n);
   // Gives this sequence its own copy of a shared table (taking references).
   Status UnshareTable();
+  // Drops blocks [keep, n_blocks) from this sequence (others sharing them keep theirs).
+  void DropBlocksFrom(size_t keep);
   // Copies the valid rows of block index `i` into a new block.
   void CopyValidRows(size_t i, BlockId from, BlockId to);
   void ZeroSlots(BlockId id, uint32_t from_slot);

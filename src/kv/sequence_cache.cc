@@ -107,13 +107,32 @@ PagedKvRow SequenceCache::Row(uint32_t layer) const {
   return r;
 }
 
-Status SequenceCache::UnshareTable() {
-  if (table_.use_count() == 1) return Status::OK();
-  auto t = std::make_shared<Table>(pool_, owner_);
-  KVTIER_RETURN_IF_ERROR(pool_->Ref(table_->ids, owner_));
-  t->ids = table_->ids;
+Status SequenceCache::CloneTable(KvOwner owner, size_t n) {
+  auto t = std::make_shared<Table>(pool_, owner);
+  std::span<const BlockId> kept(table_->ids.data(), n);
+  KVTIER_RETURN_IF_ERROR(pool_->Ref(kept, owner));
+  t->ids.assign(kept.begin(), kept.end());
   table_ = std::move(t);
   return Status::OK();
+}
+
+Status SequenceCache::UnshareTable() {
+  if (table_.use_count() == 1) return Status::OK();
+  return CloneTable(owner_, table_->ids.size());
+}
+
+void SequenceCache::DropBlocksFrom(size_t keep) {
+  if (keep >= table_->ids.size()) return;
+  if (table_.use_count() > 1) {
+    // Shared: our own shorter table, with references for the kept part only. Ref cannot
+    // fail here: every block of a live table is live.
+    (void)CloneTable(owner_, keep);
+    return;
+  }
+  std::vector<BlockId> gone(table_->ids.begin() + static_cast<std::ptrdiff_t>(keep),
+                            table_->ids.end());
+  table_->ids.resize(keep);
+  pool_->Unref(gone, owner_);
 }
 
 void SequenceCache::CopyValidRows(size_t i, BlockId from, BlockId to) {
@@ -204,21 +223,7 @@ Status SequenceCache::ReserveLayer(uint32_t layer, uint32_t n_tokens) {
 void SequenceCache::ReleaseReserved(size_t keep_blocks) {
   if (!pool_) return;
   const uint32_t bt = pool_->block_tokens();
-  const size_t keep = std::max(keep_blocks, (static_cast<size_t>(max_len_) + bt - 1) / bt);
-  if (keep >= table_->ids.size()) return;
-  if (table_.use_count() > 1) {
-    // Shared: make our own shorter table (references for the kept part only).
-    auto t = std::make_shared<Table>(pool_, owner_);
-    std::span<const BlockId> kept(table_->ids.data(), keep);
-    if (!pool_->Ref(kept, owner_).ok()) return;  // cannot happen: the blocks are live
-    t->ids.assign(kept.begin(), kept.end());
-    table_ = std::move(t);
-    return;
-  }
-  std::vector<BlockId> gone(table_->ids.begin() + static_cast<std::ptrdiff_t>(keep),
-                            table_->ids.end());
-  table_->ids.resize(keep);
-  pool_->Unref(gone, owner_);
+  DropBlocksFrom(std::max(keep_blocks, (static_cast<size_t>(max_len_) + bt - 1) / bt));
 }
 
 Status SequenceCache::Append(uint32_t layer, DType src_dtype, const void* k, const void* v,
@@ -360,13 +365,7 @@ Result<uint32_t> SequenceCache::Trim(uint32_t n) {
   const uint32_t new_len = min_len_ - dropped;
   const uint32_t bt = pool_->block_tokens();
   const size_t keep = (static_cast<size_t>(new_len) + bt - 1) / bt;
-  if (keep < table_->ids.size()) {
-    KVTIER_RETURN_IF_ERROR(UnshareTable());
-    std::vector<BlockId> gone(table_->ids.begin() + static_cast<std::ptrdiff_t>(keep),
-                              table_->ids.end());
-    table_->ids.resize(keep);
-    pool_->Unref(gone, owner_);
-  }
+  DropBlocksFrom(keep);
   const uint32_t slot = new_len % bt;
   if (dropped > 0 && slot != 0 && table_.use_count() == 1 &&
       pool_->RefCount(table_->ids[keep - 1]) == 1) {
@@ -388,10 +387,7 @@ Status SequenceCache::SetOwner(KvOwner owner) {
   KVTIER_RETURN_IF_ERROR(CheckUsable("SetOwner"));
   if (owner == owner_) return Status::OK();
   if (table_.use_count() > 1) {
-    auto t = std::make_shared<Table>(pool_, owner);
-    KVTIER_RETURN_IF_ERROR(pool_->Ref(table_->ids, owner));
-    t->ids = table_->ids;
-    table_ = std::move(t);
+    KVTIER_RETURN_IF_ERROR(CloneTable(owner, table_->ids.size()));
   } else {
     KVTIER_RETURN_IF_ERROR(pool_->MoveOwner(table_->ids, owner_, owner));
     table_->owner = owner;
