@@ -312,9 +312,19 @@ struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31
     const hn::RebindToSigned<DF> di;
     const auto w = hn::PromoteTo(di, hn::LoadU(du8, block + 2));  // one byte per lane
     const VF d = BroadcastHalf(df, block);
+#if HWY_TARGET <= HWY_AVX3
+    // 16-entry table of (c - 8) * d, the reference's values; vpermps reads only the low 4
+    // bits of each index, so the low nibbles need no mask.
+    const __m512 table = _mm512_mul_ps(_mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4,
+                                                      5, 6, 7),
+                                       d.raw);
+    a = VF{_mm512_permutexvar_ps(w.raw, table)};
+    b = VF{_mm512_permutexvar_ps(_mm512_srli_epi32(w.raw, 4), table)};
+#else
     const auto eight = hn::Set(di, 8);
     a = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::And(w, hn::Set(di, 0x0f)), eight)), d);
     b = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(w), eight)), d);
+#endif
   }
 };
 template <int kBits, DType kScale>
@@ -382,7 +392,6 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   const PagedKvRow& row = kv.rows[it.row];
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
-  const uint32_t nh = it.head_end - it.head_begin;
   const float neg_inf = -std::numeric_limits<float>::infinity();
   const RowCtx kc = MakeRowCtx(kv.k_format, kD), vc = MakeRowCtx(kv.v_format, kD);
 
