@@ -217,6 +217,7 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
 struct RowCtx {
   size_t scales_off = 0, biases_off = 0;  // affine: byte offsets of scales and biases
   size_t group = 32;
+  uint32_t group_shift = 5;  // log2(group): no division per chunk
   DType scale_dtype = DType::kF16;
 };
 
@@ -347,7 +348,7 @@ struct DecAffine {  // codes (little-endian bit stream) | scales | biases
   }
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx& c) {
     const size_t v0 = k * hn::Lanes(df);
-    const size_t g = v0 / c.group;
+    const size_t g = v0 >> c.group_shift;
     return hn::MulAdd(Codes(df, row, v0), BroadcastScale<kScale>(df, row + c.scales_off, g),
                       BroadcastScale<kScale>(df, row + c.biases_off, g));
   }
@@ -359,9 +360,29 @@ struct DecAffine {  // codes (little-endian bit stream) | scales | biases
       b = Chunk(df, row, k + 1, c);
       return;
     }
-    const size_t g = v0 / c.group;  // both chunks lie in group g (groups are >= 2N values)
+    const size_t g = v0 >> c.group_shift;  // both chunks lie in group g (groups >= 2N values)
     const VF sc = BroadcastScale<kScale>(df, row + c.scales_off, g);
     const VF bi = BroadcastScale<kScale>(df, row + c.biases_off, g);
+#if HWY_TARGET <= HWY_AVX3
+    if constexpr (kBits == 4) {
+      // 16-entry table fma(c, scale, bias) (the reference's values); each chunk's 8 bytes are
+      // duplicated per nibble and shifted so lane 2j reads byte j, lane 2j + 1 byte j >> 4
+      // (vpermps looks at the low 4 bits only).
+      const __m512 table = _mm512_fmadd_ps(
+          _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), sc.raw, bi.raw);
+      const __m128i dup_bytes = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+      const __m512i odd_by_4 = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+      auto chunk = [&](const uint8_t* p) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+        const __m512i idx =
+            _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, dup_bytes)), odd_by_4);
+        return VF{_mm512_permutexvar_ps(idx, table)};
+      };
+      a = chunk(row + v0 / 2);
+      b = chunk(row + v0 / 2 + N / 2);
+      return;
+    }
+#endif
     a = hn::MulAdd(Codes(df, row, v0), sc, bi);
     b = hn::MulAdd(Codes(df, row, v0 + N), sc, bi);
   }
@@ -370,6 +391,7 @@ struct DecAffine {  // codes (little-endian bit stream) | scales | biases
 RowCtx MakeRowCtx(const Format& f, size_t head_dim) {
   RowCtx c;
   c.group = f.group;
+  c.group_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
   c.scale_dtype = f.scale_dtype;
   if (f.kind == FormatKind::kAffine) {
     c.scales_off = head_dim * f.bits / 8;
