@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 
 #include "base/dtype_io.h"
 #include "base/stats.h"

@@ -427,6 +427,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   HWY_ALIGN float s[kQG][kTile + N];  // scores, then probabilities, per query vector of a pass
   HWY_ALIGN float lanes[N];
   HWY_ALIGN float zero_q[kD] = {};     // stands in for missing query vectors of a pass
+  HWY_ALIGN float dummy[kD] = {};      // their (discarded) accumulators
   const VF vscale = hn::Set(df, job.scale);
   const VF vneg_inf = hn::Set(df, neg_inf);
   const hn::RebindToSigned<DF> di;
@@ -527,7 +528,6 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
         }
         // Weighted V: kQG x kCG accumulators per pass over kCG chunks.
         float* acc_ptr[kQG];
-        HWY_ALIGN float dummy[kD];
         for (size_t g = 0; g < kQG; ++g) {
           acc_ptr[g] = g < nqp ? partial + ((h - it.head_begin) * nq + i0 + g) * kStride + 2 : dummy;
         }
