@@ -7,21 +7,14 @@
 #include <vector>
 
 #include "kvtier/attention.h"
+#include "bench_formats.h"
 #include "kvtier/batch_cache.h"
 
 namespace {
 
 using kvtier::Format;
 
-Format FormatArg(int64_t i) {
-  switch (i) {
-    case 0: return Format::F16();
-    case 1: return Format::Q8_0();
-    case 2: return Format::Q4_0();
-    case 3: return Format::Affine(8, 64, kvtier::DType::kF16);
-    default: return Format::Affine(4, 64, kvtier::DType::kF16);
-  }
-}
+using kvtier::bench::FormatArg;
 
 void BM_Decode(benchmark::State& state) {
   const Format f = FormatArg(state.range(0));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/half.h"
+#include "bench_formats.h"
 #include "kvtier/batch_cache.h"
 
 namespace {
@@ -30,15 +31,7 @@ const std::vector<uint16_t>& Source() {  // [512 tokens, 8 heads, 128] f16
   return v;
 }
 
-Format FormatArg(int64_t i) {
-  switch (i) {
-    case 0: return Format::F16();
-    case 1: return Format::Q8_0();
-    case 2: return Format::Q4_0();
-    case 3: return Format::Affine(8, 64, kvtier::DType::kF16);
-    default: return Format::Affine(4, 64, kvtier::DType::kF16);
-  }
-}
+using kvtier::bench::FormatArg;
 
 std::shared_ptr<BlockPool> Pool(Format f, uint64_t capacity) {
   kvtier::BlockPoolOptions o;
