@@ -30,23 +30,18 @@ struct Plan {
 };
 
 Result<Plan> Validate(const BenchAttentionConfig& c) {
-  auto range = [](const char* flag, long long v, long long lo, long long hi) {
-    if (v >= lo && v <= hi) return Status::OK();
-    return Status::InvalidArgument(std::string(flag) + ": expected " + std::to_string(lo) + ".." +
-                                   std::to_string(hi) + ", got " + std::to_string(v));
-  };
-  KVTIER_RETURN_IF_ERROR(range("--kv-heads", c.kv_heads, 1, 256));
-  KVTIER_RETURN_IF_ERROR(range("--heads", c.heads, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--kv-heads", c.kv_heads, 1, 256));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--heads", c.heads, 1, 4096));
   if (c.heads % c.kv_heads != 0) {
     return Status::InvalidArgument("--heads " + std::to_string(c.heads) +
                                    " must be a multiple of --kv-heads " +
                                    std::to_string(c.kv_heads));
   }
-  KVTIER_RETURN_IF_ERROR(range("--head-dim", c.head_dim, 1, 4096));
-  KVTIER_RETURN_IF_ERROR(range("--block-tokens", c.block_tokens, 1, 4096));
-  KVTIER_RETURN_IF_ERROR(range("--repeats", c.repeats, 1, 1000));
-  KVTIER_RETURN_IF_ERROR(range("--threads", c.threads, 0, 1024));
-  KVTIER_RETURN_IF_ERROR(range("--prefill-chunk", c.prefill_chunk, 1, 1 << 16));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--head-dim", c.head_dim, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--block-tokens", c.block_tokens, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--repeats", c.repeats, 1, 1000));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--threads", c.threads, 0, 1024));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--prefill-chunk", c.prefill_chunk, 1, 1 << 16));
   Plan p;
   for (const std::string& m : SplitComma(c.modes)) {
     if (m == "decode") {

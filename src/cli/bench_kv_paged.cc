@@ -24,18 +24,13 @@ constexpr uint32_t kFillChunk = 256;  // tokens appended per call while filling
 constexpr uint32_t kRowStep = 3;      // row i holds context - 3 * i tokens (ragged tails)
 
 Status Validate(const BenchKvPagedConfig& c, std::vector<uint32_t>* contexts) {
-  auto range = [](const char* flag, long long v, long long lo, long long hi) {
-    if (v >= lo && v <= hi) return Status::OK();
-    return Status::InvalidArgument(std::string(flag) + ": expected " + std::to_string(lo) + ".." +
-                                   std::to_string(hi) + ", got " + std::to_string(v));
-  };
-  KVTIER_RETURN_IF_ERROR(range("--layers", c.layers, 1, 1024));
-  KVTIER_RETURN_IF_ERROR(range("--kv-heads", c.kv_heads, 1, 1024));
-  KVTIER_RETURN_IF_ERROR(range("--head-dim", c.head_dim, 1, 4096));
-  KVTIER_RETURN_IF_ERROR(range("--block-tokens", c.block_tokens, 1, 4096));
-  KVTIER_RETURN_IF_ERROR(range("--rows", c.rows, 2, 4096));
-  KVTIER_RETURN_IF_ERROR(range("--repeats", c.repeats, 1, 1000));
-  KVTIER_RETURN_IF_ERROR(range("--threads", c.threads, 0, 1024));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--layers", c.layers, 1, 1024));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--kv-heads", c.kv_heads, 1, 1024));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--head-dim", c.head_dim, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--block-tokens", c.block_tokens, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--rows", c.rows, 2, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--repeats", c.repeats, 1, 1000));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--threads", c.threads, 0, 1024));
   KVTIER_ASSIGN_OR_RETURN(*contexts, ParseUintList("--contexts", c.contexts,
                                                    uint64_t{kRowStep} * c.rows, 1 << 24));
   return Status::OK();

@@ -26,6 +26,12 @@ Result<KvFormats> ParseKvFormats(const std::string& flag, const std::string& tex
   return KvFormats{*k, *v, *k == *v ? k->name() : k->name() + "/" + v->name()};
 }
 
+Status CheckRange(const std::string& flag, long long v, long long lo, long long hi) {
+  if (v >= lo && v <= hi) return Status::OK();
+  return Status::InvalidArgument(flag + ": expected " + std::to_string(lo) + ".." +
+                                 std::to_string(hi) + ", got " + std::to_string(v));
+}
+
 Result<std::vector<uint32_t>> ParseUintList(const std::string& flag, const std::string& text,
                                             uint64_t lo, uint64_t hi) {
   std::vector<uint32_t> out;
@@ -35,10 +41,7 @@ Result<std::vector<uint32_t>> ParseUintList(const std::string& flag, const std::
     if (end == s.c_str() || *end != '\0') {
       return Status::InvalidArgument(flag + ": '" + s + "' is not a number");
     }
-    if (v < static_cast<long long>(lo) || static_cast<unsigned long long>(v) > hi) {
-      return Status::InvalidArgument(flag + ": expected " + std::to_string(lo) + ".." +
-                                     std::to_string(hi) + ", got " + std::to_string(v));
-    }
+    KVTIER_RETURN_IF_ERROR(CheckRange(flag, v, static_cast<long long>(lo), static_cast<long long>(hi)));
     out.push_back(static_cast<uint32_t>(v));
   }
   if (out.empty()) return Status::InvalidArgument(flag + ": no value given");

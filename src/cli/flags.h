@@ -20,6 +20,9 @@ struct KvFormats {
 };
 Result<KvFormats> ParseKvFormats(const std::string& flag, const std::string& text);
 
+// OK if lo <= v <= hi, else "<flag>: expected lo..hi, got v".
+Status CheckRange(const std::string& flag, long long v, long long lo, long long hi);
+
 // "1024,4096" -> {1024, 4096}; every value within [lo, hi]; at least one.
 Result<std::vector<uint32_t>> ParseUintList(const std::string& flag, const std::string& text,
                                             uint64_t lo, uint64_t hi);

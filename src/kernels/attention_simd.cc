@@ -61,6 +61,54 @@ HWY_INLINE VF SumBatch(DF df, const VF* acc) {
 #endif
 }
 
+// One online-softmax step over a tile for one query vector: `s` holds the scaled scores of
+// keys t0 .. t0 + n_pad (whole vectors). Applies the soft-cap, masks keys outside [a, b) to
+// -inf, updates st = {m, l} and leaves the probabilities exp(s - m) in `s` (0 where masked).
+// Returns the factor the accumulator must be scaled by (1 when nothing was visible).
+HWY_INLINE float SoftmaxStep(DF df, float* s, uint32_t n_pad, uint32_t t0, uint32_t a, uint32_t b,
+                             float softcap, float* st) {
+  constexpr size_t N = HWY_LANES(float);
+  const hn::RebindToSigned<DF> di;
+  const VF vneg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const auto lane = hn::Iota(di, 0);
+  VF mx = vneg_inf;
+  for (uint32_t c = 0; c < n_pad; c += static_cast<uint32_t>(N)) {
+    VF x = hn::Load(df, s + c);
+    if (softcap > 0) {
+      // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
+      const VF cap = hn::Set(df, softcap);
+      const VF y = hn::Div(x, cap);
+      const VF e = hn::Exp(df, hn::Add(y, y));
+      const VF one = hn::Set(df, 1.0f);
+      x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
+    }
+    const auto t_abs = hn::Add(lane, hn::Set(di, static_cast<int32_t>(t0 + c)));
+    const auto vis = hn::And(hn::Gt(t_abs, hn::Set(di, static_cast<int32_t>(a) - 1)),
+                             hn::Lt(t_abs, hn::Set(di, static_cast<int32_t>(b))));
+    x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
+    mx = hn::Max(mx, x);
+    hn::Store(x, df, s + c);
+  }
+  const float m_new = std::max(st[0], hn::GetLane(hn::MaxOfLanes(df, mx)));
+  if (m_new == -std::numeric_limits<float>::infinity()) {  // nothing visible here
+    std::fill(s, s + n_pad, 0.0f);
+    return 1.0f;
+  }
+  const float corr = std::exp(st[0] - m_new);  // 0 on the first visible tile (m = -inf)
+  const VF vm = hn::Set(df, m_new);
+  VF sum = hn::Zero(df);
+  for (uint32_t c = 0; c < n_pad; c += static_cast<uint32_t>(N)) {
+    const VF x = hn::Load(df, s + c);
+    // exp(-inf) is 0 for masked keys; the select keeps it exact whatever Exp does there.
+    const VF p = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, vm)));
+    sum = hn::Add(sum, p);
+    hn::Store(p, df, s + c);
+  }
+  st[1] = st[1] * corr + hn::GetLane(hn::SumOfLanes(df, sum));
+  st[0] = m_new;
+  return corr;
+}
+
 template <size_t kD>
 bool RunItemD(const Job& job, const Item& it, float* partial) {
   const DF df;
@@ -72,7 +120,6 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
   const PagedKvRow& row = kv.rows[it.row];
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
 
   const uint32_t nh = it.head_end - it.head_begin;
   constexpr size_t kStride = kD + 2;  // partial: {m, l, acc[kD]} per (head, query vector)
@@ -90,10 +137,6 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
   float (*vt)[kD] = reinterpret_cast<float (*)[kD]>(tiles + kTile * kD + 48);
   HWY_ALIGN float s[kTile];       // scores, then probabilities
   const VF vscale = hn::Set(df, job.scale);
-  const VF vcap = hn::Set(df, job.softcap > 0 ? job.softcap : 1.0f);
-  const VF vinv_cap = hn::Set(df, job.softcap > 0 ? 1.0f / job.softcap : 1.0f);
-  const VF vneg_inf = hn::Set(df, neg_inf);
-  const auto lane = hn::Iota(hn::RebindToSigned<DF>(), 0);
   const uint32_t bt = kv.block_tokens;
   for (uint32_t t0 = lo; t0 < hi;) {
     const uint32_t t1 = std::min({hi, (t0 / bt + 1) * bt, t0 + kTile});
@@ -148,7 +191,6 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
       const uint32_t b = std::min(t1, pos[i] + 1);
       if (a >= b) continue;
       // Scores of N tokens at a time: N independent FMA chains, one batched reduction.
-      VF smax_v = vneg_inf;
       for (uint32_t g = 0; g < nt_pad; g += static_cast<uint32_t>(N)) {
         VF sacc[N];
         for (size_t j = 0; j < N; ++j) sacc[j] = hn::Zero(df);
@@ -158,34 +200,9 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
             sacc[j] = hn::MulAdd(qk, hn::Load(df, &kt[g + j][k * N]), sacc[j]);
           }
         }
-        VF sc = hn::Mul(SumBatch(df, sacc), vscale);
-        if (job.softcap > 0) {
-          // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
-          const VF e = hn::Exp(df, hn::Add(hn::Mul(sc, vinv_cap), hn::Mul(sc, vinv_cap)));
-          const VF one = hn::Set(df, 1.0f);
-          sc = hn::Mul(vcap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
-        }
-        // Keys outside [a, b) get -inf.
-        const auto t_abs = hn::Add(lane, hn::Set(hn::RebindToSigned<DF>(), static_cast<int32_t>(t0 + g)));
-        const auto visible =
-            hn::And(hn::Gt(t_abs, hn::Set(hn::RebindToSigned<DF>(), static_cast<int32_t>(a) - 1)),
-                    hn::Lt(t_abs, hn::Set(hn::RebindToSigned<DF>(), static_cast<int32_t>(b))));
-        sc = hn::IfThenElse(hn::RebindMask(df, visible), sc, vneg_inf);
-        smax_v = hn::Max(smax_v, sc);
-        hn::Store(sc, df, s + g);
+        hn::Store(hn::Mul(SumBatch(df, sacc), vscale), df, s + g);
       }
-      const float smax = hn::GetLane(hn::MaxOfLanes(df, smax_v));
-      const float m_new = std::max(st[0], smax);
-      const float corr = std::exp(st[0] - m_new);  // 0 on the first tile (m = -inf)
-      const VF vm = hn::Set(df, m_new);
-      VF psum_v = hn::Zero(df);
-      for (uint32_t g = 0; g < nt_pad; g += static_cast<uint32_t>(N)) {
-        const VF x = hn::Load(df, s + g);
-        // exp(-inf) is 0 for masked keys; select keeps it exact whatever Exp does there.
-        const VF p = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, vm)));
-        psum_v = hn::Add(psum_v, p);
-        hn::Store(p, df, s + g);
-      }
+      const float corr = SoftmaxStep(df, s, nt_pad, t0, a, b, job.softcap, st);
       VF o[V];
       const VF vc = hn::Set(df, corr);
       for (size_t k = 0; k < V; ++k) o[k] = hn::Mul(hn::LoadU(df, acc_i + k * N), vc);
@@ -195,8 +212,6 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
         for (size_t k = 0; k < V; ++k) o[k] = hn::MulAdd(pt, hn::Load(df, vr + k * N), o[k]);
       }
       for (size_t k = 0; k < V; ++k) hn::StoreU(o[k], df, acc_i + k * N);
-      st[1] = st[1] * corr + hn::GetLane(hn::SumOfLanes(df, psum_v));
-      st[0] = m_new;
     }
     }
     t0 = t1;
@@ -414,7 +429,6 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   const PagedKvRow& row = kv.rows[it.row];
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   const RowCtx kc = MakeRowCtx(kv.k_format, kD), vc = MakeRowCtx(kv.v_format, kD);
 
   ItemQueries qs;
@@ -429,9 +443,6 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   HWY_ALIGN float zero_q[kD] = {};     // stands in for missing query vectors of a pass
   HWY_ALIGN float dummy[kD] = {};      // their (discarded) accumulators
   const VF vscale = hn::Set(df, job.scale);
-  const VF vneg_inf = hn::Set(df, neg_inf);
-  const hn::RebindToSigned<DF> di;
-  const auto lane = hn::Iota(di, 0);
   const uint32_t bt = kv.block_tokens;
   for (uint32_t t0 = lo; t0 < hi;) {
     const uint32_t t1 = std::min({hi, (t0 / bt + 1) * bt, t0 + kTile});
@@ -485,42 +496,8 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
         float corr[kQG];
         for (uint32_t g = 0; g < nqp; ++g) {
           float* st = partial + ((h - it.head_begin) * nq + i0 + g) * kStride;
-          const uint32_t ag = std::max(t0, first[i0 + g]);
-          const uint32_t bg = std::min(t1, pos[i0 + g] + 1);
-          VF mx = vneg_inf;
-          for (uint32_t c = 0; c < nt_pad; c += static_cast<uint32_t>(N)) {
-            VF x = hn::Load(df, &s[g][c]);
-            if (job.softcap > 0) {
-              const VF cap = hn::Set(df, job.softcap);
-              const VF y = hn::Div(x, cap);
-              const VF e = hn::Exp(df, hn::Add(y, y));
-              const VF one = hn::Set(df, 1.0f);
-              x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
-            }
-            const auto t_abs = hn::Add(lane, hn::Set(di, static_cast<int32_t>(t0 + c)));
-            const auto vis = hn::And(hn::Gt(t_abs, hn::Set(di, static_cast<int32_t>(ag) - 1)),
-                                     hn::Lt(t_abs, hn::Set(di, static_cast<int32_t>(bg))));
-            x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
-            mx = hn::Max(mx, x);
-            hn::Store(x, df, &s[g][c]);
-          }
-          const float m_new = std::max(st[0], hn::GetLane(hn::MaxOfLanes(df, mx)));
-          if (m_new == neg_inf) {  // nothing visible to this query vector here
-            corr[g] = 1.0f;
-            for (uint32_t c = 0; c < nt_pad; ++c) s[g][c] = 0.0f;
-            continue;
-          }
-          corr[g] = std::exp(st[0] - m_new);
-          const VF vm = hn::Set(df, m_new);
-          VF sum = hn::Zero(df);
-          for (uint32_t c = 0; c < nt_pad; c += static_cast<uint32_t>(N)) {
-            const VF x = hn::Load(df, &s[g][c]);
-            const VF pr = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, vm)));
-            sum = hn::Add(sum, pr);
-            hn::Store(pr, df, &s[g][c]);
-          }
-          st[1] = st[1] * corr[g] + hn::GetLane(hn::SumOfLanes(df, sum));
-          st[0] = m_new;
+          corr[g] = SoftmaxStep(df, s[g], nt_pad, t0, std::max(t0, first[i0 + g]),
+                                std::min(t1, pos[i0 + g] + 1), job.softcap, st);
         }
         for (uint32_t g = nqp; g < kQG; ++g) {
           corr[g] = 1.0f;
