@@ -85,6 +85,15 @@ struct GgufArray {
   std::vector<GgufValue> items;
 };
 
+// Value builders (the writer and tests). Integer and float types take the value in the
+// variant that type reads back as: unsigned types uint64_t, signed int64_t, floats double.
+GgufValue GgufUintValue(GgufValueType t, uint64_t v);  // kUint8 / 16 / 32 / 64
+GgufValue GgufIntValue(GgufValueType t, int64_t v);    // kInt8 / 16 / 32 / 64
+GgufValue GgufFloatValue(GgufValueType t, double v);   // kFloat32 / kFloat64
+GgufValue GgufBoolValue(bool v);
+GgufValue GgufStringValue(std::string v);
+GgufValue GgufArrayValue(GgufValueType elem_type, std::vector<GgufValue> items);
+
 struct GgufTensor {
   std::string name;
   std::vector<uint64_t> shape;  // ggml order: shape[0] is the innermost (contiguous) dimension
@@ -165,8 +174,12 @@ class GgufWriter {
                    std::vector<uint8_t> bytes);
   void set_alignment(uint64_t a) { alignment_ = a; }
 
-  // The whole file image.
+  // The whole file image. A value whose variant does not hold what its type reads back as
+  // is written as that type's zero (empty string, empty array). Precondition: the alignment
+  // is a power of two (WriteFile checks it).
   std::vector<uint8_t> Serialize() const;
+  // Writes `path` + ".tmp.<pid>", fsyncs it, renames it over `path`, fsyncs the directory.
+  // Tensor bytes are written from the pending tensors (no second copy of the file in memory).
   Status WriteFile(const std::string& path) const;
 
  private:
@@ -176,6 +189,9 @@ class GgufWriter {
     std::vector<uint64_t> shape;
     std::vector<uint8_t> bytes;
   };
+  // Header, metadata, tensor infos and the padding up to the data section.
+  std::vector<uint8_t> EncodeHeader() const;
+
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, GgufValue>> kv_;  // in insertion order
   std::vector<PendingTensor> tensors_;
