@@ -2,6 +2,7 @@
 // them (the scalar reference's quantize -> dequantize of each row).
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <vector>
 

@@ -1,0 +1,97 @@
+// Model runtime: a decoder-only transformer (llama, qwen2, qwen3) loaded from GGUF, whose
+// forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
+//
+// Weights stay in the file's mapping and in its type (f32, f16, bf16, q8_0, q4_0): nothing is
+// dequantized up front. A Model is immutable after Load(); Forward() may run from several
+// threads at once on distinct caches (each call uses its own scratch).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/batch_cache.h"
+#include "kvtier/format.h"
+#include "kvtier/gguf.h"
+#include "kvtier/kv_types.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+class ThreadPool;
+
+enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2 };
+std::string_view ModelArchName(ModelArch a);
+
+struct ModelConfig {
+  ModelArch arch = ModelArch::kLlama;
+  std::string name;          // general.name, or the file name
+  uint32_t n_vocab = 0;
+  uint32_t n_embd = 0;       // hidden size
+  uint32_t n_layers = 0;
+  uint32_t n_heads = 0;
+  uint32_t n_kv_heads = 0;
+  uint32_t head_dim = 0;     // key_length (== value_length)
+  uint32_t n_ff = 0;
+  uint32_t n_ctx_train = 0;  // context_length
+  float rope_theta = 10000.0f;
+  bool rope_neox = false;    // rotate halves (qwen*) instead of adjacent pairs (llama)
+  uint32_t rope_dims = 0;    // rotated dimensions per head (rope.dimension_count)
+  float rope_pos_scale = 1.0f;  // linear rope scaling: positions times this (1 / factor)
+  float rms_eps = 1e-5f;
+  bool tied_embeddings = false;
+  bool qk_norm = false;      // qwen3: RMSNorm on each q and k head before RoPE
+  bool qkv_bias = false;     // qwen2: biases on q, k, v
+
+  KvShape kv_shape() const;  // n_layers, n_kv_heads, head_dim
+};
+
+// One weight matrix: n_out rows of n_in values each, in a ggml type (ggml shape [n_in, n_out]).
+struct WeightMatrix {
+  uint32_t type = 0;  // GgmlType id
+  uint32_t n_in = 0;
+  uint32_t n_out = 0;
+  size_t row_bytes = 0;
+  const uint8_t* data = nullptr;  // [n_out][row_bytes]
+};
+
+class Model {
+ public:
+  // Loads and validates a GGUF model: architecture, every hyper-parameter, every tensor's name,
+  // shape and type. Errors name the file and the key or tensor.
+  static Result<std::unique_ptr<Model>> Load(const std::string& path);
+  static Result<std::unique_ptr<Model>> FromGguf(std::shared_ptr<const GgufFile> file);
+  ~Model();
+
+  const ModelConfig& config() const { return cfg_; }
+  const GgufFile& gguf() const { return *file_; }
+  // Bytes of all weight tensors.
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs new tokens of every row of `cache` through the model and appends their K/V to it.
+  // tokens[i] are row i's new tokens (at least one each); their positions continue the row.
+  // logits: when all_logits, [sum n_i, n_vocab] (every token); else [batch, n_vocab] (each
+  // row's last token). The cache must have this model's KV shape; nothing is appended unless
+  // the whole call succeeds... except on an internal error (the cache is then trimmed back).
+  Status Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
+                 bool all_logits, float* logits, ThreadPool* pool) const;
+
+ private:
+  Model() = default;
+  struct Layer;
+  Status Bind();
+
+  ModelConfig cfg_;
+  std::shared_ptr<const GgufFile> file_;
+  size_t weight_bytes_ = 0;
+  WeightMatrix tok_embd_;  // [n_vocab][n_embd]
+  WeightMatrix output_;    // [n_vocab][n_embd] (tok_embd_ when tied)
+  const float* output_norm_ = nullptr;  // [n_embd]
+  const float* rope_freq_factors_ = nullptr;  // [rope_dims / 2] or null (Llama 3 scaling)
+  std::vector<Layer> layers_;
+};
+
+}  // namespace kvtier

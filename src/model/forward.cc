@@ -1,0 +1,178 @@
+// The forward pass: embeddings, per layer RMSNorm -> q/k/v -> (bias, q/k norm) -> RoPE ->
+// append K/V to the batch cache -> fused attention over the paged cache -> output projection
+// -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and logits.
+// Every row's new tokens are laid out one row after another ("flat", T = sum n_i tokens).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kvtier/attention.h"
+#include "kvtier/quant.h"
+#include "model/matmul.h"
+#include "model/model_internal.h"
+#include "model/ops.h"
+
+namespace kvtier {
+
+namespace {
+
+Status CheckCall(const ModelConfig& c, const BatchCache& cache,
+                 std::span<const std::span<const int32_t>> tokens) {
+  const KvShape want = c.kv_shape();
+  const KvShape& got = cache.pool()->layout().shape;
+  if (got.n_layers != want.n_layers || got.n_kv_heads != want.n_kv_heads ||
+      got.head_dim != want.head_dim) {
+    return Status::InvalidArgument(
+        "forward: the cache's KV shape (layers " + std::to_string(got.n_layers) + ", kv heads " +
+        std::to_string(got.n_kv_heads) + ", head_dim " + std::to_string(got.head_dim) +
+        ") differs from the model's (" + std::to_string(want.n_layers) + ", " +
+        std::to_string(want.n_kv_heads) + ", " + std::to_string(want.head_dim) + ")");
+  }
+  if (tokens.size() != cache.batch_size() || tokens.empty()) {
+    return Status::InvalidArgument("forward: " + std::to_string(tokens.size()) +
+                                   " token lists for a batch of " +
+                                   std::to_string(cache.batch_size()) + " rows");
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i].empty()) {
+      return Status::InvalidArgument("forward: row " + std::to_string(i) + " has no new tokens");
+    }
+    if (!cache.row(i).complete()) {
+      return Status::InvalidArgument("forward: row " + std::to_string(i) +
+                                     " has layers of different lengths");
+    }
+    for (size_t j = 0; j < tokens[i].size(); ++j) {
+      const int32_t id = tokens[i][j];
+      if (id < 0 || static_cast<uint32_t>(id) >= c.n_vocab) {
+        return Status::InvalidArgument("forward: row " + std::to_string(i) + " token " +
+                                       std::to_string(j) + " has id " + std::to_string(id) +
+                                       ", outside the vocabulary [0, " +
+                                       std::to_string(c.n_vocab) + ")");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+// Copies flat rows [T, width] into a right-padded [B, max_n, width] buffer.
+void PadRows(const float* flat, std::span<const uint32_t> n, uint32_t max_n, size_t width,
+             float* padded) {
+  size_t src = 0;
+  for (size_t i = 0; i < n.size(); ++i) {
+    std::memcpy(padded + i * max_n * width, flat + src * width, n[i] * width * sizeof(float));
+    src += n[i];
+  }
+}
+
+}  // namespace
+
+Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
+                      bool all_logits, float* logits, ThreadPool* pool) const {
+  KVTIER_RETURN_IF_ERROR(CheckCall(cfg_, cache, tokens));
+  const ModelConfig& c = cfg_;
+  const size_t B = tokens.size();
+  const size_t E = c.n_embd, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.n_ff;
+  std::vector<uint32_t> n(B);  // new tokens per row
+  std::vector<int32_t> pos;    // [T] RoPE positions
+  uint32_t max_n = 0;
+  for (size_t i = 0; i < B; ++i) {
+    n[i] = static_cast<uint32_t>(tokens[i].size());
+    max_n = std::max(max_n, n[i]);
+    for (uint32_t j = 0; j < n[i]; ++j) pos.push_back(static_cast<int32_t>(cache.offset(i) + j));
+  }
+  const size_t T = pos.size();
+  KVTIER_RETURN_IF_ERROR(cache.Reserve(n));
+
+  std::vector<float> x(T * E), xb(T * E);                  // [T, E]
+  std::vector<float> q(T * H * D), att(T * H * D);         // [T, H, D]
+  std::vector<float> k(T * Hkv * D), v(T * Hkv * D);       // [T, Hkv, D]
+  std::vector<float> gate(T * F), up(T * F);               // [T, F]
+  const bool ragged = T != B * max_n;
+  std::vector<float> k_pad, v_pad;                         // [B, max_n, Hkv, D] when ragged
+  if (ragged) {
+    k_pad.assign(B * max_n * Hkv * D, 0.0f);
+    v_pad.assign(B * max_n * Hkv * D, 0.0f);
+  }
+
+  auto fmt = model::WeightRowFormat(tok_embd_.type);
+  if (!fmt.ok()) return fmt.status();
+  {
+    size_t t = 0;
+    for (size_t i = 0; i < B; ++i) {
+      for (int32_t id : tokens[i]) {
+        KVTIER_RETURN_IF_ERROR(DequantizeRows(*fmt, tok_embd_.data + size_t(id) * tok_embd_.row_bytes,
+                                              1, E, DType::kF32, x.data() + t * E));
+        ++t;
+      }
+    }
+  }
+
+  model::RopeParams rope;
+  rope.head_dim = c.head_dim;
+  rope.n_dims = c.rope_dims;
+  rope.theta_base = c.rope_theta;
+  rope.neox = c.rope_neox;
+  rope.pos_scale = c.rope_pos_scale;
+  rope.freq_factors = rope_freq_factors_;
+
+  AttentionParams ap;
+  ap.n_heads = c.n_heads;
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+
+  for (uint32_t l = 0; l < c.n_layers; ++l) {
+    const Layer& L = layers_[l];
+    model::RmsNorm(x.data(), L.attn_norm, T, E, c.rms_eps, xb.data());
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wq, xb.data(), T, q.data(), pool));
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wk, xb.data(), T, k.data(), pool));
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wv, xb.data(), T, v.data(), pool));
+    if (L.bq != nullptr) {
+      model::AddBias(q.data(), L.bq, T, H * D);
+      model::AddBias(k.data(), L.bk, T, Hkv * D);
+      model::AddBias(v.data(), L.bv, T, Hkv * D);
+    }
+    if (L.q_norm != nullptr) {
+      model::RmsNorm(q.data(), L.q_norm, T * H, D, c.rms_eps, q.data());
+      model::RmsNorm(k.data(), L.k_norm, T * Hkv, D, c.rms_eps, k.data());
+    }
+    model::Rope(q.data(), T, H, pos, rope);
+    model::Rope(k.data(), T, Hkv, pos, rope);
+    if (ragged) {
+      PadRows(k.data(), n, max_n, Hkv * D, k_pad.data());
+      PadRows(v.data(), n, max_n, Hkv * D, v_pad.data());
+      KVTIER_RETURN_IF_ERROR(
+          cache.Append(l, DType::kF32, k_pad.data(), v_pad.data(), max_n, n));
+    } else {
+      KVTIER_RETURN_IF_ERROR(cache.Append(l, DType::kF32, k.data(), v.data(), max_n));
+    }
+    KVTIER_ASSIGN_OR_RETURN(const PagedKvView view, cache.View(l));
+    KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), n, ap, att.data(), pool));
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wo, att.data(), T, xb.data(), pool));
+    for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
+
+    model::RmsNorm(x.data(), L.ffn_norm, T, E, c.rms_eps, xb.data());
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.gate, xb.data(), T, gate.data(), pool));
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb.data(), T, up.data(), pool));
+    model::SwiGlu(gate.data(), up.data(), T * F);
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.down, gate.data(), T, xb.data(), pool));
+    for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
+  }
+
+  // Final norm on the tokens whose logits are wanted.
+  size_t n_out = T;
+  if (!all_logits) {
+    size_t last = 0;
+    for (size_t i = 0; i < B; ++i) {
+      last += n[i];
+      std::memmove(xb.data() + i * E, x.data() + (last - 1) * E, E * sizeof(float));
+    }
+    n_out = B;
+  } else {
+    std::memcpy(xb.data(), x.data(), T * E * sizeof(float));
+  }
+  model::RmsNorm(xb.data(), output_norm_, n_out, E, c.rms_eps, xb.data());
+  return model::MatMul(output_, xb.data(), n_out, logits, pool);
+}
+
+}  // namespace kvtier

@@ -1,0 +1,36 @@
+// Matrix products with a weight matrix in its file type (f32, f16, bf16, q8_0, q4_0):
+//   y[t][o] = sum_k x[t][k] * W[o][k]
+// Few tokens (decode): weight rows are decoded a few at a time into an L1 buffer and dotted
+// with every token. Many tokens (prefill): panels of weight rows are decoded once, packed
+// k-major and multiplied with a register-blocked micro-kernel, tokens in blocks that stay in
+// cache. Highway dispatch; results equal the float64 reference within f32 rounding.
+// Stateless; thread-safe (per-thread scratch is thread_local).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kvtier/format.h"
+#include "kvtier/model.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+class ThreadPool;
+}
+
+namespace kvtier::model {
+
+// The KV-row Format that decodes rows of this ggml type (byte-identical layouts), or
+// Unimplemented naming the type.
+Result<Format> WeightRowFormat(uint32_t ggml_type);
+
+//   x [n_tok, w.n_in] f32, y [n_tok, w.n_out] f32 (overwritten)
+Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, ThreadPool* pool);
+
+// float64 reference on the dequantized weights (tests): y [n_tok, w.n_out].
+Status MatMulRef(const WeightMatrix& w, const float* x, size_t n_tok, double* y);
+
+// The Highway target MatMul runs on this CPU.
+const char* MatMulTargetName();
+
+}  // namespace kvtier::model

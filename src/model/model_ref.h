@@ -1,0 +1,23 @@
+// A float64 reference of the forward pass, for tests: one sequence recomputed from scratch
+// with dense causal attention, weights dequantized by the scalar reference decoders and read
+// straight from the GGUF file by name (independent of Model's binding). K and V rows pass
+// through the cache's formats (quantize + dequantize, reference) so that the comparison with
+// a quantized cache measures only the kernels' error. Stateless; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvtier/format.h"
+#include "kvtier/gguf.h"
+#include "kvtier/model.h"
+#include "kvtier/status.h"
+
+namespace kvtier::model {
+
+//   logits [tokens.size(), n_vocab] (every position)
+Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32_t> tokens,
+                  const Format& k_format, const Format& v_format, std::vector<double>* logits);
+
+}  // namespace kvtier::model

@@ -1,0 +1,109 @@
+// Test-only: tiny random models of every architecture built in memory with GgufWriter.
+#pragma once
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kvtier/gguf.h"
+#include "kvtier/model.h"
+#include "kvtier/quant.h"
+#include "model/matmul.h"
+
+namespace kvtier::testing {
+
+struct TinySpec {
+  std::string arch = "llama";
+  GgmlType wtype = GgmlType::kF32;
+  uint32_t n_embd = 96, n_layers = 2, n_heads = 4, n_kv_heads = 2, head_dim = 64, n_ff = 160;
+  uint32_t n_vocab = 50;
+  bool tied = false;
+  bool rope_freqs = false;
+  uint64_t seed = 1;
+  std::string skip_tensor;  // leave this tensor out
+  std::string bad_tensor;   // give this tensor type q8_1
+};
+
+inline GgufWriter TinyModelWriter(const TinySpec& s) {
+  GgufWriter w;
+  const std::string& a = s.arch;
+  w.SetString("general.architecture", a);
+  w.SetString("general.name", "tiny-" + a);
+  w.SetUint32(a + ".context_length", 4096);
+  w.SetUint32(a + ".embedding_length", s.n_embd);
+  w.SetUint32(a + ".block_count", s.n_layers);
+  w.SetUint32(a + ".feed_forward_length", s.n_ff);
+  w.SetUint32(a + ".attention.head_count", s.n_heads);
+  w.SetUint32(a + ".attention.head_count_kv", s.n_kv_heads);
+  w.SetUint32(a + ".attention.key_length", s.head_dim);
+  w.SetUint32(a + ".attention.value_length", s.head_dim);
+  w.SetFloat32(a + ".rope.freq_base", 10000.0f);
+  w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  auto tensor = [&](const std::string& name, uint32_t n_in, uint32_t n_out, bool vec,
+                    float scale, float offset) {
+    if (name == s.skip_tensor) return;
+    std::vector<float> v(size_t(n_in) * n_out);
+    for (float& x : v) x = nd(rng) * scale + offset;
+    GgmlType t = vec ? GgmlType::kF32 : s.wtype;
+    std::vector<uint64_t> shape = {n_in};
+    if (!vec) shape.push_back(n_out);
+    if (name == s.bad_tensor) {  // a type the runtime does not multiply with
+      std::vector<uint8_t> b(size_t(n_in) / 32 * 36 * n_out);
+      (void)w.AddTensor(name, GgmlType::kQ8_1, shape, std::move(b));
+      return;
+    }
+    const Format f = model::WeightRowFormat(static_cast<uint32_t>(t)).value();
+    std::vector<uint8_t> b(f.row_bytes(n_in) * n_out);
+    (void)QuantizeRows(f, DType::kF32, v.data(), n_out, n_in, b.data());
+    (void)w.AddTensor(name, t, shape, std::move(b));
+  };
+  const uint32_t E = s.n_embd, D = s.head_dim, H = s.n_heads, Hkv = s.n_kv_heads, F = s.n_ff;
+  const float ws = 1.0f / std::sqrt(float(E));
+  tensor("token_embd.weight", E, s.n_vocab, false, 1.0f, 0.0f);
+  if (!s.tied) tensor("output.weight", E, s.n_vocab, false, ws, 0.0f);
+  tensor("output_norm.weight", E, 1, true, 0.1f, 1.0f);
+  if (s.rope_freqs) tensor("rope_freqs.weight", D / 2, 1, true, 0.5f, 2.0f);
+  for (uint32_t l = 0; l < s.n_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    tensor(p + "attn_norm.weight", E, 1, true, 0.1f, 1.0f);
+    tensor(p + "attn_q.weight", E, H * D, false, ws, 0.0f);
+    tensor(p + "attn_k.weight", E, Hkv * D, false, ws, 0.0f);
+    tensor(p + "attn_v.weight", E, Hkv * D, false, ws, 0.0f);
+    tensor(p + "attn_output.weight", H * D, E, false, 1.0f / std::sqrt(float(H * D)), 0.0f);
+    if (a == "qwen2") {
+      tensor(p + "attn_q.bias", H * D, 1, true, 0.1f, 0.0f);
+      tensor(p + "attn_k.bias", Hkv * D, 1, true, 0.1f, 0.0f);
+      tensor(p + "attn_v.bias", Hkv * D, 1, true, 0.1f, 0.0f);
+    }
+    if (a == "qwen3") {
+      tensor(p + "attn_q_norm.weight", D, 1, true, 0.1f, 1.0f);
+      tensor(p + "attn_k_norm.weight", D, 1, true, 0.1f, 1.0f);
+    }
+    tensor(p + "ffn_norm.weight", E, 1, true, 0.1f, 1.0f);
+    tensor(p + "ffn_gate.weight", E, F, false, ws, 0.0f);
+    tensor(p + "ffn_up.weight", E, F, false, ws, 0.0f);
+    tensor(p + "ffn_down.weight", F, E, false, 1.0f / std::sqrt(float(F)), 0.0f);
+  }
+  return w;
+}
+
+// The model and the bytes its GGUF views.
+struct TinyModel {
+  std::shared_ptr<std::vector<uint8_t>> bytes;
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Model> model;
+};
+
+inline Result<TinyModel> MakeTinyModel(const TinySpec& s) {
+  TinyModel m;
+  m.bytes = std::make_shared<std::vector<uint8_t>>(TinyModelWriter(s).Serialize());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*m.bytes, "tiny"));
+  m.file = std::move(f);
+  KVTIER_ASSIGN_OR_RETURN(m.model, Model::FromGguf(m.file));
+  return m;
+}
+
+}  // namespace kvtier::testing
