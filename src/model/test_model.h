@@ -1,0 +1,64 @@
+// Test models: seeded random llama / qwen2 / qwen3 weights written as GGUF with llama.cpp's
+// tensor names and metadata keys, and a byte-level BPE ("gpt2") tokenizer, so that kvtier and
+// llama.cpp can both load them (`kvtier make-test-model`).
+//
+// Weights are normal(0, 0.02) from a per-tensor stream (seed and tensor name), stored in the
+// chosen weight type (q8_0 / q4_0 through kvtier's quantizers, byte-identical to ggml); norm
+// weights are 1.0, biases normal(0, 0.02), both f32.
+// Tokenizer: the 256 byte tokens in GPT-2's bytes_to_unicode order (ids 0..255), control
+// fillers "<|filler_N|>" up to vocab - 3, then "<|endoftext|>" (bos, eos), "<|im_start|>",
+// "<|im_end|>"; no merges.
+//
+// Thread safety: pure functions of their arguments; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/gguf.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// Defaults: Qwen3-0.6B's shape.
+struct TestModelConfig {
+  std::string arch = "qwen3";  // llama, qwen2, qwen3
+  std::string name;            // general.name; empty: "kvtier-test-<arch>"
+  uint32_t hidden = 1024;
+  uint32_t layers = 28;
+  uint32_t heads = 16;
+  uint32_t kv_heads = 8;
+  uint32_t head_dim = 128;
+  uint32_t ffn = 3072;
+  uint32_t vocab = 151936;
+  uint32_t ctx = 40960;
+  double rope_theta = 1000000.0;
+  double rms_eps = 1e-6;
+  GgmlType weight_type = GgmlType::kF16;  // f32, f16, bf16, q8_0, q4_0
+  bool tied = true;  // no output.weight: the output projection is token_embd
+  uint64_t seed = 0;
+};
+
+// "f16" -> kF16; the weight types make-test-model writes (f32, f16, bf16, q8_0, q4_0).
+Result<GgmlType> ParseTestModelWeightType(std::string_view name);
+
+// InvalidArgument naming the flag ("--hidden: ...") when the shape cannot be written.
+Status ValidateTestModelConfig(const TestModelConfig& c);
+
+// Bytes of tensor data the model takes.
+uint64_t TestModelTensorBytes(const TestModelConfig& c);
+
+// GPT-2's byte-level BPE alphabet: the 256 one-character tokens in its vocabulary order
+// (printable bytes first, the rest mapped to U+0100...), each UTF-8 encoded. The second
+// output, if given, gets the byte each token stands for.
+std::vector<std::string> ByteLevelBpeTokens(std::vector<uint8_t>* bytes = nullptr);
+
+// Builds the whole model in memory.
+Result<GgufWriter> BuildTestModel(const TestModelConfig& c);
+
+// BuildTestModel + GgufWriter::WriteFile.
+Status WriteTestModel(const TestModelConfig& c, const std::string& path);
+
+}  // namespace kvtier
