@@ -229,7 +229,7 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromVocab(TokenizerVocab v) {
       const auto it = t.to_id.find(s);
       if (it != t.to_id.end()) t.byte_token[b] = it->second;
     }
-    if (v.merges.empty()) return Invalid("tokenizer.ggml.merges", "missing (model gpt2 needs it)");
+    // An empty merge list is valid: every byte stays a token of its own.
     t.merge_rank.reserve(v.merges.size());
     for (size_t i = 0; i < v.merges.size(); ++i) {
       const std::string& m = v.merges[i];
@@ -475,6 +475,9 @@ Result<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& gguf) {
     v.token_types.push_back(static_cast<int32_t>(types[i]));
   }
   KVTIER_RETURN_IF_ERROR(optional(gguf.GetStringArray("tokenizer.ggml.merges"), &v.merges));
+  if (v.model == "gpt2" && !gguf.Has("tokenizer.ggml.merges")) {
+    return Invalid("tokenizer.ggml.merges", "missing (model gpt2 needs it; it may be empty)");
+  }
   struct IdKey {
     const char* key;
     std::optional<int64_t>* dst;

@@ -1,0 +1,189 @@
+// `kvtier generate` and `kvtier perplexity`; see generate.h.
+#include "cli/generate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "base/timer.h"
+#include "cli/flags.h"
+#include "cli/model_session.h"
+#include "kvtier/chat_template.h"
+
+namespace kvtier::cli {
+namespace {
+
+// Runs `tokens` through row 0 of `cache` in steps of `step`; logits of the last token, or of
+// every token when `all` (then [tokens.size(), n_vocab]).
+Status Feed(const Model& m, BatchCache& cache, std::span<const int32_t> tokens, uint32_t step,
+            bool all, std::vector<float>* logits, ThreadPool* pool) {
+  const size_t V = m.config().n_vocab;
+  logits->resize((all ? tokens.size() : 1) * V);
+  for (size_t i = 0; i < tokens.size(); i += step) {
+    const size_t n = std::min<size_t>(step, tokens.size() - i);
+    std::span<const int32_t> rows[1] = {tokens.subspan(i, n)};
+    const bool last = i + n == tokens.size();
+    float* dst = all ? logits->data() + i * V : logits->data();
+    if (all) {
+      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, true, dst, pool));
+    } else if (last) {
+      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, dst, pool));
+    } else {
+      std::vector<float> scratch(V);
+      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, scratch.data(), pool));
+    }
+  }
+  return Status::OK();
+}
+
+int Threads(int t) {
+  return t > 0 ? t : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
+  KVTIER_RETURN_IF_ERROR(c.sampling.Validate());
+  KVTIER_RETURN_IF_ERROR(CheckRange("--max-tokens", c.max_tokens, 1, 1 << 20));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--prefill-step", c.prefill_step, 1, 1 << 16));
+  KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
+  const Model& m = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+  std::string text = c.prompt;
+  if (c.chat) {
+    std::string warning;
+    const ChatTemplate t = DetectChatTemplate(tok.chat_template(), &warning);
+    if (!warning.empty()) std::fprintf(stderr, "kvtier generate: warning: %s\n", warning.c_str());
+    const ChatMessage msg{"user", c.prompt};
+    text = ApplyChatTemplate(t, std::span<const ChatMessage>(&msg, 1), true);
+  }
+  const std::vector<int32_t> prompt = tok.Encode(text, tok.add_bos_default(), c.chat);
+  if (prompt.empty()) return Status::InvalidArgument("--prompt: no tokens (empty prompt)");
+  const uint64_t total = prompt.size() + uint64_t(c.max_tokens);
+  if (total > SequenceCache::kMaxTokens) {
+    return Status::InvalidArgument("--max-tokens: prompt plus max tokens exceed the cache limit");
+  }
+  KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type,
+                                                static_cast<uint32_t>(total)));
+  ThreadPool threads(Threads(c.threads));
+  BatchCache cache(pool);
+  KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
+
+  GenerateStats st;
+  st.prompt_tokens = static_cast<uint32_t>(prompt.size());
+  std::vector<float> logits;
+  Timer timer;
+  KVTIER_RETURN_IF_ERROR(Feed(m, cache, prompt, c.prefill_step, false, &logits, &threads));
+  st.prefill_ms = timer.Millis();
+  Sampler sampler(c.sampling);
+  StreamDecoder decoder(tok);
+  st.stop_reason = "length";
+  timer = Timer();
+  for (uint32_t i = 0; i < c.max_tokens; ++i) {
+    const int32_t next = sampler.Sample(logits);
+    if (tok.IsEndOfGeneration(next)) {
+      st.stop_reason = "eos";
+      break;
+    }
+    out << decoder.Push(next) << std::flush;
+    ++st.generated_tokens;
+    if (i + 1 == c.max_tokens) break;
+    std::span<const int32_t> rows[1] = {std::span<const int32_t>(&next, 1)};
+    KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &threads));
+  }
+  out << decoder.Flush() << std::flush;
+  st.decode_ms = timer.Millis();
+  return st;
+}
+
+Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
+                                       const std::function<void(int, int)>& progress) {
+  KVTIER_RETURN_IF_ERROR(CheckRange("--ctx", c.ctx, 16, 1 << 20));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--batch", c.batch, 1, 1 << 20));
+  std::ifstream in(c.file, std::ios::binary);
+  if (!in) return Status::InvalidArgument("--file: cannot open " + c.file);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
+  const Model& m = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+  const bool add_bos = tok.add_bos_default() && tok.bos_id() >= 0;
+  std::vector<int32_t> tokens = tok.Encode(text, add_bos, /*parse_special=*/false);
+  const size_t n_windows = tokens.size() / c.ctx;
+  if (n_windows < 1 || tokens.size() < 2 * size_t(c.ctx)) {
+    return Status::InvalidArgument("--file: " + c.file + " has " + std::to_string(tokens.size()) +
+                                   " tokens; at least 2 * ctx = " + std::to_string(2 * c.ctx) +
+                                   " are needed");
+  }
+  const size_t windows = c.chunks > 0 ? std::min<size_t>(c.chunks, n_windows) : n_windows;
+  KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type, c.ctx));
+  ThreadPool threads(Threads(c.threads));
+  const size_t V = m.config().n_vocab, first = c.ctx / 2;
+  double nll = 0.0, nll2 = 0.0;
+  uint64_t count = 0;
+  Timer timer;
+  std::vector<float> logits;
+  for (size_t w = 0; w < windows; ++w) {
+    std::vector<int32_t> win(tokens.begin() + w * c.ctx, tokens.begin() + (w + 1) * c.ctx);
+    if (add_bos) win[0] = tok.bos_id();
+    BatchCache cache(pool);
+    KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
+    KVTIER_RETURN_IF_ERROR(Feed(m, cache, win, c.batch, true, &logits, &threads));
+    // Score positions first .. ctx-2 predicting the next token of the window (original ids).
+    for (size_t j = first; j + 1 < c.ctx; ++j) {
+      const float* l = logits.data() + j * V;
+      const int32_t target = tokens[w * c.ctx + j + 1];
+      const float mx = *std::max_element(l, l + V);
+      double sum = 0.0;
+      for (size_t i = 0; i < V; ++i) sum += std::exp(double(l[i]) - mx);
+      const double v = -(double(l[target]) - mx - std::log(sum));
+      nll += v;
+      nll2 += v * v;
+      ++count;
+    }
+    if (progress) progress(static_cast<int>(w + 1), static_cast<int>(windows));
+  }
+  PerplexityReport r;
+  const double mean = nll / double(count);
+  r.ppl = std::exp(mean);
+  const double var = nll2 / double(count) - mean * mean;
+  r.ppl_stderr = var > 0 && count > 1 ? std::sqrt(var / double(count - 1)) * r.ppl : 0.0;
+  r.tokens_scored = count;
+  r.ctx = c.ctx;
+  r.chunks = static_cast<uint32_t>(windows);
+  r.k_format = pool->layout().k_format.name();
+  r.v_format = pool->layout().v_format.name();
+  r.seconds = timer.Millis() / 1000.0;
+  return r;
+}
+
+std::string FormatPerplexityJson(const PerplexityReport& r) {
+  nlohmann::json j;
+  j["ppl"] = r.ppl;
+  j["ppl_stderr"] = r.ppl_stderr;
+  j["tokens_scored"] = r.tokens_scored;
+  j["ctx"] = r.ctx;
+  j["k_format"] = r.k_format;
+  j["v_format"] = r.v_format;
+  j["chunks"] = r.chunks;
+  j["seconds"] = r.seconds;
+  return j.dump() + "\n";
+}
+
+std::string FormatPerplexityText(const PerplexityReport& r) {
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(4);
+  o << "perplexity: " << r.ppl << " +/- " << r.ppl_stderr << " (" << r.tokens_scored
+    << " tokens scored in " << r.chunks << " windows of " << r.ctx << ", KV K " << r.k_format
+    << " / V " << r.v_format << ", " << r.seconds << " s)\n";
+  return o.str();
+}
+
+}  // namespace kvtier::cli

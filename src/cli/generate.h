@@ -1,0 +1,63 @@
+// `kvtier generate`: a prompt through a model, the sampled continuation streamed to stdout.
+// `kvtier perplexity`: llama-perplexity's method over a text file (non-overlapping windows of
+// ctx tokens, the second half of each scored). Single-threaded callers; each run owns its state.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "kvtier/sampler.h"
+#include "kvtier/status.h"
+
+namespace kvtier::cli {
+
+struct GenerateConfig {
+  std::string model;               // empty: the bundled model
+  std::string prompt;
+  bool chat = false;               // wrap the prompt as a user turn in the model's chat template
+  uint32_t max_tokens = 128;
+  SamplingParams sampling;
+  std::string kv_type = "f16";     // K or K/V
+  uint32_t prefill_step = 512;     // prompt tokens per forward call
+  int threads = 0;                 // 0: all cores
+};
+
+struct GenerateStats {
+  uint32_t prompt_tokens = 0;
+  uint32_t generated_tokens = 0;
+  double prefill_ms = 0.0;
+  double decode_ms = 0.0;
+  std::string stop_reason;         // "eos" or "length"
+};
+
+// Streams text to `out` as it is sampled (flushed per token).
+Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out);
+
+struct PerplexityConfig {
+  std::string model;
+  std::string file;
+  uint32_t ctx = 512;
+  uint32_t batch = 512;            // tokens per forward call within a window
+  uint32_t chunks = 0;             // 0: every whole window of the file
+  std::string kv_type = "f16";
+  int threads = 0;
+};
+
+struct PerplexityReport {
+  double ppl = 0.0;
+  double ppl_stderr = 0.0;
+  uint64_t tokens_scored = 0;
+  uint32_t ctx = 0;
+  uint32_t chunks = 0;
+  std::string k_format, v_format;
+  double seconds = 0.0;
+};
+
+Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
+                                       const std::function<void(int, int)>& progress);
+std::string FormatPerplexityJson(const PerplexityReport& r);
+std::string FormatPerplexityText(const PerplexityReport& r);
+
+}  // namespace kvtier::cli
