@@ -10,6 +10,7 @@
 #include "cli/bench_attention.h"
 #include "cli/bench_kv_cache.h"
 #include "cli/bench_kv_paged.h"
+#include "cli/tokenize.h"
 
 namespace {
 
@@ -114,7 +115,23 @@ int main(int argc, char** argv) {
   a->add_option("--seed", attn.seed, "Seed of the K/V and query data")->capture_default_str();
   a->add_flag("--json", attn_json, "Print one JSON object instead of a table");
 
+  kvtier::cli::TokenizeConfig tokenize;
+  bool no_parse_special = false;
+  CLI::App* tk = app.add_subcommand(
+      "tokenize", "Token ids of the text on standard input, space-separated on one line");
+  tk->add_option("--model", tokenize.model, "GGUF file whose tokenizer is used");
+  tk->add_flag("--add-bos", tokenize.add_bos, "Put the BOS token first");
+  tk->add_flag("--no-parse-special", no_parse_special,
+               "Treat control-token text such as <|im_start|> as plain text");
+
   CLI11_PARSE(app, argc, argv);
+
+  if (tk->parsed()) {
+    tokenize.parse_special = !no_parse_special;
+    const kvtier::Status st = kvtier::cli::RunTokenize(tokenize, std::cin, std::cout);
+    if (!st.ok()) return Fail("tokenize", st);
+    return 0;
+  }
 
   if (a->parsed()) {
     auto report = kvtier::cli::RunBenchAttention(attn, ProgressBar("step"));
