@@ -10,6 +10,7 @@
 #include "cli/bench_attention.h"
 #include "cli/bench_kv_cache.h"
 #include "cli/bench_kv_paged.h"
+#include "cli/make_test_model.h"
 #include "cli/tokenize.h"
 
 namespace {
@@ -124,7 +125,16 @@ int main(int argc, char** argv) {
   tk->add_flag("--no-parse-special", no_parse_special,
                "Treat control-token text such as <|im_start|> as plain text");
 
+  kvtier::cli::MakeTestModelFlags make_model;
+  CLI::App* mm = kvtier::cli::AddMakeTestModel(app, &make_model);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (mm->parsed()) {
+    const kvtier::Status st = kvtier::cli::RunMakeTestModel(make_model, std::cout);
+    if (!st.ok()) return Fail("make-test-model", st);
+    return 0;
+  }
 
   if (tk->parsed()) {
     tokenize.parse_special = !no_parse_special;

@@ -1,0 +1,32 @@
+// `kvtier make-test-model`: writes a seeded random llama / qwen2 / qwen3 model as GGUF
+// (src/model/test_model.h), loadable by kvtier and llama.cpp. The subcommand's flags are
+// registered here so main.cc only adds and dispatches it. Thread-compatible.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "kvtier/status.h"
+#include "model/test_model.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kvtier::cli {
+
+struct MakeTestModelFlags {
+  TestModelConfig config;
+  std::string out;
+  std::string weight_type = "f16";
+  bool no_tied = false;
+};
+
+// Adds the `make-test-model` subcommand with its flags bound to `flags`.
+CLI::App* AddMakeTestModel(CLI::App& app, MakeTestModelFlags* flags);
+
+// Validates the flags (InvalidArgument naming the flag), writes the file, prints one line
+// ("wrote FILE: arch, N tensors, B bytes") to `out`.
+Status RunMakeTestModel(MakeTestModelFlags flags, std::ostream& out);
+
+}  // namespace kvtier::cli
