@@ -3,7 +3,11 @@
 // The reader checks every count, length, offset, size and type against the file before it
 // touches the bytes they describe: a truncated or corrupt file is an error that names the field
 // and its byte offset, never a crash. Tensor data is not copied: GgufTensor::data points into
-// the mapping, which lives as long as the GgufFile.
+// the mapping, which lives as long as the GgufFile. Versions 3 and 2 (same layout) are read.
+// Limits beyond the spec's: 1..4 dims, keys and names up to 65535 bytes, arrays nested 8 deep,
+// 2^24 array items in all (ResourceExhausted past it, which bounds memory use). Codes:
+// InvalidArgument for what kvtier does not support (version, big-endian, tensor type),
+// Corruption for anything inconsistent, IOError for open / mmap failures.
 //
 // Thread safety: a GgufFile is immutable after Open(); any number of threads may read it.
 // A GgufWriter is thread-compatible (one thread at a time).
@@ -101,7 +105,9 @@ struct GgufTensor {
   uint64_t offset = 0;          // from the start of the data section
   uint64_t n_values = 0;        // product of shape
   uint64_t n_bytes = 0;         // n_values / block_values * block_bytes
-  const uint8_t* data = nullptr;  // inside the mapping (aligned to the file's alignment)
+  // Inside the mapping; aligned to the file's alignment for Open() (page-aligned mapping), at
+  // the same offset from the buffer's start for FromMemory().
+  const uint8_t* data = nullptr;
 };
 
 class GgufFile {

@@ -114,6 +114,11 @@ TEST(GgufCorrupt, Metadata) {
               StatusCode::kCorruption, {"key 0 'k' value item 1 at byte 58: string length 9"});
   ExpectError(Img{}.Header(0, 1).Str("k").U32(9).U32(99).U64(0), StatusCode::kCorruption,
               {"key 0 'k' value element type at byte 37: expected a value type 0..12, got 99"});
+  // 2^24 array items in all at most: checked before anything is allocated for them.
+  Img many;
+  many.Header(0, 1).Str("k").U32(9).U32(0).U64((1u << 24) + 1).Zeros((1u << 24) + 1);
+  ExpectError(many, StatusCode::kResourceExhausted,
+              {"key 0 'k' value element count at byte 41: more than 16,777,216 metadata values"});
   // Nested arrays: fine up to the depth limit, an error past it, never a stack overflow.
   auto nested = [](int depth) {
     Img img;
