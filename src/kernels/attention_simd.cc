@@ -19,6 +19,7 @@
 
 #include "kernels/attention_simd.h"
 #include "quant/quant_simd.h"
+#include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -29,37 +30,6 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 constexpr uint32_t kTile = 32;
 
-// Horizontal sums of N vectors at once: lane j of the result = sum of the lanes of acc[j].
-HWY_INLINE VF SumBatch(DF df, const VF* acc) {
-#if HWY_TARGET <= HWY_AVX3
-  (void)df;
-  // 512 -> 256 bits: lanes 0..7 hold a partial of x, 8..15 of y.
-  auto halve = [](__m512 x, __m512 y) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
-  };
-  // 256 -> 128 bits: 128-bit block k holds 4 partials of input k.
-  auto quarter = [](__m512 xy, __m512 zw) {
-    return _mm512_add_ps(_mm512_shuffle_f32x4(xy, zw, 0x88), _mm512_shuffle_f32x4(xy, zw, 0xDD));
-  };
-  // Q[m]'s block k holds input m + 4k.
-  __m512 q[4];
-  for (int m = 0; m < 4; ++m) {
-    q[m] = quarter(halve(acc[m].raw, acc[m + 4].raw), halve(acc[m + 8].raw, acc[m + 12].raw));
-  }
-  // Sum the 4 lanes of every block, block k lane m <- Q[m] block k: input 4k + m.
-  const __m512 u0 = _mm512_add_ps(_mm512_unpacklo_ps(q[0], q[1]), _mm512_unpackhi_ps(q[0], q[1]));
-  const __m512 u1 = _mm512_add_ps(_mm512_unpacklo_ps(q[2], q[3]), _mm512_unpackhi_ps(q[2], q[3]));
-  const __m512 v = _mm512_add_ps(
-      _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u0), _mm512_castps_pd(u1))),
-      _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u0), _mm512_castps_pd(u1))));
-  return VF{v};
-#else
-  constexpr size_t N = HWY_LANES(float);
-  HWY_ALIGN float sums[N];
-  for (size_t j = 0; j < N; ++j) sums[j] = hn::GetLane(hn::SumOfLanes(df, acc[j]));
-  return hn::Load(df, sums);
-#endif
-}
 
 // One online-softmax step over a tile for one query vector: `s` holds the scaled scores of
 // keys t0 .. t0 + n_pad (whole vectors). Applies the soft-cap, masks keys outside [a, b) to
@@ -200,7 +170,7 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
             sacc[j] = hn::MulAdd(qk, hn::Load(df, &kt[g + j][k * N]), sacc[j]);
           }
         }
-        hn::Store(hn::Mul(SumBatch(df, sacc), vscale), df, s + g);
+        hn::Store(hn::Mul(kvtier::HWY_NAMESPACE::SumBatch(df, sacc), vscale), df, s + g);
       }
       const float corr = SoftmaxStep(df, s, nt_pad, t0, a, b, job.softcap, st);
       VF o[V];
@@ -486,7 +456,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
               }
             }
           }
-          hn::Store(hn::Mul(SumBatch(df, acc), vscale), df, lanes);
+          hn::Store(hn::Mul(kvtier::HWY_NAMESPACE::SumBatch(df, acc), vscale), df, lanes);
           for (size_t g = 0; g < kQG; ++g) {
             for (size_t tt = 0; tt < kTB; ++tt) s[g][t - t0 + tt] = lanes[g * kTB + tt];
           }

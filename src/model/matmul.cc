@@ -9,11 +9,11 @@
 #include <cstring>
 #include <vector>
 
-#include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
 #include "kvtier/quant.h"
 #include "model/matmul.h"
 #include "quant/quant_simd.h"
+#include "quant/simd_reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::model::HWY_NAMESPACE {
@@ -22,9 +22,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-constexpr size_t kDecodeRows = 4;   // weight rows decoded together on the dot path
-constexpr size_t kMr = 6;           // tokens per micro-kernel call on the packed path
-constexpr size_t kTokBlock = 96;    // tokens per work item on the packed path (multiple of kMr)
+constexpr size_t kRowGroup = 16;  // weight rows decoded together into f32 (L2 resident)
+constexpr size_t kTokBlock = 64;  // tokens per work item (their activations stay in cache)
+constexpr size_t kKChunk = 1024;  // k per pass: 4 rows and 4 tokens of it (32 KiB) fit L1
 
 // Grows a thread's scratch to at least n floats (64-byte aligned).
 float* Scratch(std::vector<float>& v, size_t n) {
@@ -33,146 +33,116 @@ float* Scratch(std::vector<float>& v, size_t n) {
   return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
 }
 
-// out[r] = dot(w[r], x) for r < kDecodeRows.   w [kDecodeRows][n] f32, x [n] f32
-HWY_INLINE void Dot4(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, size_t n,
-                     float* out) {
+// y[t][r] (+)= dot(w[r][k0:k1], x[t][k0:k1]) for 4 weight rows and NT <= 4 tokens: 4 * NT
+// accumulators, reduced together at the end; `accumulate` adds to y instead of storing.
+//   w [4][K] f32 (rows K apart), x [NT][K] f32, y rows n_out apart (nr <= 4 valid columns)
+template <size_t NT>
+HWY_INLINE void Tile(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, size_t K,
+                     size_t k0, size_t k1, float* HWY_RESTRICT y, size_t n_out, size_t nr,
+                     bool accumulate) {
   const DF df;
   const size_t N = hn::Lanes(df);
-  VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
-  size_t k = 0;
-  for (; k + N <= n; k += N) {
-    const VF xv = hn::LoadU(df, x + k);
-    a0 = hn::MulAdd(hn::LoadU(df, w + k), xv, a0);
-    a1 = hn::MulAdd(hn::LoadU(df, w + n + k), xv, a1);
-    a2 = hn::MulAdd(hn::LoadU(df, w + 2 * n + k), xv, a2);
-    a3 = hn::MulAdd(hn::LoadU(df, w + 3 * n + k), xv, a3);
-  }
-  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
-  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
-  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
-  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
-  for (; k < n; ++k) {
-    for (size_t r = 0; r < kDecodeRows; ++r) out[r] += w[r * n + k] * x[k];
-  }
-}
-
-// Few tokens: rows kDecodeRows at a time.
-void DotPath(const WeightMatrix& w, const Format& f, const float* x, size_t n_tok, float* y,
-             ThreadPool* pool) {
-  const size_t n_in = w.n_in, n_out = w.n_out;
-  const size_t n_groups = (n_out + kDecodeRows - 1) / kDecodeRows;
-  auto run = [&](size_t g0, size_t g1) {
-    thread_local std::vector<float> scratch;
-    float* buf = Scratch(scratch, kDecodeRows * n_in);  // [kDecodeRows][n_in]
-    for (size_t g = g0; g < g1; ++g) {
-      const size_t o0 = g * kDecodeRows;
-      const size_t nr = std::min(kDecodeRows, n_out - o0);
-      simd::DequantizeRowsStrided(f, w.data + o0 * w.row_bytes, w.row_bytes, nr, n_in,
-                                  DType::kF32, buf);
-      if (nr < kDecodeRows) std::memset(buf + nr * n_in, 0, (kDecodeRows - nr) * n_in * 4);
-      for (size_t t = 0; t < n_tok; ++t) {
-        float out[kDecodeRows];
-        Dot4(buf, x + t * n_in, n_in, out);
-        for (size_t r = 0; r < nr; ++r) y[t * n_out + o0 + r] = out[r];
-      }
+  // a<row><token>: named so that they live in registers; unused ones stay zero.
+  const VF z = hn::Zero(df);
+  VF a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+  VF a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+  size_t k = k0;
+  for (; k + N <= k1; k += N) {
+    const VF w0 = hn::LoadU(df, w + k), w1 = hn::LoadU(df, w + K + k);
+    const VF w2 = hn::LoadU(df, w + 2 * K + k), w3 = hn::LoadU(df, w + 3 * K + k);
+    const VF x0 = hn::LoadU(df, x + k);
+    a00 = hn::MulAdd(w0, x0, a00);
+    a10 = hn::MulAdd(w1, x0, a10);
+    a20 = hn::MulAdd(w2, x0, a20);
+    a30 = hn::MulAdd(w3, x0, a30);
+    if constexpr (NT > 1) {
+      const VF x1 = hn::LoadU(df, x + K + k);
+      a01 = hn::MulAdd(w0, x1, a01);
+      a11 = hn::MulAdd(w1, x1, a11);
+      a21 = hn::MulAdd(w2, x1, a21);
+      a31 = hn::MulAdd(w3, x1, a31);
     }
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(n_groups, 0, run);
+    if constexpr (NT > 2) {
+      const VF x2 = hn::LoadU(df, x + 2 * K + k);
+      a02 = hn::MulAdd(w0, x2, a02);
+      a12 = hn::MulAdd(w1, x2, a12);
+      a22 = hn::MulAdd(w2, x2, a22);
+      a32 = hn::MulAdd(w3, x2, a32);
+    }
+    if constexpr (NT > 3) {
+      const VF x3 = hn::LoadU(df, x + 3 * K + k);
+      a03 = hn::MulAdd(w0, x3, a03);
+      a13 = hn::MulAdd(w1, x3, a13);
+      a23 = hn::MulAdd(w2, x3, a23);
+      a33 = hn::MulAdd(w3, x3, a33);
+    }
+  }
+  const VF acc[16] = {a00, a01, a02, a03, a10, a11, a12, a13,
+                      a20, a21, a22, a23, a30, a31, a32, a33};
+  HWY_ALIGN float sums[16];  // [row][token]
+  if (N == 16) {
+    hn::Store(kvtier::HWY_NAMESPACE::SumBatch(df, acc), df, sums);
   } else {
-    run(0, n_groups);
+    for (size_t i = 0; i < 16; ++i) sums[i] = hn::GetLane(hn::SumOfLanes(df, acc[i]));
   }
-}
-
-// c[i][:] = sum_k x[i][k] * packed[k][:] for MR tokens and one panel of 2N outputs.
-//   packed [n_in][2N], x rows n_in apart, y rows n_out apart (ncols valid outputs)
-template <size_t MR>
-HWY_NOINLINE void MicroKernel(const float* HWY_RESTRICT packed, const float* HWY_RESTRICT x,
-                              size_t n_in, float* HWY_RESTRICT y, size_t n_out, size_t ncols) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  VF c0[MR], c1[MR];
-  for (size_t i = 0; i < MR; ++i) c0[i] = c1[i] = hn::Zero(df);
-  for (size_t k = 0; k < n_in; ++k) {
-    const VF b0 = hn::Load(df, packed + k * 2 * N);
-    const VF b1 = hn::Load(df, packed + k * 2 * N + N);
-    for (size_t i = 0; i < MR; ++i) {
-      const VF a = hn::Set(df, x[i * n_in + k]);
-      c0[i] = hn::MulAdd(a, b0, c0[i]);
-      c1[i] = hn::MulAdd(a, b1, c1[i]);
+  for (; k < k1; ++k) {  // a tail shorter than a vector (plain types only)
+    for (size_t r = 0; r < 4; ++r) {
+      for (size_t t = 0; t < NT; ++t) sums[r * 4 + t] += w[r * K + k] * x[t * K + k];
     }
   }
-  if (ncols == 2 * N) {
-    for (size_t i = 0; i < MR; ++i) {
-      hn::StoreU(c0[i], df, y + i * n_out);
-      hn::StoreU(c1[i], df, y + i * n_out + N);
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) {
+      y[t * n_out + r] = accumulate ? y[t * n_out + r] + sums[r * 4 + t] : sums[r * 4 + t];
     }
-    return;
-  }
-  HWY_ALIGN float tmp[2 * HWY_MAX_BYTES / sizeof(float)];
-  for (size_t i = 0; i < MR; ++i) {
-    hn::Store(c0[i], df, tmp);
-    hn::Store(c1[i], df, tmp + N);
-    std::memcpy(y + i * n_out, tmp, ncols * sizeof(float));
   }
 }
 
-void RunMicro(size_t mr, const float* packed, const float* x, size_t n_in, float* y,
-              size_t n_out, size_t ncols) {
-  switch (mr) {
-    case 6: return MicroKernel<6>(packed, x, n_in, y, n_out, ncols);
-    case 5: return MicroKernel<5>(packed, x, n_in, y, n_out, ncols);
-    case 4: return MicroKernel<4>(packed, x, n_in, y, n_out, ncols);
-    case 3: return MicroKernel<3>(packed, x, n_in, y, n_out, ncols);
-    case 2: return MicroKernel<2>(packed, x, n_in, y, n_out, ncols);
-    default: return MicroKernel<1>(packed, x, n_in, y, n_out, ncols);
+void RunTile(size_t nt, const float* w, const float* x, size_t K, size_t k0, size_t k1,
+             float* y, size_t n_out, size_t nr, bool accumulate) {
+  switch (nt) {
+    case 4: return Tile<4>(w, x, K, k0, k1, y, n_out, nr, accumulate);
+    case 3: return Tile<3>(w, x, K, k0, k1, y, n_out, nr, accumulate);
+    case 2: return Tile<2>(w, x, K, k0, k1, y, n_out, nr, accumulate);
+    default: return Tile<1>(w, x, K, k0, k1, y, n_out, nr, accumulate);
   }
 }
 
-// Many tokens: work items are (token block, panel of 2N output rows), token-block major so a
-// thread's consecutive items reuse the same tokens from cache.
-void PackedPath(const WeightMatrix& w, const Format& f, const float* x, size_t n_tok, float* y,
-                ThreadPool* pool) {
-  const DF df;
-  const size_t nr = 2 * hn::Lanes(df);
-  const size_t n_in = w.n_in, n_out = w.n_out;
-  const size_t n_panels = (n_out + nr - 1) / nr;
-  const size_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;
-  auto run = [&](size_t i0, size_t i1) {
-    thread_local std::vector<float> rows_scratch, packed_scratch;
-    float* rows = Scratch(rows_scratch, nr * n_in);      // [nr][n_in]
-    float* packed = Scratch(packed_scratch, n_in * nr);  // [n_in][nr]
-    for (size_t item = i0; item < i1; ++item) {
-      const size_t tb = item / n_panels, p = item % n_panels;
-      const size_t o0 = p * nr;
-      const size_t ncols = std::min(nr, n_out - o0);
-      simd::DequantizeRowsStrided(f, w.data + o0 * w.row_bytes, w.row_bytes, ncols, n_in,
-                                  DType::kF32, rows);
-      for (size_t k = 0; k < n_in; ++k) {
-        float* dst = packed + k * nr;
-        for (size_t j = 0; j < ncols; ++j) dst[j] = rows[j * n_in + k];
-        for (size_t j = ncols; j < nr; ++j) dst[j] = 0.0f;
-      }
-      const size_t t_end = std::min(n_tok, (tb + 1) * kTokBlock);
-      for (size_t t = tb * kTokBlock; t < t_end; t += kMr) {
-        const size_t mr = std::min(kMr, t_end - t);
-        RunMicro(mr, packed, x + t * n_in, n_in, y + t * n_out + o0, n_out, ncols);
-      }
-    }
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(n_blocks * n_panels, 0, run);
-  } else {
-    run(0, n_blocks * n_panels);
-  }
-}
-
+// Work items are (token block, group of kRowGroup weight rows), token-block major so that a
+// thread's consecutive items reuse the same activations from cache. Each item decodes its
+// rows once into f32 (row-major, K padded to whole vectors) and runs 4-row x 4-token tiles.
 void MatMulImpl(const WeightMatrix& w, const Format& f, const float* x, size_t n_tok, float* y,
                 ThreadPool* pool) {
-  if (n_tok <= 3) {
-    DotPath(w, f, x, n_tok, y, pool);
+  const size_t K = w.n_in, n_out = w.n_out;
+  const size_t n_groups = (n_out + kRowGroup - 1) / kRowGroup;
+  const size_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;
+  auto run = [&](size_t i0, size_t i1) {
+    thread_local std::vector<float> scratch;
+    float* rows = Scratch(scratch, kRowGroup * K);  // [kRowGroup][K]
+    for (size_t item = i0; item < i1; ++item) {
+      const size_t tb = item / n_groups, g = item % n_groups;
+      const size_t o0 = g * kRowGroup;
+      const size_t nr = std::min(kRowGroup, n_out - o0);
+      simd::DequantizeRowsStrided(f, w.data + o0 * w.row_bytes, w.row_bytes, nr, K,
+                                  DType::kF32, rows);
+      if (nr < kRowGroup) std::memset(rows + nr * K, 0, (kRowGroup - nr) * K * sizeof(float));
+      const size_t t_end = std::min(n_tok, (tb + 1) * kTokBlock);
+      // K in chunks whose slice of the row group stays in L1 across the token tiles.
+      for (size_t k0 = 0; k0 < K; k0 += kKChunk) {
+        const size_t k1 = std::min(K, k0 + kKChunk);
+        for (size_t t = tb * kTokBlock; t < t_end; t += 4) {
+          const size_t nt = std::min<size_t>(4, t_end - t);
+          for (size_t r = 0; r < nr; r += 4) {
+            RunTile(nt, rows + r * K, x + t * K, K, k0, k1, y + t * n_out + o0 + r, n_out,
+                    std::min<size_t>(4, nr - r), k0 > 0);
+          }
+        }
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(n_blocks * n_groups, 0, run);
   } else {
-    PackedPath(w, f, x, n_tok, y, pool);
+    run(0, n_blocks * n_groups);
   }
 }
 

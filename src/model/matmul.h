@@ -1,9 +1,9 @@
 // Matrix products with a weight matrix in its file type (f32, f16, bf16, q8_0, q4_0):
 //   y[t][o] = sum_k x[t][k] * W[o][k]
-// Few tokens (decode): weight rows are decoded a few at a time into an L1 buffer and dotted
-// with every token. Many tokens (prefill): panels of weight rows are decoded once, packed
-// k-major and multiplied with a register-blocked micro-kernel, tokens in blocks that stay in
-// cache. Highway dispatch; results equal the float64 reference within f32 rounding.
+// Weight rows are decoded 16 at a time into an L2-resident f32 buffer (once per block of up to
+// 64 tokens) and multiplied by a register-blocked tile of 4 rows x 4 tokens (16 accumulators
+// reduced together at the end). Highway dispatch; results equal the float64 reference within
+// f32 rounding.
 // Stateless; thread-safe (per-thread scratch is thread_local).
 #pragma once
 
