@@ -2,7 +2,9 @@
 // byte fallback <0xNN>, leading-space prefix) and byte-level BPE ("gpt2": merge ranks, the GPT-2
 // bytes-to-unicode mapping, pre-tokenizer regexes run by PCRE2). Encoding matches llama.cpp's
 // tokenizer on its conformance vectors; special/control and user-defined tokens are matched in
-// the text before pre-tokenization (longest token first).
+// the text before pre-tokenization (longest token first). Letter/number classes come from
+// PCRE2's Unicode tables (Unicode 14 in PCRE2 10.42); llama.cpp's are newer, so a code point
+// assigned since (e.g. U+1E061) may split differently before a contraction or a letter run.
 //
 // Ownership: a Tokenizer owns its vocabulary (copied out of the GgufFile, which may be closed
 // afterwards). A StreamDecoder holds a reference to its Tokenizer, which must outlive it.
