@@ -3,6 +3,8 @@
 // and clear errors for bad input.
 #include "cli/generate.h"
 
+#include "cli/bench_model.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -160,6 +162,33 @@ TEST_F(ModelCommands, PerplexityNeedsTwoWindows) {
   c.ctx = 64;
   c.file = Path("nope.txt");
   EXPECT_NE(RunPerplexity(c, nullptr).status().message().find("--file"), std::string::npos);
+}
+
+TEST_F(ModelCommands, BenchModelMeasuresEveryFormatAndDepth) {
+  BenchModelConfig c;
+  c.model = Path("m.gguf");
+  c.depths = "0,100";
+  c.kv_types = "f16,q8_0/q4_0";
+  c.prefill = 9;
+  c.decode = 3;
+  c.repeats = 2;
+  c.threads = 2;
+  auto r = RunBenchModel(c, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->rows.size(), 4u);
+  for (const auto& row : r->rows) {
+    EXPECT_GT(row.prefill_tok_s, 0.0);
+    EXPECT_GT(row.decode_tok_s, 0.0);
+    EXPECT_GT(row.kv_bytes, 0u);
+  }
+  EXPECT_EQ(r->rows[1].depth, 100u);
+  EXPECT_EQ(r->rows[2].kv_type, "q8_0/q4_0");
+  // The q8_0/q4_0 cache holds fewer bytes than f16 at the same depth.
+  EXPECT_LT(r->rows[3].kv_bytes, r->rows[1].kv_bytes);
+  const std::string json = FormatBenchModelJson(*r);
+  EXPECT_NE(json.find("\"decode_tok_s\""), std::string::npos);
+  c.kv_types = "q9_9";
+  EXPECT_NE(RunBenchModel(c, nullptr).status().message().find("--kv-type"), std::string::npos);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <iostream>
@@ -11,6 +12,8 @@
 #include "cli/bench_kv_cache.h"
 #include "cli/bench_kv_paged.h"
 #include "cli/make_test_model.h"
+#include "cli/bench_model.h"
+#include "cli/generate.h"
 #include "cli/tokenize.h"
 
 namespace {
@@ -125,14 +128,103 @@ int main(int argc, char** argv) {
   tk->add_flag("--no-parse-special", no_parse_special,
                "Treat control-token text such as <|im_start|> as plain text");
 
+  kvtier::cli::GenerateConfig gen;
+  CLI::App* g = app.add_subcommand(
+      "generate", "Continue a prompt with a model, streaming the sampled text to stdout");
+  g->add_option("--model", gen.model, "GGUF model (default: the bundled model)");
+  g->add_option("--prompt", gen.prompt, "Prompt text")->required();
+  g->add_flag("--chat", gen.chat, "Wrap the prompt as a user turn in the model's chat template");
+  g->add_option("--max-tokens", gen.max_tokens, "Tokens to generate at most")
+      ->capture_default_str();
+  g->add_option("--temperature", gen.sampling.temperature, "0: greedy")->capture_default_str();
+  g->add_option("--top-p", gen.sampling.top_p, "Nucleus sampling mass")->capture_default_str();
+  g->add_option("--top-k", gen.sampling.top_k, "0: off")->capture_default_str();
+  g->add_option("--seed", gen.sampling.seed, "Sampling seed")->capture_default_str();
+  g->add_option("--presence-penalty", gen.sampling.presence_penalty)->capture_default_str();
+  g->add_option("--frequency-penalty", gen.sampling.frequency_penalty)->capture_default_str();
+  g->add_option("--kv-type", gen.kv_type, "KV cache format, K or K/V: " +
+                                              kvtier::ValidFormatsHelp())
+      ->capture_default_str();
+  g->add_option("--prefill-step", gen.prefill_step, "Prompt tokens per forward call")
+      ->capture_default_str();
+  g->add_option("--threads", gen.threads, "Threads (0: all cores)")->capture_default_str();
+  bool gen_stats = false;
+  g->add_flag("--stats", gen_stats, "Print token counts and speeds to stderr at the end");
+
+  kvtier::cli::PerplexityConfig ppl;
+  bool ppl_json = false;
+  CLI::App* pp = app.add_subcommand(
+      "perplexity",
+      "Perplexity of a model on a text file (llama-perplexity's method: non-overlapping "
+      "windows of --ctx tokens, the second half of each scored)");
+  pp->add_option("--model", ppl.model, "GGUF model (default: the bundled model)");
+  pp->add_option("--file", ppl.file, "Text file")->required();
+  pp->add_option("--ctx", ppl.ctx, "Window length in tokens")->capture_default_str();
+  pp->add_option("--batch", ppl.batch, "Tokens per forward call")->capture_default_str();
+  pp->add_option("--chunks", ppl.chunks, "Windows to score at most (0: all)")
+      ->capture_default_str();
+  pp->add_option("--kv-type", ppl.kv_type, "KV cache format, K or K/V")->capture_default_str();
+  pp->add_option("--threads", ppl.threads, "Threads (0: all cores)")->capture_default_str();
+  pp->add_flag("--json", ppl_json, "Print one JSON object");
+
   kvtier::cli::MakeTestModelFlags make_model;
   CLI::App* mm = kvtier::cli::AddMakeTestModel(app, &make_model);
+
+  kvtier::cli::BenchModelConfig bm;
+  bool bm_json = false;
+  CLI::App* bmc = app.add_subcommand(
+      "bench-model",
+      "Prefill and decode tokens/s of a model at context depths per KV format (llama-bench's "
+      "pp/tg at depth)");
+  bmc->add_option("--model", bm.model, "GGUF model (default: the bundled model)");
+  bmc->add_option("--depth", bm.depths, "Comma-separated context depths")->capture_default_str();
+  bmc->add_option("--kv-type", bm.kv_types, "Comma-separated KV formats, each K or K/V")
+      ->capture_default_str();
+  bmc->add_option("--prefill", bm.prefill, "Prompt tokens timed per repeat")
+      ->capture_default_str();
+  bmc->add_option("--decode", bm.decode, "Decode steps timed per repeat")->capture_default_str();
+  bmc->add_option("--repeats", bm.repeats, "Repeats; the median counts")->capture_default_str();
+  bmc->add_option("--threads", bm.threads, "Threads (0: all cores)")->capture_default_str();
+  bmc->add_option("--seed", bm.seed, "Seed of the filler K/V and tokens")->capture_default_str();
+  bmc->add_flag("--json", bm_json, "Print one JSON object");
 
   CLI11_PARSE(app, argc, argv);
 
   if (mm->parsed()) {
     const kvtier::Status st = kvtier::cli::RunMakeTestModel(make_model, std::cout);
     if (!st.ok()) return Fail("make-test-model", st);
+    return 0;
+  }
+
+  if (bmc->parsed()) {
+    auto r = kvtier::cli::RunBenchModel(bm, ProgressBar("config"));
+    if (!r.ok()) return Fail("bench-model", r.status());
+    std::cout << (bm_json ? kvtier::cli::FormatBenchModelJson(*r)
+                          : kvtier::cli::FormatBenchModelTable(*r));
+    return 0;
+  }
+
+  if (g->parsed()) {
+    auto st = kvtier::cli::RunGenerate(gen, std::cout);
+    std::cout << std::endl;
+    if (!st.ok()) return Fail("generate", st.status());
+    if (gen_stats) {
+      std::fprintf(stderr,
+                   "prompt %u tokens in %.1f ms (%.1f tok/s); generated %u tokens in %.1f ms "
+                   "(%.1f tok/s); stop: %s\n",
+                   st->prompt_tokens, st->prefill_ms,
+                   st->prompt_tokens * 1e3 / std::max(st->prefill_ms, 1e-9), st->generated_tokens,
+                   st->decode_ms, st->generated_tokens * 1e3 / std::max(st->decode_ms, 1e-9),
+                   st->stop_reason.c_str());
+    }
+    return 0;
+  }
+
+  if (pp->parsed()) {
+    auto r = kvtier::cli::RunPerplexity(ppl, ProgressBar("window"));
+    if (!r.ok()) return Fail("perplexity", r.status());
+    std::cout << (ppl_json ? kvtier::cli::FormatPerplexityJson(*r)
+                           : kvtier::cli::FormatPerplexityText(*r));
     return 0;
   }
 
