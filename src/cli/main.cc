@@ -123,7 +123,7 @@ int main(int argc, char** argv) {
   bool no_parse_special = false;
   CLI::App* tk = app.add_subcommand(
       "tokenize", "Token ids of the text on standard input, space-separated on one line");
-  tk->add_option("--model", tokenize.model, "GGUF file whose tokenizer is used");
+  tk->add_option("--model", tokenize.model, "GGUF file whose tokenizer is used (default: the bundled model)");
   tk->add_flag("--add-bos", tokenize.add_bos, "Put the BOS token first");
   tk->add_flag("--no-parse-special", no_parse_special,
                "Treat control-token text such as <|im_start|> as plain text");

@@ -6,24 +6,14 @@
 #include <ostream>
 #include <string>
 
+#include "cli/model_session.h"
 #include "kvtier/gguf.h"
 #include "kvtier/tokenizer.h"
 
 namespace kvtier::cli {
 
-namespace {
-
-// TODO(bundled model): return the path of the model shipped with kvtier once it is added; an
-// empty --model then tokenizes with it.
-std::string DefaultModelPath() { return {}; }
-
-}  // namespace
-
 Status RunTokenize(const TokenizeConfig& config, std::istream& in, std::ostream& out) {
-  std::string path = config.model.empty() ? DefaultModelPath() : config.model;
-  if (path.empty()) {
-    return Status::InvalidArgument("--model: required (no bundled default model yet)");
-  }
+  const std::string path = config.model.empty() ? DefaultModelPath() : config.model;
   auto file = GgufFile::Open(path);
   if (!file.ok()) return file.status();
   auto tok = Tokenizer::FromGguf(**file);
