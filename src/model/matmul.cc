@@ -14,6 +14,7 @@
 #include "model/matmul.h"
 #include "quant/quant_simd.h"
 #include "quant/simd_reduce-inl.h"
+#include "quant/simd_scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::model::HWY_NAMESPACE {
@@ -107,11 +108,162 @@ void RunTile(size_t nt, const float* w, const float* x, size_t K, size_t k0, siz
   }
 }
 
+// Weight decoders for the few-token path: a block of kBlock values at kBytes bytes, decoded
+// N lanes at a time straight into registers (no f32 copy of the weights).
+struct WQ8_0 {  // fp16 scale, 32 int8
+  static constexpr size_t kBlock = 32, kBytes = 34;
+  static HWY_INLINE VF Scale(const uint8_t* b) { return kvtier::HWY_NAMESPACE::BroadcastHalf(b); }
+  static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<int8_t, DF> d8;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(
+                                                                 b + 2 + j))));
+  }
+};
+struct WQ4_0 {  // fp16 scale, 16 bytes: value i in the low nibble of byte i, i + 16 in the high
+  static constexpr size_t kBlock = 32, kBytes = 18;
+  static HWY_INLINE VF Scale(const uint8_t* b) { return kvtier::HWY_NAMESPACE::BroadcastHalf(b); }
+  static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<uint8_t, DF> d8;
+    const auto bytes = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF>(),
+                                                     hn::LoadU(d8, b + 2 + (j & 15))));
+    const auto q = j < 16 ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes);
+    return hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8)));
+  }
+};
+struct WF16 {  // plain f16: one "block" per vector, no scale
+  static constexpr size_t kBlock = 0, kBytes = 0;
+  static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(b) + j));
+  }
+};
+struct WBF16 {
+  static constexpr size_t kBlock = 0, kBytes = 0;
+  static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<uint16_t, DF> d16;
+    const auto bits = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(b) + j));
+    return hn::BitCast(df, hn::ShiftLeft<16>(bits));
+  }
+};
+
+// Four weight rows (pointers; a missing row repeats row 0) times NT <= 4 tokens, decoded in
+// registers. y rows n_out apart, nr <= 4 valid columns.
+template <class W, size_t NT>
+HWY_NOINLINE void DecodeTile(const uint8_t* const* w, const float* HWY_RESTRICT x, size_t K,
+                             float* HWY_RESTRICT y, size_t n_out, size_t nr) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const VF z = hn::Zero(df);
+  VF a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
+  VF a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
+  auto step = [&](const VF w0, const VF w1, const VF w2, const VF w3, size_t k) HWY_ATTR {
+    const VF x0 = hn::LoadU(df, x + k);
+    a00 = hn::MulAdd(w0, x0, a00);
+    a10 = hn::MulAdd(w1, x0, a10);
+    a20 = hn::MulAdd(w2, x0, a20);
+    a30 = hn::MulAdd(w3, x0, a30);
+    if constexpr (NT > 1) {
+      const VF x1 = hn::LoadU(df, x + K + k);
+      a01 = hn::MulAdd(w0, x1, a01);
+      a11 = hn::MulAdd(w1, x1, a11);
+      a21 = hn::MulAdd(w2, x1, a21);
+      a31 = hn::MulAdd(w3, x1, a31);
+    }
+    if constexpr (NT > 2) {
+      const VF x2 = hn::LoadU(df, x + 2 * K + k);
+      a02 = hn::MulAdd(w0, x2, a02);
+      a12 = hn::MulAdd(w1, x2, a12);
+      a22 = hn::MulAdd(w2, x2, a22);
+      a32 = hn::MulAdd(w3, x2, a32);
+    }
+    if constexpr (NT > 3) {
+      const VF x3 = hn::LoadU(df, x + 3 * K + k);
+      a03 = hn::MulAdd(w0, x3, a03);
+      a13 = hn::MulAdd(w1, x3, a13);
+      a23 = hn::MulAdd(w2, x3, a23);
+      a33 = hn::MulAdd(w3, x3, a33);
+    }
+  };
+  if constexpr (W::kBlock > 0) {
+    for (size_t b = 0; b < K / W::kBlock; ++b) {
+      const uint8_t* b0 = w[0] + b * W::kBytes;
+      const uint8_t* b1 = w[1] + b * W::kBytes;
+      const uint8_t* b2 = w[2] + b * W::kBytes;
+      const uint8_t* b3 = w[3] + b * W::kBytes;
+      const VF d0 = W::Scale(b0), d1 = W::Scale(b1), d2 = W::Scale(b2), d3 = W::Scale(b3);
+      for (size_t j = 0; j < W::kBlock; j += N) {
+        step(hn::Mul(W::Load(df, b0, j), d0), hn::Mul(W::Load(df, b1, j), d1),
+             hn::Mul(W::Load(df, b2, j), d2), hn::Mul(W::Load(df, b3, j), d3),
+             b * W::kBlock + j);
+      }
+    }
+  } else {
+    for (size_t k = 0; k < K; k += N) {  // K is a multiple of N here
+      step(W::Load(df, w[0], k), W::Load(df, w[1], k), W::Load(df, w[2], k),
+           W::Load(df, w[3], k), k);
+    }
+  }
+  const VF acc[16] = {a00, a01, a02, a03, a10, a11, a12, a13,
+                      a20, a21, a22, a23, a30, a31, a32, a33};
+  HWY_ALIGN float sums[16];  // [row][token]
+  if (N == 16) {
+    hn::Store(kvtier::HWY_NAMESPACE::SumBatch(df, acc), df, sums);
+  } else {
+    for (size_t i = 0; i < 16; ++i) sums[i] = hn::GetLane(hn::SumOfLanes(df, acc[i]));
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) y[t * n_out + r] = sums[r * 4 + t];
+  }
+}
+
+template <class W>
+void DecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
+                ThreadPool* pool) {
+  const size_t n_groups = (w.n_out + 3) / 4;
+  auto run = [&](size_t g0, size_t g1) {
+    for (size_t g = g0; g < g1; ++g) {
+      const size_t o0 = g * 4, nr = std::min<size_t>(4, w.n_out - o0);
+      const uint8_t* rows[4];
+      for (size_t r = 0; r < 4; ++r) rows[r] = w.data + (o0 + (r < nr ? r : 0)) * w.row_bytes;
+      float* yo = y + o0;
+      switch (n_tok) {
+        case 4: DecodeTile<W, 4>(rows, x, w.n_in, yo, w.n_out, nr); break;
+        case 3: DecodeTile<W, 3>(rows, x, w.n_in, yo, w.n_out, nr); break;
+        case 2: DecodeTile<W, 2>(rows, x, w.n_in, yo, w.n_out, nr); break;
+        default: DecodeTile<W, 1>(rows, x, w.n_in, yo, w.n_out, nr); break;
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(n_groups, 0, run);
+  } else {
+    run(0, n_groups);
+  }
+}
+
+// The fused few-token path, when the type has one; false: use the tiled path.
+bool TryDecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
+                   ThreadPool* pool) {
+  const size_t N = hn::Lanes(DF());
+  if (n_tok > 4 || N > 16 || w.n_in % N != 0) return false;
+  switch (static_cast<GgmlType>(w.type)) {
+    case GgmlType::kQ8_0: DecodePath<WQ8_0>(w, x, n_tok, y, pool); return true;
+    case GgmlType::kQ4_0: DecodePath<WQ4_0>(w, x, n_tok, y, pool); return true;
+    case GgmlType::kF16: DecodePath<WF16>(w, x, n_tok, y, pool); return true;
+    case GgmlType::kBF16: DecodePath<WBF16>(w, x, n_tok, y, pool); return true;
+    default: return false;
+  }
+}
+
 // Work items are (token block, group of kRowGroup weight rows), token-block major so that a
 // thread's consecutive items reuse the same activations from cache. Each item decodes its
 // rows once into f32 (row-major, K padded to whole vectors) and runs 4-row x 4-token tiles.
 void MatMulImpl(const WeightMatrix& w, const Format& f, const float* x, size_t n_tok, float* y,
                 ThreadPool* pool) {
+  if (TryDecodePath(w, x, n_tok, y, pool)) return;
   const size_t K = w.n_in, n_out = w.n_out;
   const size_t n_groups = (n_out + kRowGroup - 1) / kRowGroup;
   const size_t n_blocks = (n_tok + kTokBlock - 1) / kTokBlock;

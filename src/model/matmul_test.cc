@@ -50,6 +50,8 @@ TEST_P(MatMulTest, MatchesFloat64Reference) {
   std::vector<uint32_t> n_ins = {64, 96, 320};
   if (plain) n_ins.push_back(70);  // a tail shorter than a vector
   ThreadPool pool(3);
+  for (long long target : QuantAvailableSimdTargets()) {  // every compiled SIMD target
+  ASSERT_TRUE(QuantForceSimdTarget(target));
   uint64_t seed = 1;
   for (uint32_t n_in : n_ins) {
     for (uint32_t n_out : {1u, 5u, 37u, 64u, 100u}) {
@@ -62,13 +64,15 @@ TEST_P(MatMulTest, MatchesFloat64Reference) {
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
           std::vector<float> got(n_tok * n_out, std::nanf(""));
           ASSERT_TRUE(MatMul(m.w, x, n_tok, got.data(), p).ok());
-          EXPECT_LT(RelError(got, want), 2e-6)
-              << "type " << GgmlTypeName(m.w.type) << " n_in " << n_in << " n_out " << n_out
-              << " n_tok " << n_tok << (p ? " threaded" : "");
+          EXPECT_LT(RelError(got, want), 1e-5)
+              << MatMulTargetName() << " type " << GgmlTypeName(m.w.type) << " n_in " << n_in
+              << " n_out " << n_out << " n_tok " << n_tok << (p ? " threaded" : "");
         }
       }
     }
   }
+  }
+  ASSERT_TRUE(QuantForceSimdTarget(0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,
