@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -34,82 +35,14 @@ float* Scratch(std::vector<float>& v, size_t n) {
   return reinterpret_cast<float*>((p + 63) & ~uintptr_t{63});
 }
 
-// y[t][r] (+)= dot(w[r][k0:k1], x[t][k0:k1]) for 4 weight rows and NT <= 4 tokens: 4 * NT
-// accumulators, reduced together at the end; `accumulate` adds to y instead of storing.
-//   w [4][K] f32 (rows K apart), x [NT][K] f32, y rows n_out apart (nr <= 4 valid columns)
-template <size_t NT>
-HWY_INLINE void Tile(const float* HWY_RESTRICT w, const float* HWY_RESTRICT x, size_t K,
-                     size_t k0, size_t k1, float* HWY_RESTRICT y, size_t n_out, size_t nr,
-                     bool accumulate) {
-  const DF df;
-  const size_t N = hn::Lanes(df);
-  // a<row><token>: named so that they live in registers; unused ones stay zero.
-  const VF z = hn::Zero(df);
-  VF a00 = z, a01 = z, a02 = z, a03 = z, a10 = z, a11 = z, a12 = z, a13 = z;
-  VF a20 = z, a21 = z, a22 = z, a23 = z, a30 = z, a31 = z, a32 = z, a33 = z;
-  size_t k = k0;
-  for (; k + N <= k1; k += N) {
-    const VF w0 = hn::LoadU(df, w + k), w1 = hn::LoadU(df, w + K + k);
-    const VF w2 = hn::LoadU(df, w + 2 * K + k), w3 = hn::LoadU(df, w + 3 * K + k);
-    const VF x0 = hn::LoadU(df, x + k);
-    a00 = hn::MulAdd(w0, x0, a00);
-    a10 = hn::MulAdd(w1, x0, a10);
-    a20 = hn::MulAdd(w2, x0, a20);
-    a30 = hn::MulAdd(w3, x0, a30);
-    if constexpr (NT > 1) {
-      const VF x1 = hn::LoadU(df, x + K + k);
-      a01 = hn::MulAdd(w0, x1, a01);
-      a11 = hn::MulAdd(w1, x1, a11);
-      a21 = hn::MulAdd(w2, x1, a21);
-      a31 = hn::MulAdd(w3, x1, a31);
-    }
-    if constexpr (NT > 2) {
-      const VF x2 = hn::LoadU(df, x + 2 * K + k);
-      a02 = hn::MulAdd(w0, x2, a02);
-      a12 = hn::MulAdd(w1, x2, a12);
-      a22 = hn::MulAdd(w2, x2, a22);
-      a32 = hn::MulAdd(w3, x2, a32);
-    }
-    if constexpr (NT > 3) {
-      const VF x3 = hn::LoadU(df, x + 3 * K + k);
-      a03 = hn::MulAdd(w0, x3, a03);
-      a13 = hn::MulAdd(w1, x3, a13);
-      a23 = hn::MulAdd(w2, x3, a23);
-      a33 = hn::MulAdd(w3, x3, a33);
-    }
+// Weight decoders: a block of kBlock values at kBytes bytes (kBlock 0: plain values, no
+// scale), decoded N lanes at a time straight into registers.
+struct WF32 {  // plain f32 (also the tiled path's decoded rows): the only one with a k tail
+  static constexpr size_t kBlock = 0, kBytes = 0;
+  static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(b) + j);
   }
-  const VF acc[16] = {a00, a01, a02, a03, a10, a11, a12, a13,
-                      a20, a21, a22, a23, a30, a31, a32, a33};
-  HWY_ALIGN float sums[16];  // [row][token]
-  if (N == 16) {
-    hn::Store(kvtier::HWY_NAMESPACE::SumBatch(df, acc), df, sums);
-  } else {
-    for (size_t i = 0; i < 16; ++i) sums[i] = hn::GetLane(hn::SumOfLanes(df, acc[i]));
-  }
-  for (; k < k1; ++k) {  // a tail shorter than a vector (plain types only)
-    for (size_t r = 0; r < 4; ++r) {
-      for (size_t t = 0; t < NT; ++t) sums[r * 4 + t] += w[r * K + k] * x[t * K + k];
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) {
-      y[t * n_out + r] = accumulate ? y[t * n_out + r] + sums[r * 4 + t] : sums[r * 4 + t];
-    }
-  }
-}
-
-void RunTile(size_t nt, const float* w, const float* x, size_t K, size_t k0, size_t k1,
-             float* y, size_t n_out, size_t nr, bool accumulate) {
-  switch (nt) {
-    case 4: return Tile<4>(w, x, K, k0, k1, y, n_out, nr, accumulate);
-    case 3: return Tile<3>(w, x, K, k0, k1, y, n_out, nr, accumulate);
-    case 2: return Tile<2>(w, x, K, k0, k1, y, n_out, nr, accumulate);
-    default: return Tile<1>(w, x, K, k0, k1, y, n_out, nr, accumulate);
-  }
-}
-
-// Weight decoders for the few-token path: a block of kBlock values at kBytes bytes, decoded
-// N lanes at a time straight into registers (no f32 copy of the weights).
+};
 struct WQ8_0 {  // fp16 scale, 32 int8
   static constexpr size_t kBlock = 32, kBytes = 34;
   static HWY_INLINE VF Scale(const uint8_t* b) { return kvtier::HWY_NAMESPACE::BroadcastHalf(b); }
@@ -149,11 +82,15 @@ struct WBF16 {
   }
 };
 
-// Four weight rows (pointers; a missing row repeats row 0) times NT <= 4 tokens, decoded in
-// registers. y rows n_out apart, nr <= 4 valid columns.
+// y[t][r] (+)= dot(w[r][k0:k1], x[t][k0:k1]) for four weight rows (pointers; a missing row
+// repeats row 0) and NT <= 4 tokens: 4 * NT accumulators in registers, reduced together at
+// the end; `accumulate` adds to y instead of storing. k0, k1 are whole blocks (plain types:
+// any k1, the tail past the last whole vector done in scalar code).
+//   x [NT][K] f32, y rows n_out apart (nr <= 4 valid columns)
 template <class W, size_t NT>
-HWY_NOINLINE void DecodeTile(const uint8_t* const* w, const float* HWY_RESTRICT x, size_t K,
-                             float* HWY_RESTRICT y, size_t n_out, size_t nr) {
+HWY_NOINLINE void RowTile(const uint8_t* const* w, const float* HWY_RESTRICT x, size_t K,
+                          size_t k0, size_t k1, float* HWY_RESTRICT y, size_t n_out, size_t nr,
+                          bool accumulate) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const VF z = hn::Zero(df);
@@ -187,8 +124,9 @@ HWY_NOINLINE void DecodeTile(const uint8_t* const* w, const float* HWY_RESTRICT 
       a33 = hn::MulAdd(w3, x3, a33);
     }
   };
+  size_t k = k0;
   if constexpr (W::kBlock > 0) {
-    for (size_t b = 0; b < K / W::kBlock; ++b) {
+    for (size_t b = k0 / W::kBlock; b < k1 / W::kBlock; ++b) {
       const uint8_t* b0 = w[0] + b * W::kBytes;
       const uint8_t* b1 = w[1] + b * W::kBytes;
       const uint8_t* b2 = w[2] + b * W::kBytes;
@@ -200,8 +138,9 @@ HWY_NOINLINE void DecodeTile(const uint8_t* const* w, const float* HWY_RESTRICT 
              b * W::kBlock + j);
       }
     }
+    k = k1;
   } else {
-    for (size_t k = 0; k < K; k += N) {  // K is a multiple of N here
+    for (; k + N <= k1; k += N) {
       step(W::Load(df, w[0], k), W::Load(df, w[1], k), W::Load(df, w[2], k),
            W::Load(df, w[3], k), k);
     }
@@ -214,8 +153,29 @@ HWY_NOINLINE void DecodeTile(const uint8_t* const* w, const float* HWY_RESTRICT 
   } else {
     for (size_t i = 0; i < 16; ++i) sums[i] = hn::GetLane(hn::SumOfLanes(df, acc[i]));
   }
+  if constexpr (std::is_same_v<W, WF32>) {
+    for (; k < k1; ++k) {  // a tail shorter than a vector
+      for (size_t r = 0; r < 4; ++r) {
+        const float wk = reinterpret_cast<const float*>(w[r])[k];
+        for (size_t t = 0; t < NT; ++t) sums[r * 4 + t] += wk * x[t * K + k];
+      }
+    }
+  }
   for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * n_out + r] = sums[r * 4 + t];
+    for (size_t r = 0; r < nr; ++r) {
+      y[t * n_out + r] = accumulate ? y[t * n_out + r] + sums[r * 4 + t] : sums[r * 4 + t];
+    }
+  }
+}
+
+template <class W>
+void RunRowTile(size_t nt, const uint8_t* const* w, const float* x, size_t K, size_t k0,
+                size_t k1, float* y, size_t n_out, size_t nr, bool accumulate) {
+  switch (nt) {
+    case 4: return RowTile<W, 4>(w, x, K, k0, k1, y, n_out, nr, accumulate);
+    case 3: return RowTile<W, 3>(w, x, K, k0, k1, y, n_out, nr, accumulate);
+    case 2: return RowTile<W, 2>(w, x, K, k0, k1, y, n_out, nr, accumulate);
+    default: return RowTile<W, 1>(w, x, K, k0, k1, y, n_out, nr, accumulate);
   }
 }
 
@@ -228,13 +188,7 @@ void DecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
       const size_t o0 = g * 4, nr = std::min<size_t>(4, w.n_out - o0);
       const uint8_t* rows[4];
       for (size_t r = 0; r < 4; ++r) rows[r] = w.data + (o0 + (r < nr ? r : 0)) * w.row_bytes;
-      float* yo = y + o0;
-      switch (n_tok) {
-        case 4: DecodeTile<W, 4>(rows, x, w.n_in, yo, w.n_out, nr); break;
-        case 3: DecodeTile<W, 3>(rows, x, w.n_in, yo, w.n_out, nr); break;
-        case 2: DecodeTile<W, 2>(rows, x, w.n_in, yo, w.n_out, nr); break;
-        default: DecodeTile<W, 1>(rows, x, w.n_in, yo, w.n_out, nr); break;
-      }
+      RunRowTile<W>(n_tok, rows, x, w.n_in, 0, w.n_in, y + o0, w.n_out, nr, false);
     }
   };
   if (pool != nullptr) {
@@ -250,6 +204,7 @@ bool TryDecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y
   const size_t N = hn::Lanes(DF());
   if (n_tok > 4 || N > 16 || w.n_in % N != 0) return false;
   switch (static_cast<GgmlType>(w.type)) {
+    case GgmlType::kF32: DecodePath<WF32>(w, x, n_tok, y, pool); return true;
     case GgmlType::kQ8_0: DecodePath<WQ8_0>(w, x, n_tok, y, pool); return true;
     case GgmlType::kQ4_0: DecodePath<WQ4_0>(w, x, n_tok, y, pool); return true;
     case GgmlType::kF16: DecodePath<WF16>(w, x, n_tok, y, pool); return true;
@@ -284,8 +239,12 @@ void MatMulImpl(const WeightMatrix& w, const Format& f, const float* x, size_t n
         for (size_t t = tb * kTokBlock; t < t_end; t += 4) {
           const size_t nt = std::min<size_t>(4, t_end - t);
           for (size_t r = 0; r < nr; r += 4) {
-            RunTile(nt, rows + r * K, x + t * K, K, k0, k1, y + t * n_out + o0 + r, n_out,
-                    std::min<size_t>(4, nr - r), k0 > 0);
+            const uint8_t* w4[4];  // rows r .. r + 3 of the decoded block
+            for (size_t i = 0; i < 4; ++i) {
+              w4[i] = reinterpret_cast<const uint8_t*>(rows + (r + i) * K);
+            }
+            RunRowTile<WF32>(nt, w4, x + t * K, K, k0, k1, y + t * n_out + o0 + r, n_out,
+                             std::min<size_t>(4, nr - r), k0 > 0);
           }
         }
       }
