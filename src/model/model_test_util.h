@@ -10,6 +10,7 @@
 #include "kvtier/model.h"
 #include "kvtier/quant.h"
 #include "model/matmul.h"
+#include "model/test_model.h"
 
 namespace kvtier::testing {
 
@@ -28,18 +29,20 @@ struct TinySpec {
 inline GgufWriter TinyModelWriter(const TinySpec& s) {
   GgufWriter w;
   const std::string& a = s.arch;
-  w.SetString("general.architecture", a);
-  w.SetString("general.name", "tiny-" + a);
-  w.SetUint32(a + ".context_length", 4096);
-  w.SetUint32(a + ".embedding_length", s.n_embd);
-  w.SetUint32(a + ".block_count", s.n_layers);
-  w.SetUint32(a + ".feed_forward_length", s.n_ff);
-  w.SetUint32(a + ".attention.head_count", s.n_heads);
-  w.SetUint32(a + ".attention.head_count_kv", s.n_kv_heads);
-  w.SetUint32(a + ".attention.key_length", s.head_dim);
-  w.SetUint32(a + ".attention.value_length", s.head_dim);
-  w.SetFloat32(a + ".rope.freq_base", 10000.0f);
-  w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", 1e-6f);
+  TestModelConfig c;
+  c.arch = s.arch;
+  c.name = "tiny-" + a;
+  c.hidden = s.n_embd;
+  c.layers = s.n_layers;
+  c.heads = s.n_heads;
+  c.kv_heads = s.n_kv_heads;
+  c.head_dim = s.head_dim;
+  c.ffn = s.n_ff;
+  c.vocab = s.n_vocab;
+  c.ctx = 4096;
+  c.rope_theta = 10000.0;
+  c.weight_type = s.wtype;
+  SetTestModelMetadata(c, &w);
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   auto tensor = [&](const std::string& name, uint32_t n_in, uint32_t n_out, bool vec,

@@ -10,4 +10,4 @@ target_link_libraries(kvtier_model PUBLIC kvtier_gguf kvtier_kernels kvtier_kv k
 kvtier_add_test(kvtier_model_runtime_test model
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/matmul_test.cc ${CMAKE_CURRENT_LIST_DIR}/model_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/sampler_test.cc
-  LIBS kvtier_model)
+  LIBS kvtier_model kvtier_test_model)

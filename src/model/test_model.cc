@@ -273,9 +273,8 @@ std::vector<std::string> ByteLevelBpeTokens(std::vector<uint8_t>* bytes) {
   return out;
 }
 
-Result<GgufWriter> BuildTestModel(const TestModelConfig& c) {
-  KVTIER_RETURN_IF_ERROR(ValidateTestModelConfig(c));
-  GgufWriter w;
+void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* out) {
+  GgufWriter& w = *out;
   const std::string& a = c.arch;
   w.SetString("general.architecture", a);
   w.SetString("general.name", c.name.empty() ? std::string("kvtier-test-") + a : c.name);
@@ -295,6 +294,13 @@ Result<GgufWriter> BuildTestModel(const TestModelConfig& c) {
   w.SetUint32(a + ".rope.dimension_count", c.head_dim);
   w.SetFloat32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps));
+}
+
+Result<GgufWriter> BuildTestModel(const TestModelConfig& c) {
+  KVTIER_RETURN_IF_ERROR(ValidateTestModelConfig(c));
+  GgufWriter w;
+  const std::string& a = c.arch;
+  SetTestModelMetadata(c, &w);
 
   std::vector<std::string> tokens = ByteLevelBpeTokens();
   std::vector<int32_t> types(256, 1);  // normal

@@ -55,6 +55,8 @@ uint64_t TestModelTensorBytes(const TestModelConfig& c);
 // output, if given, gets the byte each token stands for.
 std::vector<std::string> ByteLevelBpeTokens(std::vector<uint8_t>* bytes = nullptr);
 
+// The general.* and <arch>.* hyper-parameter keys of `c` (no tensors, no tokenizer).
+void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* w);
 // Builds the whole model in memory.
 Result<GgufWriter> BuildTestModel(const TestModelConfig& c);
 
