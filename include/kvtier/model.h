@@ -74,8 +74,9 @@ class Model {
   // Runs new tokens of every row of `cache` through the model and appends their K/V to it.
   // tokens[i] are row i's new tokens (at least one each); their positions continue the row.
   // logits: when all_logits, [sum n_i, n_vocab] (every token); else [batch, n_vocab] (each
-  // row's last token). The cache must have this model's KV shape; nothing is appended unless
-  // the whole call succeeds... except on an internal error (the cache is then trimmed back).
+  // row's last token). The cache must have this model's KV shape. Bad input (shape, token ids,
+  // empty rows) and a failed reservation change nothing; after an internal error past that
+  // point some layers may hold the new tokens, and the caller should discard the cache.
   Status Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                  bool all_logits, float* logits, ThreadPool* pool) const;
 
