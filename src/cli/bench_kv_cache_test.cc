@@ -2,6 +2,8 @@
 // formats, JSON shape, and clear errors for bad flags (in-process and through the binary).
 #include "cli/bench_kv_cache.h"
 
+#include "cli/cli_test_util.h"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -163,16 +165,7 @@ TEST(BenchKvCache, ImpossibleSizesAreRefusedNotCrashed) {
       << r.status().message();
 }
 
-// Runs the real binary; returns exit status and captures stdout+stderr.
-int RunKvtier(const std::string& args, std::string* out) {
-  const std::string cmd = std::string(KVTIER_BIN) + " " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out->append(buf, n);
-  const int status = pclose(p.release());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using testing::RunKvtier;  // the real binary: exit status, stdout + stderr
 
 TEST(BenchKvCacheBinary, RunsAndRejectsBadInput) {
   std::string out;

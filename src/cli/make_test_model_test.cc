@@ -2,6 +2,8 @@
 // bad flags exit 2 naming the flag.
 #include "cli/make_test_model.h"
 
+#include "cli/cli_test_util.h"
+
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,15 +18,7 @@
 namespace kvtier::cli {
 namespace {
 
-int RunKvtier(const std::string& args, std::string* out) {
-  const std::string cmd = std::string(KVTIER_BIN) + " " + args + " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out->append(buf, n);
-  const int status = pclose(p.release());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
+using testing::RunKvtier;
 
 TEST(MakeTestModelBinary, WritesAModelAndRejectsBadFlags) {
   const std::string path =

@@ -1,6 +1,7 @@
 // `kvtier tokenize`: in process and through the real binary, on llama.cpp's vocab vectors.
 #include "cli/tokenize.h"
 
+#include "cli/cli_test_util.h"
 #include "cli/model_session.h"
 
 #include <gtest/gtest.h>
@@ -98,12 +99,7 @@ int RunKvtier(const std::string& args, const std::string& stdin_path, std::strin
   cmd += stdin_path;
   cmd += "'";
   if (with_stderr) cmd += " 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out->append(buf, n);
-  const int status = pclose(p.release());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return testing::RunCommand(cmd, out);
 }
 
 std::string TempFile(const std::string& contents) {

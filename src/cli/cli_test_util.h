@@ -1,0 +1,30 @@
+// Test-only: run a shell command (the real kvtier binary) and capture its output.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+namespace kvtier::cli::testing {
+
+// Runs `cmd` through the shell; appends its stdout to *out; returns the exit status (-1 when
+// it did not exit normally).
+inline int RunCommand(const std::string& cmd, std::string* out) {
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), pclose);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out->append(buf, n);
+  const int status = pclose(p.release());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#ifdef KVTIER_BIN
+// `kvtier ARGS` with stderr joined to stdout.
+inline int RunKvtier(const std::string& args, std::string* out) {
+  return RunCommand(std::string(KVTIER_BIN) + " " + args + " 2>&1", out);
+}
+#endif
+
+}  // namespace kvtier::cli::testing
