@@ -26,6 +26,12 @@ namespace kvtier {
 Result<SequenceCache> ConvertSequence(const SequenceCache& src, std::shared_ptr<BlockPool> dst,
                                       KvOwner owner = KvOwner::kActive);
 
+// Appends tokens [first, first + n) of src (every layer; complete() not needed, the range must
+// lie within size()) after the end of dst (complete() required): encoded rows bit for bit when
+// the formats match, else through f32. dst may share src's pool. Reserves room first, so it
+// fails with ResourceExhausted before appending anything when dst's pool is full.
+Status AppendConverted(SequenceCache& dst, const SequenceCache& src, uint32_t first, uint32_t n);
+
 // Exact size SerializeSequence will produce.
 uint64_t SerializedSequenceBytes(const SequenceCache& seq, bool with_tokens);
 // `tokens` is empty or holds exactly seq.size() ids. Requires seq.complete().

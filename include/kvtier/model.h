@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kvtier/batch_cache.h"
+#include "kvtier/block_key.h"
 #include "kvtier/format.h"
 #include "kvtier/gguf.h"
 #include "kvtier/kv_types.h"
@@ -70,6 +71,10 @@ class Model {
   const GgufFile& gguf() const { return *file_; }
   // Bytes of all weight tensors.
   size_t weight_bytes() const { return weight_bytes_; }
+  // XXH3-128 of the architecture, every hyper-parameter that shapes the K/V, and every
+  // tensor's name, type, shape and bytes (computed once, at load). Equal fingerprints mean the
+  // same K/V for the same tokens: the prefix cache and the tiers key entries by it.
+  const ModelFingerprint& fingerprint() const { return fingerprint_; }
 
   // Runs new tokens of every row of `cache` through the model and appends their K/V to it.
   // tokens[i] are row i's new tokens (at least one each); their positions continue the row.
@@ -88,6 +93,7 @@ class Model {
   ModelConfig cfg_;
   std::shared_ptr<const GgufFile> file_;
   size_t weight_bytes_ = 0;
+  ModelFingerprint fingerprint_;
   WeightMatrix tok_embd_;  // [n_vocab][n_embd]
   WeightMatrix output_;    // [n_vocab][n_embd] (tok_embd_ when tied)
   const float* output_norm_ = nullptr;  // [n_embd]

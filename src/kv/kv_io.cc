@@ -73,8 +73,32 @@ Result<SequenceCache> ConvertSequence(const SequenceCache& src, std::shared_ptr<
     return s;
   }
   SequenceCache out(dst, owner);
-  const uint32_t n = src.size();
-  KVTIER_RETURN_IF_ERROR(out.Reserve(n));
+  KVTIER_RETURN_IF_ERROR(AppendConverted(out, src, 0, src.size()));
+  return out;
+}
+
+Status AppendConverted(SequenceCache& dst, const SequenceCache& src, uint32_t first,
+                       uint32_t n) {
+  if (!src.valid() || !dst.valid()) {
+    return Status::InvalidArgument("AppendConverted: the source or destination has no pool");
+  }
+  if (!dst.complete()) {
+    return Status::InvalidArgument("AppendConverted: the destination is half way through a "
+                                   "forward pass");
+  }
+  const KvBlockLayout& sl = src.pool()->layout();
+  const KvBlockLayout& dl = dst.pool()->layout();
+  if (!(sl.shape == dl.shape)) {
+    return Status::InvalidArgument("AppendConverted: source KV shape " + sl.shape.ToString() +
+                                   " differs from the destination's " + dl.shape.ToString());
+  }
+  if (first > src.size() || n > src.size() - first) {
+    return Status::OutOfRange("AppendConverted: tokens [" + std::to_string(first) + ", " +
+                              std::to_string(uint64_t{first} + n) + ") of a source of " +
+                              std::to_string(src.size()));
+  }
+  if (n == 0) return Status::OK();
+  KVTIER_RETURN_IF_ERROR(dst.Reserve(n));
   const bool same = sl.k_format == dl.k_format && sl.v_format == dl.v_format;
   const size_t heads = sl.shape.n_kv_heads;
   const size_t d = sl.shape.head_dim;
@@ -88,20 +112,20 @@ Result<SequenceCache> ConvertSequence(const SequenceCache& src, std::shared_ptr<
   }
   uint64_t copied = 0;
   for (uint32_t layer = 0; layer < sl.shape.n_layers; ++layer) {
-    for (uint32_t t = 0; t < n; t += kChunkTokens) {
-      const uint32_t c = std::min(kChunkTokens, n - t);
+    for (uint32_t t = first; t < first + n; t += kChunkTokens) {
+      const uint32_t c = std::min(kChunkTokens, first + n - t);
       if (same) {
         KVTIER_RETURN_IF_ERROR(src.ReadEncoded(layer, t, c, kbuf.data(), vbuf.data()));
-        KVTIER_RETURN_IF_ERROR(out.AppendEncoded(layer, kbuf.data(), vbuf.data(), c));
+        KVTIER_RETURN_IF_ERROR(dst.AppendEncoded(layer, kbuf.data(), vbuf.data(), c));
         copied += c * (sl.k_token_stride + sl.v_token_stride);
       } else {
         KVTIER_RETURN_IF_ERROR(src.ReadDense(layer, t, c, DType::kF32, kbuf.data(), vbuf.data()));
-        KVTIER_RETURN_IF_ERROR(out.Append(layer, DType::kF32, kbuf.data(), vbuf.data(), c));
+        KVTIER_RETURN_IF_ERROR(dst.Append(layer, DType::kF32, kbuf.data(), vbuf.data(), c));
       }
     }
   }
-  if (copied > 0) dst->CountCopied(copied);
-  return out;
+  if (copied > 0) dst.pool()->CountCopied(copied);
+  return Status::OK();
 }
 
 uint64_t SerializedSequenceBytes(const SequenceCache& seq, bool with_tokens) {

@@ -231,5 +231,36 @@ TEST(ModelLoad, ErrorsNameTheTensorOrKey) {
       << r.status().message();
 }
 
+TEST(ModelLoad, FingerprintNamesWeightsAndShape) {
+  auto fp = [](const TinySpec& s) {
+    auto m = MakeTinyModel(s);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    return m.ok() ? m->model->fingerprint() : ModelFingerprint{};
+  };
+  const TinySpec base;
+  const ModelFingerprint a = fp(base);
+  EXPECT_FALSE(a.is_zero());
+  EXPECT_EQ(fp(base), a);  // the same file: the same fingerprint, every time
+  TinySpec other_weights = base;
+  other_weights.seed = 2;
+  EXPECT_NE(fp(other_weights), a);
+  TinySpec other_type = base;
+  other_type.wtype = GgmlType::kF16;
+  EXPECT_NE(fp(other_type), a);
+  TinySpec other_arch = base;
+  other_arch.arch = "qwen3";
+  EXPECT_NE(fp(other_arch), a);
+  // One weight byte changed (in the last tensor's data) changes it.
+  auto m = MakeTinyModel(base);
+  ASSERT_TRUE(m.ok());
+  std::vector<uint8_t> bytes = *m->bytes;
+  bytes[bytes.size() - 7] ^= 0x10;
+  auto f = GgufFile::FromMemory(bytes, "tiny-flipped");
+  ASSERT_TRUE(f.ok());
+  auto flipped = Model::FromGguf(std::shared_ptr<const GgufFile>(std::move(*f)));
+  ASSERT_TRUE(flipped.ok());
+  EXPECT_NE((*flipped)->fingerprint(), a);
+}
+
 }  // namespace
 }  // namespace kvtier

@@ -1,0 +1,189 @@
+// PrefixCache: the RAM tier. A token radix tree whose nodes hold references to KV blocks, so a
+// request whose prompt starts like an earlier one reuses that K/V instead of recomputing it.
+//
+// Semantics are vllm-mlx's prefix cache (seed 003) on shared blocks:
+//   - Fetch(tokens) finds the longest cached prefix of `tokens` and returns it as a
+//     SequenceCache that shares the cached blocks (no copy when the formats match the
+//     requested pool's). The match kind is vllm-mlx's: exact, prefix (a cached entry is a
+//     prefix of the request), supersequence (the request is a prefix of a cached entry;
+//     trimmed to the request) or longest common prefix. At least one request token is always
+//     left to compute, so an exact hit still yields logits.
+//   - Store(tokens, sequence) stores the sequence's first min(tokens, sequence) tokens (never
+//     the blocks reserved past its end), shares blocks already in the tree, and quantizes on
+//     store: entries of at least min_quantize_tokens tokens go to store_format when it differs
+//     from the sequence's formats. Entries in another format than the fetching pool's are
+//     converted on fetch; in the same pool they are used in place.
+//
+// Layout: one tree per namespace (model fingerprint, KV shape, K/V formats, block size; see
+// block_key.h). A node is one block: block_tokens tokens (a full block, which may have
+// children) or fewer (a sequence's tail; always a leaf). Its key is ChainBlockKey(parent key,
+// its tokens). Siblings are prefix-free: no child's tokens start another's, so a shorter
+// entry is a marker inside a longer entry's block, and both share it.
+//
+// Memory: every block the tree references counts against memory_budget_bytes (whole blocks,
+// block_stride each), shared with running requests or not; a store that cannot fit after
+// evicting fails with ResourceExhausted and changes nothing. Eviction takes least recently
+// used leaves that are not pinned and that nobody else references (no running request, no
+// tier write in flight), so every eviction frees memory. on_evict sees each block just before
+// the tree drops it (the SSD tier's hook).
+//
+// Thread-safe: every method may be called from any thread. Format conversions (quantize on
+// store, dequantize on fetch) run outside the cache's lock.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/block_key.h"
+#include "kvtier/block_pool.h"
+#include "kvtier/format.h"
+#include "kvtier/sequence_cache.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+// Values appear in metrics and logs; never renumber.
+enum class PrefixMatchKind : uint8_t {
+  kMiss = 0,
+  kExact = 1,          // a cached entry equals the request
+  kPrefix = 2,         // a cached entry is a prefix of the request
+  kSupersequence = 3,  // the request is a prefix of a cached entry
+  kLcp = 4,            // request and a cached entry share a prefix, then differ
+};
+inline constexpr int kNumPrefixMatchKinds = 5;
+std::string_view PrefixMatchKindName(PrefixMatchKind k);  // "miss", "exact", "prefix", ...
+
+// A block leaving the tree (PrefixCacheOptions::on_evict). The callback runs under the cache's
+// lock: it must be quick and must not call the PrefixCache. To write the block later it takes
+// its own reference first (pool->Ref({block}, KvOwner::kTier)) and drops it when done.
+struct EvictedBlock {
+  BlockKey key;                       // ChainBlockKey(parent_key, tokens)
+  BlockKey parent_key;                // the namespace key for a first block
+  BlockKey namespace_key;
+  ModelFingerprint model;
+  uint32_t first_position = 0;        // position of tokens[0] in its sequence
+  std::span<const int32_t> tokens;    // the block's tokens (valid during the call)
+  std::span<const uint32_t> entry_ends;  // stored entries that end in this block (1..size)
+  std::shared_ptr<BlockPool> pool;    // K/V in pool->k_format() / v_format()
+  BlockId block = -1;
+};
+using EvictionCallback = std::function<void(const EvictedBlock&)>;
+
+struct PrefixCacheOptions {
+  // Bytes of blocks the tree may reference (> 0). See PrefixCacheBudgetBytes.
+  uint64_t memory_budget_bytes = 0;
+  // Quantize on store (vllm-mlx's --kv-cache-quantization): entries of at least
+  // min_quantize_tokens tokens are stored in this format (K and V) when it differs from the
+  // sequence's. nullopt: entries stay in the format they were computed in.
+  std::optional<Format> store_format;
+  uint32_t min_quantize_tokens = 256;
+  EvictionCallback on_evict;
+};
+
+// vllm-mlx's --kv-cache-quantization-bits / -group-size: MLX affine, f16 scales. bits 8 or 4.
+Result<Format> PrefixStoreFormat(int bits, int group_size);
+// --cache-memory-mb or --cache-memory-percent: exactly one > 0. percent of physical RAM.
+Result<uint64_t> PrefixCacheBudgetBytes(uint64_t memory_mb, double memory_percent);
+
+struct PrefixFetchResult {
+  PrefixMatchKind kind = PrefixMatchKind::kMiss;
+  uint32_t matched_tokens = 0;  // request tokens found in the cache
+  uint32_t reused_tokens = 0;   // == sequence.size(): matched, at most request size - 1
+  bool converted = false;       // the entry was in another format or pool and was converted
+  Format k_format, v_format;    // format the entry was stored in (valid when reused > 0)
+  // reused_tokens tokens in the requested pool (owner kActive); an empty sequence of that
+  // pool on a miss. Append the remaining request tokens to it.
+  SequenceCache sequence;
+};
+
+struct PrefixStoreResult {
+  uint32_t stored_tokens = 0;   // min(tokens, sequence size)
+  uint32_t new_blocks = 0;      // blocks the tree took
+  uint32_t shared_blocks = 0;   // blocks already in the tree, reused
+  bool quantized = false;       // stored in store_format
+  uint32_t evicted_blocks = 0;  // evicted to make room
+};
+
+struct PrefixFormatStats {
+  std::string k_format, v_format;  // format names
+  uint64_t blocks = 0;
+  uint64_t bytes = 0;             // blocks * block_stride
+  uint64_t tokens = 0;            // tokens held by those blocks
+  uint64_t exclusive_bytes = 0;   // of bytes, blocks only the tree references (evicting frees)
+};
+
+struct PrefixCacheStats {
+  uint64_t lookups = 0;
+  std::array<uint64_t, kNumPrefixMatchKinds> hits{};  // [kind]; hits[kMiss] counts misses
+  uint64_t tokens_requested = 0;   // sum of fetched request sizes
+  uint64_t tokens_reused = 0;      // sum of reused_tokens
+  uint64_t converted_fetches = 0;
+  uint64_t stores = 0;
+  uint64_t quantized_stores = 0;
+  uint64_t failed_stores = 0;      // ResourceExhausted
+  uint64_t stored_tokens = 0;
+  uint64_t evicted_blocks = 0;
+  uint64_t evicted_bytes = 0;
+  uint64_t entries = 0;            // stored entries currently present (end markers)
+  uint64_t nodes = 0;              // blocks referenced by the tree
+  uint64_t bytes = 0;              // their bytes: what counts against the budget
+  uint64_t pinned_bytes = 0;
+  uint64_t budget_bytes = 0;
+  std::vector<PrefixFormatStats> by_format;  // one per namespace
+};
+
+class PrefixCache {
+ public:
+  static Result<std::unique_ptr<PrefixCache>> Create(PrefixCacheOptions options);
+  ~PrefixCache();
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
+
+  // Longest cached prefix of `tokens` for `model`, as a sequence of `pool` (its shape must be
+  // the entries'). Entries in another format or pool are converted (outside the lock).
+  // InvalidArgument for empty tokens or a negative id; ResourceExhausted if `pool` cannot hold
+  // the conversion (then nothing changed but the statistics).
+  Result<PrefixFetchResult> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                  const std::shared_ptr<BlockPool>& pool);
+
+  // Stores the first min(tokens.size(), sequence.size()) tokens of `sequence` (complete()
+  // required; tokens[i] is the token whose K/V is at position i). The sequence is left as it
+  // was; the rvalue overload releases it once stored, so a quantized store never leaves the
+  // request holding a second full copy.
+  Result<PrefixStoreResult> Store(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                  const SequenceCache& sequence);
+  Result<PrefixStoreResult> Store(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                  SequenceCache&& sequence);
+
+  // Keeps every block on the path of `tokens` (stored now or later) from eviction until
+  // Unpin with the same tokens. Pins count; pinned blocks still count against the budget.
+  Status Pin(const ModelFingerprint& model, std::span<const int32_t> tokens);
+  // NotFound if these tokens are not pinned.
+  Status Unpin(const ModelFingerprint& model, std::span<const int32_t> tokens);
+
+  // Evicts least recently used leaves until at least `bytes` were freed or nothing more can
+  // go; returns the bytes freed (e.g. when the active pool runs out).
+  uint64_t Evict(uint64_t bytes);
+  // Drops every entry (no eviction callbacks); pins are kept.
+  void Clear();
+
+  PrefixCacheStats Stats() const;
+  const PrefixCacheOptions& options() const;
+  // Checks the tree: references, byte counts, leaf list, LRU order, prefix-free siblings,
+  // markers, pins. O(nodes); tests.
+  Status CheckInvariants() const;
+
+ private:
+  struct Impl;
+  explicit PrefixCache(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,437 @@
+// PrefixCache (kvtier/prefix_cache.h): locking, namespaces, budget, conversions, statistics
+// around the RadixTree (radix_tree.h). One mutex guards the tree and the counters; format
+// conversions run outside it on blocks the call holds references to.
+#include "kvtier/prefix_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "base/sysinfo.h"
+#include "kvtier/kv_io.h"
+#include "prefix/radix_tree.h"
+
+namespace kvtier {
+
+using prefix::Match;
+using prefix::Namespace;
+using prefix::Node;
+using prefix::Plan;
+using prefix::PlanStep;
+using prefix::RadixTree;
+
+std::string_view PrefixMatchKindName(PrefixMatchKind k) {
+  switch (k) {
+    case PrefixMatchKind::kMiss: return "miss";
+    case PrefixMatchKind::kExact: return "exact";
+    case PrefixMatchKind::kPrefix: return "prefix";
+    case PrefixMatchKind::kSupersequence: return "supersequence";
+    case PrefixMatchKind::kLcp: return "lcp";
+  }
+  return "unknown";
+}
+
+Result<Format> PrefixStoreFormat(int bits, int group_size) {
+  if (bits != 8 && bits != 4) {
+    return Status::InvalidArgument("kv cache quantization bits: expected 8 or 4, got " +
+                                   std::to_string(bits));
+  }
+  const Format f = Format::Affine(bits, group_size, DType::kF16);
+  KVTIER_RETURN_IF_ERROR(f.Validate());
+  return f;
+}
+
+Result<uint64_t> PrefixCacheBudgetBytes(uint64_t memory_mb, double memory_percent) {
+  if ((memory_mb > 0) == (memory_percent > 0)) {
+    return Status::InvalidArgument("prefix cache memory: give exactly one of --cache-memory-mb "
+                                   "and --cache-memory-percent (got " +
+                                   std::to_string(memory_mb) + " MB and " +
+                                   std::to_string(memory_percent) + "%)");
+  }
+  if (memory_mb > 0) {
+    if (memory_mb > (uint64_t{1} << 40)) {
+      return Status::InvalidArgument("--cache-memory-mb " + std::to_string(memory_mb) +
+                                     " is larger than any machine");
+    }
+    return memory_mb << 20;
+  }
+  if (!(memory_percent <= 100.0) || std::isnan(memory_percent)) {
+    return Status::InvalidArgument("--cache-memory-percent: expected (0, 100], got " +
+                                   std::to_string(memory_percent));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const uint64_t ram, TotalRamBytes());
+  return static_cast<uint64_t>(static_cast<double>(ram) * memory_percent / 100.0);
+}
+
+struct PrefixCache::Impl {
+  explicit Impl(PrefixCacheOptions o) : opt(std::move(o)) {}
+
+  // The namespace for these formats and block size, created (with its own pool when
+  // `pool` is null) if missing. Requires mu.
+  Result<Namespace*> GetNamespace(const ModelFingerprint& model, const KvShape& shape,
+                                  const Format& k, const Format& v, uint32_t block_tokens,
+                                  std::shared_ptr<BlockPool> pool);
+  // Evicts LRU leaves older than max_tick until bytes + reserved + need <= budget. Requires mu.
+  bool MakeRoom(uint64_t need, uint64_t max_tick, uint32_t* evicted);
+  uint64_t EvictOne(uint64_t max_tick);
+  // Touches the nodes `plan` uses (a root-first chain) with `stamp`. Requires mu.
+  void ProtectPlan(const Plan& plan, uint64_t stamp) {
+    std::vector<Node*> path;
+    for (const PlanStep& s : plan.steps) {
+      if (s.node != nullptr) path.push_back(s.node);
+    }
+    tree.Touch(path, stamp);
+  }
+  std::vector<const std::vector<int32_t>*> PinLists(const ModelFingerprint& model) const;
+  Result<PrefixStoreResult> Store(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                  const SequenceCache& seq);
+  Status Fail(Status s) {
+    ++stats.failed_stores;
+    return s;
+  }
+
+  const PrefixCacheOptions opt;
+  mutable std::mutex mu;
+  RadixTree tree;
+  uint64_t tick = 0;
+  uint64_t reserved = 0;  // bytes promised to stores converting outside the lock
+  std::vector<std::pair<ModelFingerprint, std::vector<int32_t>>> pins;
+  PrefixCacheStats stats;
+};
+
+namespace {
+
+Status CheckTokens(const char* op, std::span<const int32_t> tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0) {
+      return Status::InvalidArgument(std::string(op) + ": token " + std::to_string(i) +
+                                     " is " + std::to_string(tokens[i]) +
+                                     " (ids are >= 0)");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<Namespace*> PrefixCache::Impl::GetNamespace(const ModelFingerprint& model,
+                                                   const KvShape& shape, const Format& k,
+                                                   const Format& v, uint32_t block_tokens,
+                                                   std::shared_ptr<BlockPool> pool) {
+  const BlockKey key = NamespaceKey(model, shape, k, v, block_tokens);
+  if (Namespace* ns = tree.Find(key)) return ns;
+  auto ns = std::make_unique<Namespace>();
+  ns->key = key;
+  ns->model = model;
+  ns->shape = shape;
+  ns->k_format = k;
+  ns->v_format = v;
+  ns->block_tokens = block_tokens;
+  if (pool == nullptr) {
+    // The store format's own pool: at most the budget in blocks (plus two for rounding), and
+    // evicted blocks go straight back to the OS so its memory is what the tree holds.
+    KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
+                            KvBlockLayout::Make(shape, k, v, block_tokens));
+    BlockPoolOptions po;
+    po.shape = shape;
+    po.k_format = k;
+    po.v_format = v;
+    po.block_tokens = block_tokens;
+    po.capacity_bytes = opt.memory_budget_bytes + 2 * layout.block_stride;
+    po.retain_free_bytes = 0;
+    KVTIER_ASSIGN_OR_RETURN(pool, BlockPool::Create(po));
+    ns->owned_pool = true;
+  }
+  ns->pool = std::move(pool);
+  ns->block_bytes = ns->pool->layout().block_stride;
+  return tree.Add(std::move(ns));
+}
+
+uint64_t PrefixCache::Impl::EvictOne(uint64_t max_tick) {
+  Node* leaf = tree.EvictionCandidate(max_tick);
+  if (leaf == nullptr) return 0;
+  const uint64_t b = tree.RemoveLeaf(leaf, opt.on_evict);
+  ++stats.evicted_blocks;
+  stats.evicted_bytes += b;
+  return b;
+}
+
+bool PrefixCache::Impl::MakeRoom(uint64_t need, uint64_t max_tick, uint32_t* evicted) {
+  while (tree.bytes() + reserved + need > opt.memory_budget_bytes) {
+    if (EvictOne(max_tick) == 0) return false;
+    ++*evicted;
+  }
+  return true;
+}
+
+std::vector<const std::vector<int32_t>*> PrefixCache::Impl::PinLists(
+    const ModelFingerprint& model) const {
+  std::vector<const std::vector<int32_t>*> out;
+  for (const auto& [m, list] : pins) {
+    if (m == model) out.push_back(&list);
+  }
+  return out;
+}
+
+Result<std::unique_ptr<PrefixCache>> PrefixCache::Create(PrefixCacheOptions options) {
+  if (options.memory_budget_bytes == 0) {
+    return Status::InvalidArgument("prefix cache: memory_budget_bytes must be > 0");
+  }
+  if (options.store_format) KVTIER_RETURN_IF_ERROR(options.store_format->Validate());
+  auto impl = std::make_unique<Impl>(std::move(options));
+  impl->stats.budget_bytes = impl->opt.memory_budget_bytes;
+  return std::unique_ptr<PrefixCache>(new PrefixCache(std::move(impl)));
+}
+
+PrefixCache::PrefixCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+PrefixCache::~PrefixCache() = default;
+const PrefixCacheOptions& PrefixCache::options() const { return impl_->opt; }
+
+Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
+                                             std::span<const int32_t> tokens,
+                                             const std::shared_ptr<BlockPool>& pool) {
+  if (pool == nullptr) return Status::InvalidArgument("prefix cache fetch: no pool");
+  if (tokens.empty()) return Status::InvalidArgument("prefix cache fetch: no tokens");
+  KVTIER_RETURN_IF_ERROR(CheckTokens("prefix cache fetch", tokens));
+  Impl& m = *impl_;
+  PrefixFetchResult r;
+  SequenceCache source;  // the cached blocks when they need converting
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    ++m.stats.lookups;
+    m.stats.tokens_requested += tokens.size();
+    // The longest match over every namespace of the model; on a tie, the requested pool.
+    Namespace* best = nullptr;
+    Match best_match;
+    for (const auto& ns : m.tree.namespaces()) {
+      if (!(ns->model == model) || !(ns->shape == pool->shape())) continue;
+      Match mt = m.tree.Walk(*ns, tokens);
+      const bool better = best == nullptr || mt.matched > best_match.matched ||
+                          (mt.matched == best_match.matched && ns->pool == pool);
+      if (mt.matched > 0 && better) {
+        best = ns.get();
+        best_match = std::move(mt);
+      }
+    }
+    const uint32_t n = static_cast<uint32_t>(tokens.size());
+    const uint32_t reuse = best == nullptr ? 0 : std::min(best_match.matched, n - 1);
+    if (reuse == 0) {
+      ++m.stats.hits[static_cast<int>(PrefixMatchKind::kMiss)];
+      r.sequence = SequenceCache(pool, KvOwner::kActive);
+      return r;
+    }
+    r.matched_tokens = best_match.matched;
+    r.reused_tokens = reuse;
+    if (best_match.matched == n) {
+      r.kind = best_match.entry_end ? PrefixMatchKind::kExact : PrefixMatchKind::kSupersequence;
+    } else {
+      r.kind = best_match.entry_end ? PrefixMatchKind::kPrefix : PrefixMatchKind::kLcp;
+    }
+    r.k_format = best->k_format;
+    r.v_format = best->v_format;
+    ++m.stats.hits[static_cast<int>(r.kind)];
+    m.stats.tokens_reused += reuse;
+    m.tree.Touch(best_match.path, ++m.tick);
+    const size_t n_blocks = (reuse + best->block_tokens - 1) / best->block_tokens;
+    std::vector<BlockId> ids;  // [n_blocks] the path's blocks holding tokens [0, reuse)
+    for (size_t i = 0; i < n_blocks; ++i) ids.push_back(best_match.path[i]->block);
+    const bool in_place = best->pool == pool;
+    KVTIER_ASSIGN_OR_RETURN(
+        SequenceCache s,
+        SequenceCache::FromBlocks(best->pool, ids, reuse,
+                                  in_place ? KvOwner::kActive : KvOwner::kPrefixCache));
+    if (in_place) {
+      r.sequence = std::move(s);
+      return r;
+    }
+    source = std::move(s);
+    ++m.stats.converted_fetches;
+  }
+  // Dequantize (or copy) outside the lock; `source` keeps the blocks alive meanwhile.
+  KVTIER_ASSIGN_OR_RETURN(r.sequence, ConvertSequence(source, pool, KvOwner::kActive));
+  r.converted = true;
+  return r;
+}
+
+Result<PrefixStoreResult> PrefixCache::Impl::Store(const ModelFingerprint& model,
+                                                   std::span<const int32_t> all_tokens,
+                                                   const SequenceCache& seq) {
+  if (!seq.valid()) return Status::InvalidArgument("prefix cache store: the sequence has no pool");
+  if (!seq.complete()) {
+    return Status::InvalidArgument("prefix cache store: the sequence is half way through a "
+                                   "forward pass");
+  }
+  KVTIER_RETURN_IF_ERROR(CheckTokens("prefix cache store", all_tokens));
+  PrefixStoreResult r;
+  const uint32_t n = static_cast<uint32_t>(std::min<size_t>(all_tokens.size(), seq.size()));
+  if (n == 0) return r;
+  const std::span<const int32_t> tokens = all_tokens.first(n);
+  const BlockPool& sp = *seq.pool();
+  const bool quantize = opt.store_format && n >= opt.min_quantize_tokens &&
+                        !(sp.k_format() == *opt.store_format && sp.v_format() == *opt.store_format);
+  const Format k = quantize ? *opt.store_format : sp.k_format();
+  const Format v = quantize ? *opt.store_format : sp.v_format();
+  r.stored_tokens = n;
+  r.quantized = quantize;
+
+  std::unique_lock<std::mutex> lock(mu);
+  ++stats.stores;
+  KVTIER_ASSIGN_OR_RETURN(Namespace* const ns,
+                          GetNamespace(model, sp.shape(), k, v, sp.block_tokens(),
+                                       quantize ? nullptr : seq.pool()));
+  const uint32_t B = ns->block_tokens;
+  uint64_t stamp = ++tick;
+  Plan plan = tree.MakePlan(*ns, tokens);
+  uint64_t need = plan.new_blocks * ns->block_bytes;
+  if (need > opt.memory_budget_bytes - std::min(opt.memory_budget_bytes, tree.pinned_bytes())) {
+    return Fail(Status::ResourceExhausted(
+        "prefix cache store: " + std::to_string(n) + " tokens need " + std::to_string(need) +
+        " bytes of new blocks; the budget is " + std::to_string(opt.memory_budget_bytes) +
+        " bytes, " + std::to_string(tree.pinned_bytes()) + " of them pinned"));
+  }
+  auto no_room = [&] {
+    return Fail(Status::ResourceExhausted(
+        "prefix cache store: no room for " + std::to_string(need) + " bytes (" +
+        std::to_string(tree.bytes()) + " of " + std::to_string(opt.memory_budget_bytes) +
+        " held, the rest pinned or in use)"));
+  };
+  // The nodes the plan uses become the most recent, out of eviction's reach.
+  ProtectPlan(plan, stamp);
+
+  std::vector<BlockId> blocks;  // [blocks of the entry] what the tree will reference
+  SequenceCache converted;      // owns the blocks of a conversion until the tree takes them
+  if (ns->pool == seq.pool()) {
+    blocks.assign(seq.block_ids().begin(), seq.block_ids().begin() + plan.steps.size());
+  } else {
+    // Convert the blocks the tree lacks, outside the lock, on top of the blocks it has
+    // (`converted` holds references to those, so they stay).
+    if (!MakeRoom(need, stamp, &r.evicted_blocks)) return no_room();
+    reserved += need;
+    const uint32_t have = plan.existing_full * B;
+    std::vector<BlockId> have_ids;
+    for (uint32_t i = 0; i < plan.existing_full; ++i) have_ids.push_back(plan.steps[i].node->block);
+    Result<SequenceCache> base =
+        SequenceCache::FromBlocks(ns->pool, have_ids, have, KvOwner::kPrefixCache);
+    if (!base.ok()) {
+      reserved -= need;
+      return base.status();
+    }
+    converted = std::move(*base);
+    lock.unlock();
+    Status s = AppendConverted(converted, seq, have, n - have);
+    lock.lock();
+    reserved -= need;
+    if (!s.ok()) return s.code() == StatusCode::kResourceExhausted ? Fail(s) : s;
+    blocks.assign(converted.block_ids().begin(), converted.block_ids().end());
+    // The tree may have changed meanwhile: plan again.
+    stamp = ++tick;
+    plan = tree.MakePlan(*ns, tokens);
+    need = plan.new_blocks * ns->block_bytes;
+    ProtectPlan(plan, stamp);
+  }
+  if (!MakeRoom(need, stamp, &r.evicted_blocks)) return no_room();
+  const std::vector<const std::vector<int32_t>*> pin_lists = PinLists(model);
+  KVTIER_RETURN_IF_ERROR(tree.Apply(*ns, plan, tokens, blocks, stamp, pin_lists));
+  r.new_blocks = plan.new_blocks;
+  r.shared_blocks = static_cast<uint32_t>(plan.steps.size()) - plan.new_blocks;
+  stats.stored_tokens += n;
+  stats.quantized_stores += quantize;
+  return r;
+}
+
+Result<PrefixStoreResult> PrefixCache::Store(const ModelFingerprint& model,
+                                             std::span<const int32_t> tokens,
+                                             const SequenceCache& sequence) {
+  return impl_->Store(model, tokens, sequence);
+}
+
+Result<PrefixStoreResult> PrefixCache::Store(const ModelFingerprint& model,
+                                             std::span<const int32_t> tokens,
+                                             SequenceCache&& sequence) {
+  SequenceCache seq = std::move(sequence);  // released when this returns, stored or not
+  return impl_->Store(model, tokens, seq);
+}
+
+Status PrefixCache::Pin(const ModelFingerprint& model, std::span<const int32_t> tokens) {
+  if (tokens.empty()) return Status::InvalidArgument("prefix cache pin: no tokens");
+  KVTIER_RETURN_IF_ERROR(CheckTokens("prefix cache pin", tokens));
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->pins.emplace_back(model, std::vector<int32_t>(tokens.begin(), tokens.end()));
+  impl_->tree.AddPins(model, tokens, +1);
+  return Status::OK();
+}
+
+Status PrefixCache::Unpin(const ModelFingerprint& model, std::span<const int32_t> tokens) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto& pins = impl_->pins;
+  auto it = std::find_if(pins.begin(), pins.end(), [&](const auto& p) {
+    return p.first == model && std::equal(p.second.begin(), p.second.end(), tokens.begin(),
+                                          tokens.end());
+  });
+  if (it == pins.end()) {
+    return Status::NotFound("prefix cache unpin: these " + std::to_string(tokens.size()) +
+                            " tokens are not pinned");
+  }
+  pins.erase(it);
+  impl_->tree.AddPins(model, tokens, -1);
+  return Status::OK();
+}
+
+uint64_t PrefixCache::Evict(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  uint64_t freed = 0;
+  while (freed < bytes) {
+    const uint64_t b = impl_->EvictOne(UINT64_MAX);
+    if (b == 0) break;
+    freed += b;
+  }
+  return freed;
+}
+
+void PrefixCache::Clear() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->tree.Clear();
+}
+
+PrefixCacheStats PrefixCache::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  PrefixCacheStats s = impl_->stats;
+  s.bytes = impl_->tree.bytes();
+  s.pinned_bytes = impl_->tree.pinned_bytes();
+  s.entries = s.nodes = 0;
+  for (const auto& ns : impl_->tree.namespaces()) {
+    s.entries += ns->entries;
+    s.nodes += ns->blocks;
+    PrefixFormatStats f;
+    f.k_format = ns->k_format.name();
+    f.v_format = ns->v_format.name();
+    f.blocks = ns->blocks;
+    f.bytes = ns->blocks * ns->block_bytes;
+    f.tokens = ns->tokens;
+    std::vector<const Node*> stack = {&ns->root};
+    while (!stack.empty()) {
+      const Node* n = stack.back();
+      stack.pop_back();
+      if (!n->is_root() && ns->pool->RefCount(n->block) == 1) f.exclusive_bytes += ns->block_bytes;
+      for (const auto& [key, c] : n->full) stack.push_back(c.get());
+      for (const auto& c : n->tails) stack.push_back(c.get());
+    }
+    s.by_format.push_back(std::move(f));
+  }
+  return s;
+}
+
+Status PrefixCache::CheckInvariants() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  KVTIER_RETURN_IF_ERROR(impl_->tree.CheckInvariants(impl_->pins));
+  if (impl_->tree.bytes() > impl_->opt.memory_budget_bytes) {
+    return Status::Internal("prefix cache: " + std::to_string(impl_->tree.bytes()) +
+                            " bytes held, over the budget of " +
+                            std::to_string(impl_->opt.memory_budget_bytes));
+  }
+  return Status::OK();
+}
+
+}  // namespace kvtier
