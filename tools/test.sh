@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds kvtier and runs every test: the release build (g++), a clang-14 -Werror compile of
-# everything, and the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer.
+# everything, the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, and the
+# concurrent tests (thread pool, prefix cache) under ThreadSanitizer.
 # Installs what it needs first (tools/setup.sh). Environment knobs:
 #   KVTIER_SKIP_SANITIZERS=1  skip the ASan+UBSan build
 #   KVTIER_SKIP_CLANG=1       skip the clang build
+#   KVTIER_SKIP_TSAN=1        skip the ThreadSanitizer build of the concurrent tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -29,4 +31,15 @@ if [ "${KVTIER_SKIP_SANITIZERS:-0}" != 1 ]; then
   ninja -C build/asan
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$JOBS")
+fi
+
+if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
+  echo "== ThreadSanitizer build and tests of the shared structures (pool, prefix cache)"
+  cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
+    -DKVTIER_TSAN=ON -DKVTIER_BUILD_BENCH=OFF >/dev/null
+  ninja -C build/tsan kvtier_prefix_test kvtier_base_test
+  # The tests that share structures between threads (the property test is single-threaded).
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  build/tsan/src/base/kvtier_base_test --gtest_filter='ThreadPool*'
+  build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*'
 fi
