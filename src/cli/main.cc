@@ -13,6 +13,7 @@
 #include "cli/bench_kv_paged.h"
 #include "cli/make_test_model.h"
 #include "cli/bench_model.h"
+#include "cli/bench_prefix.h"
 #include "cli/generate.h"
 #include "cli/tokenize.h"
 
@@ -188,11 +189,73 @@ int main(int argc, char** argv) {
   bmc->add_option("--seed", bm.seed, "Seed of the filler K/V and tokens")->capture_default_str();
   bmc->add_flag("--json", bm_json, "Print one JSON object");
 
+  kvtier::cli::BenchPrefixConfig bp;
+  bool bp_json = false;
+  CLI::App* bpc = app.add_subcommand(
+      "bench-prefix",
+      "Time to first token of long prompts cold vs after a RAM prefix-cache hit (exact and "
+      "prefix hits), per store format, with the bytes the cache holds per token");
+  bpc->add_option("--model", bp.model, "GGUF model (default: the bundled model)");
+  bpc->add_option("--kv-type", bp.kv_type, "Active KV format, K or K/V")->capture_default_str();
+  bpc->add_option("--prompt-tokens", bp.prompt_tokens, "Comma-separated prompt lengths")
+      ->capture_default_str();
+  bpc->add_option("--store-types", bp.store_types,
+                  "Comma-separated store formats: 'active' (kept as computed, used in place) "
+                  "or a format entries are quantized to on store")
+      ->capture_default_str();
+  bpc->add_option("--text", bp.text,
+                  "Text the prompts are tokenized from (default: data/corpus/eval.txt when "
+                  "present, else random ids); 'random': seeded random token ids");
+  bpc->add_option("--ubatch", bp.ubatch, "Prompt tokens per forward call")->capture_default_str();
+  bpc->add_option("--repeats", bp.repeats, "Warm runs and stores per case; the median counts")
+      ->capture_default_str();
+  bpc->add_option("--cold-repeats", bp.cold_repeats, "Cold prefills per length; the median counts")
+      ->capture_default_str();
+  bpc->add_option("--threads", bp.threads, "Threads (0: all cores)")->capture_default_str();
+  bpc->add_option("--seed", bp.seed, "Seed of random prompt ids")->capture_default_str();
+  bpc->add_flag("--json", bp_json, "Print one JSON object");
+
+  kvtier::cli::PrefixAgreementConfig pa;
+  bool pa_json = false;
+  CLI::App* pac = app.add_subcommand(
+      "prefix-agreement",
+      "Greedy-token agreement with the cold run of prompts served from the prefix cache, per "
+      "store format (quantize on store)");
+  pac->add_option("--model", pa.model, "GGUF model (default: the bundled model)");
+  pac->add_option("--kv-type", pa.kv_type, "Active KV format, K or K/V")->capture_default_str();
+  pac->add_option("--prompts", pa.prompts, "Prompts (windows of the text)")->capture_default_str();
+  pac->add_option("--min-tokens", pa.min_tokens, "Shortest window")->capture_default_str();
+  pac->add_option("--max-tokens", pa.max_tokens, "Longest window")->capture_default_str();
+  pac->add_option("--generate", pa.generate, "Greedy tokens per prompt")->capture_default_str();
+  pac->add_option("--store-types", pa.store_types, "Comma-separated store formats ('active' or a format)")
+      ->capture_default_str();
+  pac->add_option("--text", pa.text, "As bench-prefix --text");
+  pac->add_option("--ubatch", pa.ubatch, "Prompt tokens per forward call")->capture_default_str();
+  pac->add_option("--threads", pa.threads, "Threads (0: all cores)")->capture_default_str();
+  pac->add_option("--seed", pa.seed, "Seed of the window lengths")->capture_default_str();
+  pac->add_flag("--json", pa_json, "Print one JSON object");
+
   CLI11_PARSE(app, argc, argv);
 
   if (mm->parsed()) {
     const kvtier::Status st = kvtier::cli::RunMakeTestModel(make_model, std::cout);
     if (!st.ok()) return Fail("make-test-model", st);
+    return 0;
+  }
+
+  if (bpc->parsed()) {
+    auto r = kvtier::cli::RunBenchPrefix(bp, ProgressBar("step"));
+    if (!r.ok()) return Fail("bench-prefix", r.status());
+    std::cout << (bp_json ? kvtier::cli::FormatBenchPrefixJson(*r)
+                          : kvtier::cli::FormatBenchPrefixTable(*r));
+    return 0;
+  }
+
+  if (pac->parsed()) {
+    auto r = kvtier::cli::RunPrefixAgreement(pa, ProgressBar("prompt"));
+    if (!r.ok()) return Fail("prefix-agreement", r.status());
+    std::cout << (pa_json ? kvtier::cli::FormatPrefixAgreementJson(*r)
+                          : kvtier::cli::FormatPrefixAgreementTable(*r));
     return 0;
   }
 
