@@ -76,6 +76,43 @@ struct EvictedBlock {
 };
 using EvictionCallback = std::function<void(const EvictedBlock&)>;
 
+// A namespace (block_key.h) as a lower tier knows it from what it stores.
+struct TierNamespace {
+  BlockKey key;
+  ModelFingerprint model;
+  KvShape shape;
+  Format k_format, v_format;
+  uint32_t block_tokens = 0;
+};
+
+// A block of a lower tier on a request's path.
+struct TierBlock {
+  BlockKey key;
+  std::vector<int32_t> tokens;  // [1, block_tokens]
+  std::vector<uint32_t> ends;   // entry ends inside the block
+};
+
+// A tier below RAM (the SSD tier; later a shared remote one). The cache spills every evicted
+// block to it and, when RAM holds less of a request than the tier does, promotes the tier's
+// blocks into RAM before answering. Implementations are thread-safe.
+class LowerTier {
+ public:
+  virtual ~LowerTier() = default;
+  // A block leaving RAM. Called under the cache's lock: take a kTier reference on the block
+  // and queue the write; never call the cache.
+  virtual void Spill(const EvictedBlock& block) = 0;
+  // Namespaces with blocks of `model`.
+  virtual std::vector<TierNamespace> Namespaces(const ModelFingerprint& model) = 0;
+  // The longest chain along `tokens` from their start: full blocks found by key, then at most
+  // one block (full or tail) sharing the most leading tokens with the rest.
+  virtual std::vector<TierBlock> FindChain(const TierNamespace& ns,
+                                           std::span<const int32_t> tokens) = 0;
+  // Reads block `key` of `ns` into block `id` of `pool` (the namespace's shape and formats),
+  // verified first; a block that fails verification is put aside and reported as Corruption.
+  virtual Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
+                      BlockId id) = 0;
+};
+
 struct PrefixCacheOptions {
   // Bytes of blocks the tree may reference (> 0). See PrefixCacheBudgetBytes.
   uint64_t memory_budget_bytes = 0;
@@ -85,6 +122,8 @@ struct PrefixCacheOptions {
   std::optional<Format> store_format;
   uint32_t min_quantize_tokens = 256;
   EvictionCallback on_evict;
+  // Spill target and second source of hits (optional).
+  std::shared_ptr<LowerTier> lower_tier;
 };
 
 // vllm-mlx's --kv-cache-quantization-bits / -group-size: MLX affine, f16 scales. bits 8 or 4.
@@ -131,6 +170,8 @@ struct PrefixCacheStats {
   uint64_t stored_tokens = 0;
   uint64_t evicted_blocks = 0;
   uint64_t evicted_bytes = 0;
+  uint64_t promoted_blocks = 0;    // read from the lower tier into RAM
+  uint64_t promote_failures = 0;   // lower-tier blocks that failed to load (then a miss)
   uint64_t entries = 0;            // stored entries currently present (end markers)
   uint64_t nodes = 0;              // blocks referenced by the tree
   uint64_t bytes = 0;              // their bytes: what counts against the budget

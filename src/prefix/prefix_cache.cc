@@ -66,7 +66,16 @@ Result<uint64_t> PrefixCacheBudgetBytes(uint64_t memory_mb, double memory_percen
 }
 
 struct PrefixCache::Impl {
-  explicit Impl(PrefixCacheOptions o) : opt(std::move(o)) {}
+  explicit Impl(PrefixCacheOptions o) : opt(std::move(o)) {
+    if (opt.lower_tier) {
+      evict_cb = [user = opt.on_evict, tier = opt.lower_tier](const EvictedBlock& b) {
+        if (user) user(b);
+        tier->Spill(b);
+      };
+    } else {
+      evict_cb = opt.on_evict;
+    }
+  }
 
   // The namespace for these formats and block size, created (with its own pool when
   // `pool` is null) if missing. Requires mu.
@@ -92,7 +101,16 @@ struct PrefixCache::Impl {
     return s;
   }
 
+  // Longest RAM match of `tokens` over the model's namespaces of pool's shape. Requires mu.
+  uint32_t RamMatch(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                    const BlockPool& pool);
+  // Reads the lower tier's longest chain for `tokens` into RAM when it beats `ram` tokens.
+  // Best effort: failures only count. Takes mu itself.
+  void Promote(const ModelFingerprint& model, std::span<const int32_t> tokens,
+               const std::shared_ptr<BlockPool>& pool, uint32_t ram);
+
   const PrefixCacheOptions opt;
+  EvictionCallback evict_cb;  // opt.on_evict, then the lower tier's Spill
   mutable std::mutex mu;
   RadixTree tree;
   uint64_t tick = 0;
@@ -152,7 +170,7 @@ Result<Namespace*> PrefixCache::Impl::GetNamespace(const ModelFingerprint& model
 uint64_t PrefixCache::Impl::EvictOne(uint64_t max_tick) {
   Node* leaf = tree.EvictionCandidate(max_tick);
   if (leaf == nullptr) return 0;
-  const uint64_t b = tree.RemoveLeaf(leaf, opt.on_evict);
+  const uint64_t b = tree.RemoveLeaf(leaf, evict_cb);
   ++stats.evicted_blocks;
   stats.evicted_bytes += b;
   return b;
@@ -173,6 +191,113 @@ std::vector<const std::vector<int32_t>*> PrefixCache::Impl::PinLists(
     if (m == model) out.push_back(&list);
   }
   return out;
+}
+
+uint32_t PrefixCache::Impl::RamMatch(const ModelFingerprint& model,
+                                     std::span<const int32_t> tokens, const BlockPool& pool) {
+  uint32_t best = 0;
+  for (const auto& ns : tree.namespaces()) {
+    if (ns->model == model && ns->shape == pool.shape()) {
+      best = std::max(best, tree.Walk(*ns, tokens).matched);
+    }
+  }
+  return best;
+}
+
+void PrefixCache::Impl::Promote(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                const std::shared_ptr<BlockPool>& pool, uint32_t ram) {
+  LowerTier& lower = *opt.lower_tier;
+  // The tier's longest chain over its namespaces of this model and shape.
+  TierNamespace best_ns;
+  std::vector<TierBlock> chain;
+  uint32_t best = ram;
+  for (const TierNamespace& ns : lower.Namespaces(model)) {
+    if (!(ns.shape == pool->shape())) continue;
+    std::vector<TierBlock> c = lower.FindChain(ns, tokens);
+    uint32_t m = 0;
+    for (const TierBlock& b : c) {
+      m += prefix::CommonPrefix(b.tokens, tokens.subspan(std::min<size_t>(m, tokens.size())));
+    }
+    if (m > best) {
+      best = m;
+      best_ns = ns;
+      chain = std::move(c);
+    }
+  }
+  if (chain.empty()) return;
+  // The chain's own tokens (its last block may run past the request: a supersequence).
+  std::vector<int32_t> chain_tokens;
+  for (const TierBlock& b : chain) chain_tokens.insert(chain_tokens.end(), b.tokens.begin(), b.tokens.end());
+
+  std::unique_lock<std::mutex> lock(mu);
+  const bool native = pool->k_format() == best_ns.k_format && pool->v_format() == best_ns.v_format &&
+                      pool->block_tokens() == best_ns.block_tokens;
+  Result<Namespace*> got = GetNamespace(model, best_ns.shape, best_ns.k_format, best_ns.v_format,
+                                        best_ns.block_tokens, native ? pool : nullptr);
+  if (!got.ok() || !((*got)->key == best_ns.key)) {
+    ++stats.promote_failures;
+    return;
+  }
+  Namespace* ns = *got;
+  Plan plan = tree.MakePlan(*ns, chain_tokens);
+  // Blocks to read: the steps that take a block. Allocated now, filled outside the lock.
+  std::vector<BlockId> ids(plan.steps.size(), -1);  // [chain blocks]
+  std::vector<BlockId> loaded;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const PlanStep::Kind k = plan.steps[i].kind;
+    if (k == PlanStep::kNew || k == PlanStep::kUpgrade || k == PlanStep::kExtend) {
+      std::vector<BlockId> one;
+      if (!ns->pool->Allocate(1, KvOwner::kTier, &one, "prefix cache promote").ok()) break;
+      ids[i] = one[0];
+      loaded.push_back(one[0]);
+    }
+  }
+  lock.unlock();
+  size_t usable = 0;  // leading chain blocks that are in RAM or were read
+  for (; usable < plan.steps.size(); ++usable) {
+    if (ids[usable] < 0) {
+      const PlanStep::Kind k = plan.steps[usable].kind;
+      if (k == PlanStep::kExisting || k == PlanStep::kMarker) continue;
+      break;  // no block could be allocated
+    }
+    if (!lower.Load(best_ns, chain[usable].key, *ns->pool, ids[usable]).ok()) break;
+  }
+  lock.lock();
+  auto release = [&] {
+    ns->pool->Unref(loaded, KvOwner::kTier);
+  };
+  if (usable < plan.steps.size()) ++stats.promote_failures;
+  // Plan again over what could be read (the tree may have changed); every step that takes a
+  // block must have one we read.
+  size_t n_tokens = 0;
+  for (size_t i = 0; i < usable; ++i) n_tokens += chain[i].tokens.size();
+  while (n_tokens > 0) {
+    const std::span<const int32_t> part(chain_tokens.data(), n_tokens);
+    plan = tree.MakePlan(*ns, part);
+    size_t bad = plan.steps.size();
+    for (size_t i = 0; i < plan.steps.size() && bad == plan.steps.size(); ++i) {
+      const PlanStep::Kind k = plan.steps[i].kind;
+      if ((k == PlanStep::kNew || k == PlanStep::kUpgrade || k == PlanStep::kExtend) && ids[i] < 0) {
+        bad = i;
+      }
+    }
+    if (bad == plan.steps.size()) break;
+    n_tokens = bad * ns->block_tokens;
+  }
+  if (n_tokens == 0) {
+    release();
+    return;
+  }
+  const uint64_t stamp = ++tick;
+  ProtectPlan(plan, stamp);
+  uint32_t evicted = 0;
+  if (MakeRoom(plan.new_blocks * ns->block_bytes, stamp, &evicted)) {
+    const std::span<const int32_t> part(chain_tokens.data(), n_tokens);
+    if (tree.Apply(*ns, plan, part, ids, stamp, PinLists(model)).ok()) {
+      stats.promoted_blocks += plan.new_blocks;
+    }
+  }
+  release();
 }
 
 Result<std::unique_ptr<PrefixCache>> PrefixCache::Create(PrefixCacheOptions options) {
@@ -196,6 +321,14 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
   if (tokens.empty()) return Status::InvalidArgument("prefix cache fetch: no tokens");
   KVTIER_RETURN_IF_ERROR(CheckTokens("prefix cache fetch", tokens));
   Impl& m = *impl_;
+  if (m.opt.lower_tier) {
+    uint32_t ram;
+    {
+      std::lock_guard<std::mutex> lock(m.mu);
+      ram = m.RamMatch(model, tokens, *pool);
+    }
+    if (ram + 1 < tokens.size()) m.Promote(model, tokens, pool, ram);
+  }
   PrefixFetchResult r;
   SequenceCache source;  // the cached blocks when they need converting
   {

@@ -1,0 +1,105 @@
+// SsdTier: the prefix cache's tier on disk. Blocks evicted from RAM are written, one file per
+// block (docs/formats/kv-block-file.md), by a writer thread with a bounded queue; a request
+// that RAM serves less of than the disk is promoted back (PrefixCache does the asking through
+// LowerTier). Files survive restarts: Open() rebuilds the index from the headers.
+//
+// Promises:
+//   - Exactly what RAM held: rows in their native format, bit for bit; a block is read into a
+//     pool only after its header and payload CRC-32C, key, namespace and size verify. A file
+//     that fails is moved to <dir>/quarantine/ with one log line and reported as a miss.
+//   - Crash-safe: a block is written to a .tmp name, synced, renamed and its directory synced
+//     before the index lists it; .tmp files left by a crash are removed at Open().
+//   - Bounded: the bytes of all block files never pass max_bytes; writes evict the least
+//     recently used blocks first (also at Open()).
+//   - Nothing dropped silently: when the queue is full the producer waits (or writes inline);
+//     a block that cannot be written (disk full, I/O error) is counted by reason.
+//
+// Thread-safe. The writer thread holds a kTier reference on each queued block.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtier/env.h"
+#include "kvtier/prefix_cache.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+struct SsdTierOptions {
+  std::string dir;                       // required; created if missing
+  uint64_t max_bytes = 10ull << 30;      // --ssd-cache-max-gb (default 10)
+  uint32_t queue_blocks = 64;            // blocks waiting for the writer, at most
+  bool write_inline_when_full = false;   // else the producer waits for room
+  Env* env = nullptr;                    // default Env::Default()
+  // Blocks of other models than these (when non-empty) are removed at Open(); by default
+  // they are kept, indexed and simply never match.
+  std::vector<ModelFingerprint> keep_only_models;
+  bool log = true;                       // one stderr line per quarantined block
+};
+
+// Why a block was not written (SsdTierStats::skipped).
+enum class SpillSkip : uint8_t {
+  kDiskFull = 0,       // ENOSPC
+  kIoError = 1,        // any other write error
+  kTooLarge = 2,       // one block larger than max_bytes
+};
+inline constexpr int kNumSpillSkips = 3;
+
+struct SsdTierStats {
+  uint64_t blocks = 0;                 // block files indexed
+  uint64_t bytes = 0;                  // their bytes
+  uint64_t max_bytes = 0;
+  uint64_t queued = 0;                 // waiting for the writer now
+  uint64_t spilled_blocks = 0;         // written since Open()
+  uint64_t spilled_bytes = 0;
+  uint64_t already_present = 0;        // spills of blocks already on disk (not rewritten)
+  uint64_t inline_writes = 0;          // written by the producer because the queue was full
+  uint64_t producer_waits = 0;         // times a producer waited for room in the queue
+  std::array<uint64_t, kNumSpillSkips> skipped{};
+  uint64_t loaded_blocks = 0;
+  uint64_t loaded_bytes = 0;
+  uint64_t quarantined = 0;
+  uint64_t evicted_blocks = 0;         // removed to stay under max_bytes
+  uint64_t evicted_bytes = 0;
+  // At Open():
+  uint64_t found_blocks = 0;
+  uint64_t removed_tmp_files = 0;
+  uint64_t removed_foreign = 0;
+  double open_ms = 0.0;
+};
+
+class SsdTier : public LowerTier {
+ public:
+  static Result<std::shared_ptr<SsdTier>> Open(SsdTierOptions options);
+  // Writes everything queued, then stops the writer.
+  ~SsdTier() override;
+
+  void Spill(const EvictedBlock& block) override;
+  std::vector<TierNamespace> Namespaces(const ModelFingerprint& model) override;
+  std::vector<TierBlock> FindChain(const TierNamespace& ns,
+                                   std::span<const int32_t> tokens) override;
+  Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
+              BlockId id) override;
+
+  // Waits until every block queued so far is written or skipped.
+  void Flush();
+  SsdTierStats Stats() const;
+  // Reads every indexed file in full and checks it (kvtier cache verify); files that fail
+  // are quarantined. *good and *bad count them.
+  Status Verify(uint64_t* good, uint64_t* bad);
+  // Removes every block file (kvtier cache clear).
+  Status Clear();
+  const SsdTierOptions& options() const;
+
+ private:
+  struct Impl;
+  explicit SsdTier(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,232 @@
+// Block file encoding and verification (block_file.h, docs/formats/kv-block-file.md).
+// Stateless; thread-safe.
+#include "tier/block_file.h"
+
+#include <cstring>
+
+#include "base/crc32c.h"
+
+namespace kvtier::tier {
+namespace {
+
+constexpr uint8_t kMagic[8] = {'K', 'V', 'T', 'B', 'L', 'K', 0x1A, '\n'};
+
+void Put32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+void Put64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+uint32_t Get32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+uint64_t Get64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+void PutKey(uint8_t* p, const Hash128& k) {
+  Put64(p, k.lo);
+  Put64(p + 8, k.hi);
+}
+Hash128 GetKey(const uint8_t* p) { return {Get64(p), Get64(p + 8)}; }
+
+std::string Hex32(uint32_t v) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%08x", v);
+  return b;
+}
+
+Status Bad(const std::string& name, const std::string& what) {
+  return Status::Corruption(name + ": " + what);
+}
+
+// Calls fn(offset in the block, bytes) for each layer's K then V rows of n tokens.
+template <typename Fn>
+void ForEachRowRun(const KvBlockLayout& l, uint32_t n, Fn&& fn) {
+  for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {
+    fn(l.k_offset(layer), n * l.k_token_stride);
+    fn(l.v_offset(layer), n * l.v_token_stride);
+  }
+}
+
+Status CheckPool(const BlockFileHeader& h, const BlockPool& pool, const std::string& what) {
+  if (!(pool.shape() == h.shape) || !(pool.k_format() == h.k_format) ||
+      !(pool.v_format() == h.v_format)) {
+    return Status::InvalidArgument(what + ": block of " + h.shape.ToString() + ", K " +
+                                   h.k_format.name() + " / V " + h.v_format.name() +
+                                   " into a pool of " + pool.shape().ToString() + ", K " +
+                                   pool.k_format().name() + " / V " + pool.v_format().name());
+  }
+  if (h.tokens.empty() || h.tokens.size() > pool.block_tokens()) {
+    return Status::InvalidArgument(what + ": " + std::to_string(h.tokens.size()) +
+                                   " tokens for blocks of " +
+                                   std::to_string(pool.block_tokens()));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+std::string KeyName(const BlockKey& key) { return key.ToHex(); }
+
+uint32_t BlockFileHeader::header_bytes() const {
+  const size_t raw = kBlockFileFixedHeader + 4 * tokens.size() + 4 * ends.size() + 4;
+  return static_cast<uint32_t>((raw + 7) / 8 * 8);
+}
+
+uint64_t BlockFileHeader::payload_bytes() const {
+  return uint64_t{shape.n_layers} * tokens.size() * shape.n_kv_heads *
+         (k_format.row_bytes(shape.head_dim) + v_format.row_bytes(shape.head_dim));
+}
+
+Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool,
+                                             BlockId id) {
+  KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, "EncodeBlockFile"));
+  KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
+  const uint32_t hb = h.header_bytes();
+  std::vector<uint8_t> out(h.file_bytes(), 0);
+  uint8_t* p = out.data();
+  std::memcpy(p, kMagic, 8);
+  Put32(p + 8, kBlockFileVersion);
+  Put32(p + 12, hb);
+  PutKey(p + 16, h.key);
+  PutKey(p + 32, h.parent_key);
+  PutKey(p + 48, h.namespace_key);
+  PutKey(p + 64, h.model);
+  Put32(p + 80, h.shape.n_layers);
+  Put32(p + 84, h.shape.n_kv_heads);
+  Put32(p + 88, h.shape.head_dim);
+  Put32(p + 92, h.k_format.id());
+  Put32(p + 96, h.v_format.id());
+  Put32(p + 100, h.block_tokens);
+  Put32(p + 104, static_cast<uint32_t>(h.tokens.size()));
+  Put32(p + 108, h.first_position);
+  Put32(p + 112, static_cast<uint32_t>(h.ends.size()));
+  Put32(p + 116, 0);
+  Put64(p + 120, h.payload_bytes());
+  size_t off = kBlockFileFixedHeader;
+  for (int32_t t : h.tokens) Put32(p + (off += 4) - 4, static_cast<uint32_t>(t));
+  for (uint32_t e : h.ends) Put32(p + (off += 4) - 4, e);
+  Put32(p + hb - 4, Crc32c({p, hb - 4u}));
+  uint8_t* rows = p + hb;  // [payload_bytes]
+  const uint8_t* block = pool.block_data(id);
+  ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
+                [&](size_t src, size_t n) {
+                  std::memcpy(rows, block + src, n);
+                  rows += n;
+                });
+  Put32(rows, Crc32c({p + hb, static_cast<size_t>(h.payload_bytes())}));
+  return out;
+}
+
+Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint64_t file_size,
+                                          const std::string& name) {
+  if (prefix.size() < kBlockFileFixedHeader + 8) {
+    return Bad(name, "file of " + std::to_string(file_size) + " bytes is shorter than a header");
+  }
+  const uint8_t* p = prefix.data();
+  if (std::memcmp(p, kMagic, 8) != 0) return Bad(name, "magic is not KVTBLK");
+  const uint32_t version = Get32(p + 8);
+  if (version > kBlockFileVersion) {
+    return Status::Unimplemented(name + ": block file version " + std::to_string(version) +
+                                 " is newer than this kvtier (" +
+                                 std::to_string(kBlockFileVersion) + ")");
+  }
+  if (version != kBlockFileVersion) return Bad(name, "version " + std::to_string(version));
+  const uint32_t hb = Get32(p + 12);
+  if (hb < kBlockFileFixedHeader + 8 || hb % 8 != 0 || hb > prefix.size()) {
+    return Bad(name, "header_bytes " + std::to_string(hb) + " (have " +
+                         std::to_string(prefix.size()) + " bytes)");
+  }
+  const uint32_t want_crc = Get32(p + hb - 4), got_crc = Crc32c({p, hb - 4u});
+  if (want_crc != got_crc) {
+    return Bad(name, "header CRC-32C is " + Hex32(got_crc) + ", expected " + Hex32(want_crc));
+  }
+  BlockFileHeader h;
+  h.key = GetKey(p + 16);
+  h.parent_key = GetKey(p + 32);
+  h.namespace_key = GetKey(p + 48);
+  h.model = GetKey(p + 64);
+  h.shape = {Get32(p + 80), Get32(p + 84), Get32(p + 88)};
+  if (Status s = h.shape.Validate(); !s.ok()) return Bad(name, "shape: " + s.message());
+  Result<Format> k = Format::FromId(Get32(p + 92)), v = Format::FromId(Get32(p + 96));
+  if (!k.ok()) return Bad(name, "k_format: " + k.status().message());
+  if (!v.ok()) return Bad(name, "v_format: " + v.status().message());
+  h.k_format = *k;
+  h.v_format = *v;
+  if (!h.k_format.CheckHeadDim(h.shape.head_dim).ok() ||
+      !h.v_format.CheckHeadDim(h.shape.head_dim).ok()) {
+    return Bad(name, "formats " + h.k_format.name() + " / " + h.v_format.name() +
+                         " do not fit head_dim " + std::to_string(h.shape.head_dim));
+  }
+  h.block_tokens = Get32(p + 100);
+  const uint32_t n = Get32(p + 104), n_ends = Get32(p + 112);
+  h.first_position = Get32(p + 108);
+  if (h.block_tokens == 0 || n == 0 || n > h.block_tokens || n_ends > n) {
+    return Bad(name, "n_tokens " + std::to_string(n) + ", block_tokens " +
+                         std::to_string(h.block_tokens) + ", n_ends " + std::to_string(n_ends));
+  }
+  if (h.first_position % h.block_tokens != 0) {
+    return Bad(name, "first_position " + std::to_string(h.first_position) +
+                         " is not a multiple of block_tokens");
+  }
+  if (Get32(p + 116) != 0) return Bad(name, "flags " + Hex32(Get32(p + 116)));
+  size_t off = kBlockFileFixedHeader;
+  if (off + 4 * (uint64_t{n} + n_ends) + 4 > hb) return Bad(name, "tokens overrun the header");
+  for (uint32_t i = 0; i < n; ++i, off += 4) h.tokens.push_back(static_cast<int32_t>(Get32(p + off)));
+  for (uint32_t i = 0; i < n_ends; ++i, off += 4) {
+    const uint32_t e = Get32(p + off);
+    if (e == 0 || e > n || (!h.ends.empty() && e <= h.ends.back())) {
+      return Bad(name, "entry end " + std::to_string(e) + " of a block of " + std::to_string(n));
+    }
+    h.ends.push_back(e);
+  }
+  if (h.header_bytes() != hb) {
+    return Bad(name, "header_bytes " + std::to_string(hb) + ", the fields imply " +
+                         std::to_string(h.header_bytes()));
+  }
+  if (Get64(p + 120) != h.payload_bytes()) {
+    return Bad(name, "payload_bytes " + std::to_string(Get64(p + 120)) + ", the fields imply " +
+                         std::to_string(h.payload_bytes()));
+  }
+  if (!(h.key == ChainBlockKey(h.parent_key, h.tokens))) {
+    return Bad(name, "key " + KeyName(h.key) + " is not the hash of its parent and tokens");
+  }
+  if (!(h.namespace_key ==
+        NamespaceKey(h.model, h.shape, h.k_format, h.v_format, h.block_tokens))) {
+    return Bad(name, "namespace key does not match the model, shape and formats");
+  }
+  if (file_size != h.file_bytes()) {
+    return Bad(name, "file is " + std::to_string(file_size) + " bytes, the header says " +
+                         std::to_string(h.file_bytes()));
+  }
+  return h;
+}
+
+Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, BlockPool& pool,
+                       BlockId id, const std::string& name) {
+  KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, name));
+  KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
+  if (file.size() != h.file_bytes()) {
+    return Bad(name, "file is " + std::to_string(file.size()) + " bytes, expected " +
+                         std::to_string(h.file_bytes()));
+  }
+  const uint8_t* rows = file.data() + h.header_bytes();
+  const size_t n = static_cast<size_t>(h.payload_bytes());
+  const uint32_t want = Get32(rows + n), got = Crc32c({rows, n});
+  if (want != got) {
+    return Bad(name, "payload CRC-32C is " + Hex32(got) + ", expected " + Hex32(want));
+  }
+  uint8_t* block = pool.block_data(id);
+  ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
+                [&](size_t dst, size_t len) {
+                  std::memcpy(block + dst, rows, len);
+                  rows += len;
+                });
+  return Status::OK();
+}
+
+}  // namespace kvtier::tier

@@ -1,0 +1,161 @@
+// Block files: every format and K/V mix round-trips bit for bit; every truncation and every
+// single-bit flip of a file is detected; bad headers and pools are refused by name.
+#include "tier/block_file.h"
+
+#include <cstring>
+
+#include "kv/kv_test_util.h"
+
+namespace kvtier::tier {
+namespace {
+
+using testing::MakePool;
+
+constexpr KvShape kShape{3, 2, 64};
+constexpr uint32_t kBt = 8;
+
+// A pool block filled with random bytes (any bytes are valid rows for the file layer), and
+// the header of a block of `n` tokens in it.
+struct Fixture {
+  std::shared_ptr<BlockPool> pool;
+  BlockId id = -1;
+  BlockFileHeader h;
+};
+
+Fixture Make(Format k, Format v, uint32_t n, uint64_t seed) {
+  Fixture f;
+  f.pool = MakePool(kShape, k, v, kBt, 1 << 20);
+  std::vector<BlockId> ids;
+  EXPECT_TRUE(f.pool->Allocate(1, KvOwner::kOther, &ids, "test").ok());
+  f.id = ids[0];
+  std::mt19937_64 rng(seed);
+  uint8_t* d = f.pool->block_data(f.id);
+  for (size_t i = 0; i < f.pool->layout().block_stride; ++i) d[i] = static_cast<uint8_t>(rng());
+  f.h.model = {seed, 77};
+  f.h.shape = kShape;
+  f.h.k_format = k;
+  f.h.v_format = v;
+  f.h.block_tokens = kBt;
+  f.h.first_position = 3 * kBt;
+  for (uint32_t i = 0; i < n; ++i) f.h.tokens.push_back(static_cast<int32_t>(rng() % 50000));
+  if (n > 2) f.h.ends = {2, n};
+  f.h.namespace_key = NamespaceKey(f.h.model, kShape, k, v, kBt);
+  f.h.parent_key = {rng(), rng()};
+  f.h.key = ChainBlockKey(f.h.parent_key, f.h.tokens);
+  return f;
+}
+
+// The valid rows of the block (what a file carries), K then V per layer.
+std::vector<uint8_t> Rows(const BlockPool& p, BlockId id, uint32_t n) {
+  const KvBlockLayout& l = p.layout();
+  std::vector<uint8_t> out;
+  for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {
+    const uint8_t* b = p.block_data(id);
+    out.insert(out.end(), b + l.k_offset(layer), b + l.k_offset(layer) + n * l.k_token_stride);
+    out.insert(out.end(), b + l.v_offset(layer), b + l.v_offset(layer) + n * l.v_token_stride);
+  }
+  return out;
+}
+
+TEST(BlockFile, EveryFormatRoundTripsBitForBit) {
+  const std::vector<std::pair<Format, Format>> mixes = {
+      {Format::F32(), Format::F32()},   {Format::F16(), Format::F16()},
+      {Format::BF16(), Format::BF16()}, {Format::Q8_0(), Format::Q8_0()},
+      {Format::Q4_0(), Format::Q4_0()}, {Format::Affine(8, 64, DType::kF16), Format::Affine(8, 64, DType::kF16)},
+      {Format::Affine(4, 32, DType::kBF16), Format::Affine(4, 32, DType::kBF16)},
+      {Format::Affine(3, 64, DType::kF32), Format::Affine(6, 32, DType::kF16)},
+      {Format::Q8_0(), Format::Q4_0()}, {Format::BF16(), Format::Affine(2, 64, DType::kF16)},
+  };
+  uint64_t seed = 1;
+  for (const auto& [k, v] : mixes) {
+    for (uint32_t n : {1u, 5u, kBt}) {
+      Fixture f = Make(k, v, n, seed++);
+      Result<std::vector<uint8_t>> file = EncodeBlockFile(f.h, *f.pool, f.id);
+      ASSERT_TRUE(file.ok()) << file.status().ToString();
+      ASSERT_EQ(file->size(), f.h.file_bytes());
+      Result<BlockFileHeader> h = DecodeBlockHeader(*file, file->size(), "f");
+      ASSERT_TRUE(h.ok()) << h.status().ToString();
+      EXPECT_EQ(h->key, f.h.key);
+      EXPECT_EQ(h->parent_key, f.h.parent_key);
+      EXPECT_EQ(h->model, f.h.model);
+      EXPECT_EQ(h->k_format, k);
+      EXPECT_EQ(h->v_format, v);
+      EXPECT_EQ(h->tokens, f.h.tokens);
+      EXPECT_EQ(h->ends, f.h.ends);
+      EXPECT_EQ(h->first_position, f.h.first_position);
+      // Into a block of another pool of the same formats.
+      auto dst = MakePool(kShape, k, v, kBt, 1 << 20);
+      std::vector<BlockId> ids;
+      ASSERT_TRUE(dst->Allocate(1, KvOwner::kOther, &ids, "test").ok());
+      ASSERT_TRUE(DecodeBlockRows(*h, *file, *dst, ids[0], "f").ok());
+      EXPECT_EQ(Rows(*dst, ids[0], n), Rows(*f.pool, f.id, n)) << k.name() << "/" << v.name();
+    }
+  }
+}
+
+// Decodes a whole file; OK only if header and rows both verify.
+Status DecodeAll(std::span<const uint8_t> file, BlockPool& pool, BlockId id) {
+  Result<BlockFileHeader> h = DecodeBlockHeader(file, file.size(), "f");
+  if (!h.ok()) return h.status();
+  return DecodeBlockRows(*h, file, pool, id, "f");
+}
+
+TEST(BlockFile, EveryTruncationAndEveryBitFlipIsDetected) {
+  Fixture f = Make(Format::Q4_0(), Format::BF16(), 3, 99);
+  // One layer's worth is enough to keep the exhaustive loop fast.
+  const std::vector<uint8_t> file = *EncodeBlockFile(f.h, *f.pool, f.id);
+  auto dst = MakePool(kShape, Format::Q4_0(), Format::BF16(), kBt, 1 << 20);
+  std::vector<BlockId> ids;
+  ASSERT_TRUE(dst->Allocate(1, KvOwner::kOther, &ids, "test").ok());
+  ASSERT_TRUE(DecodeAll(file, *dst, ids[0]).ok());
+  for (size_t len = 0; len < file.size(); ++len) {
+    EXPECT_FALSE(DecodeAll({file.data(), len}, *dst, ids[0]).ok()) << "truncated to " << len;
+  }
+  std::vector<uint8_t> bad = file;
+  size_t detected = 0;
+  for (size_t bit = 0; bit < file.size() * 8; ++bit) {
+    bad[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    Status s = DecodeAll(bad, *dst, ids[0]);
+    detected += !s.ok();
+    EXPECT_FALSE(s.ok()) << "bit " << bit;
+    bad[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  }
+  EXPECT_EQ(detected, file.size() * 8);
+}
+
+TEST(BlockFile, ErrorsNameTheProblem) {
+  Fixture f = Make(Format::F16(), Format::F16(), 4, 5);
+  std::vector<uint8_t> file = *EncodeBlockFile(f.h, *f.pool, f.id);
+  std::vector<uint8_t> newer = file;
+  newer[8] = 2;
+  Result<BlockFileHeader> h = DecodeBlockHeader(newer, newer.size(), "blk");
+  EXPECT_EQ(h.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(h.status().message().find("version 2"), std::string::npos) << h.status().message();
+  std::vector<uint8_t> flipped = file;
+  flipped[130] ^= 1;  // a token
+  h = DecodeBlockHeader(flipped, flipped.size(), "blk");
+  EXPECT_EQ(h.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(h.status().message().find("blk: header CRC-32C"), std::string::npos)
+      << h.status().message();
+  h = DecodeBlockHeader(file, file.size() + 1, "blk");
+  EXPECT_NE(h.status().message().find("file is"), std::string::npos) << h.status().message();
+  // A key that is not the hash of parent and tokens (a valid CRC over a wrong header).
+  BlockFileHeader wrong = f.h;
+  wrong.key.lo ^= 1;
+  Result<std::vector<uint8_t>> w = EncodeBlockFile(wrong, *f.pool, f.id);
+  ASSERT_TRUE(w.ok());
+  h = DecodeBlockHeader(*w, w->size(), "blk");
+  EXPECT_NE(h.status().message().find("not the hash"), std::string::npos) << h.status().message();
+  // Rows into a pool of other formats: refused before touching the block.
+  auto other = MakePool(kShape, Format::Q8_0(), Format::F16(), kBt, 1 << 20);
+  std::vector<BlockId> ids;
+  ASSERT_TRUE(other->Allocate(1, KvOwner::kOther, &ids, "test").ok());
+  Result<BlockFileHeader> good = DecodeBlockHeader(file, file.size(), "blk");
+  ASSERT_TRUE(good.ok());
+  Status s = DecodeBlockRows(*good, file, *other, ids[0], "blk");
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("q8_0"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace kvtier::tier
