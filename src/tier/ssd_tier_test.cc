@@ -166,7 +166,7 @@ TEST(SsdTier, RandomCrashPointsNeverServeDamagedBlocks) {
   std::mt19937_64 rng(42);
   std::vector<std::vector<int32_t>> entries;
   for (int i = 0; i < 8; ++i) entries.push_back(Range(100 * i, 6 + static_cast<int32_t>(rng() % 14)));
-  uint64_t served = 0;
+  uint64_t served = 0, crashes = 0;
   for (int trial = 0; trial < 200; ++trial) {
     std::unique_ptr<MemEnv> mem = MemEnv::Create(trial);
     std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
@@ -179,6 +179,7 @@ TEST(SsdTier, RandomCrashPointsNeverServeDamagedBlocks) {
       if (r.tier == nullptr) continue;  // crashed while opening
       StoreAndSpill(r, entries);
     }
+    crashes += env->crashed();
     env->Restart(static_cast<MemEnv::CrashMode>(trial % 3));
     env->SetRule(nullptr);
     Rig r = MakeRig(env.get(), Format::Q8_0(), Format::BF16(), 64);
@@ -195,6 +196,7 @@ TEST(SsdTier, RandomCrashPointsNeverServeDamagedBlocks) {
     }
   }
   EXPECT_GT(served, 0u);
+  EXPECT_GT(crashes, 150u);  // the crash points fell inside the work
 }
 
 TEST(SsdTier, DiskFullSkipsBlocksWithoutCrashing) {
