@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential g++ clang-14 libclang-rt-14-dev lld cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev python3
+  libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libisal-dev python3
 )
 
 missing=()
