@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvtier and runs every test: the release build (g++), a clang-14 -Werror compile of
 # everything, the unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, and the
-# concurrent tests (thread pool, prefix cache) under ThreadSanitizer.
+# concurrent tests (thread pool, Env, prefix cache, SSD tier) under ThreadSanitizer.
 # Installs what it needs first (tools/setup.sh). Environment knobs:
 #   KVTIER_SKIP_SANITIZERS=1  skip the ASan+UBSan build
 #   KVTIER_SKIP_CLANG=1       skip the clang build
@@ -37,9 +37,11 @@ if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
   echo "== ThreadSanitizer build and tests of the shared structures (pool, prefix cache)"
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" \
     -DKVTIER_TSAN=ON -DKVTIER_BUILD_BENCH=OFF >/dev/null
-  ninja -C build/tsan kvtier_prefix_test kvtier_base_test
+  ninja -C build/tsan kvtier_prefix_test kvtier_base_test kvtier_env_test kvtier_tier_test
   # The tests that share structures between threads (the property test is single-threaded).
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   build/tsan/src/base/kvtier_base_test --gtest_filter='ThreadPool*'
+  build/tsan/src/base/kvtier_env_test --gtest_filter='EnvConcurrency*'
   build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*'
+  build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*'
 fi
