@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvtier/dtype.h"
 #include "kvtier/status.h"
@@ -85,5 +86,7 @@ Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults = {});
 
 // Text listing what ParseFormat accepts, for error messages and --help.
 std::string ValidFormatsHelp();
+// Every supported format: the plain dtypes, q8_0, q4_0, then affine bits x group x scale dtype.
+std::vector<Format> AllSupportedFormats();
 
 }  // namespace kvtier

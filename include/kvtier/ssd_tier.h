@@ -86,6 +86,8 @@ class SsdTier : public LowerTier {
   Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
               BlockId id) override;
 
+  // Every namespace on disk with its block count (kvtier cache stats).
+  std::vector<std::pair<TierNamespace, uint64_t>> AllNamespaces() const;
   // Waits until every block queued so far is written or skipped.
   void Flush();
   SsdTierStats Stats() const;

@@ -73,7 +73,8 @@ class [[nodiscard]] Result {
   // Precondition: ok().
   T& value() & { return std::get<T>(v_); }
   const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // By value, so `for (x : F().value())` over a temporary Result is safe.
+  T value() && { return std::get<T>(std::move(v_)); }
   T& operator*() & { return value(); }
   const T& operator*() const& { return value(); }
   T* operator->() { return &value(); }

@@ -14,6 +14,7 @@
 #include "cli/make_test_model.h"
 #include "cli/bench_model.h"
 #include "cli/bench_prefix.h"
+#include "cli/cache_cmd.h"
 #include "cli/generate.h"
 #include "cli/tokenize.h"
 
@@ -235,7 +236,16 @@ int main(int argc, char** argv) {
   pac->add_option("--seed", pa.seed, "Seed of the window lengths")->capture_default_str();
   pac->add_flag("--json", pa_json, "Print one JSON object");
 
+  kvtier::cli::CacheCommand cache_cmd;
+  CLI::App* cache = kvtier::cli::AddCacheCommand(app, &cache_cmd);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (cache->parsed()) {
+    const kvtier::Status st = kvtier::cli::RunCacheCommand(cache_cmd, std::cout);
+    if (!st.ok()) return Fail("cache", st);
+    return 0;
+  }
 
   if (mm->parsed()) {
     const kvtier::Status st = kvtier::cli::RunMakeTestModel(make_model, std::cout);

@@ -49,6 +49,19 @@ std::string ValidFormatsHelp() {
          "(e.g. affine4g64, affine8g32:bf16)";
 }
 
+std::vector<Format> AllSupportedFormats() {
+  std::vector<Format> v = {Format::F32(), Format::F16(), Format::BF16(), Format::Q8_0(),
+                           Format::Q4_0()};
+  for (int bits : {2, 3, 4, 5, 6, 8}) {
+    for (int group : {32, 64, 128}) {
+      for (DType sd : {DType::kF32, DType::kF16, DType::kBF16}) {
+        v.push_back(Format::Affine(bits, group, sd));
+      }
+    }
+  }
+  return v;
+}
+
 Status Format::Validate() const {
   const std::string what = "format " + name();
   switch (kind) {

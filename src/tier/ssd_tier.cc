@@ -380,6 +380,13 @@ std::vector<TierNamespace> SsdTier::Namespaces(const ModelFingerprint& model) {
   return out;
 }
 
+std::vector<std::pair<TierNamespace, uint64_t>> SsdTier::AllNamespaces() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<std::pair<TierNamespace, uint64_t>> out;
+  for (const auto& [key, ns] : impl_->namespaces) out.push_back(ns);
+  return out;
+}
+
 std::vector<TierBlock> SsdTier::FindChain(const TierNamespace& ns,
                                           std::span<const int32_t> tokens) {
   Impl& m = *impl_;

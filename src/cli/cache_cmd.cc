@@ -1,0 +1,204 @@
+// `kvtier cache ...` (cache_cmd.h): opens the SSD tier's directory through the real Env.
+#include "cli/cache_cmd.h"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <random>
+
+#include "kvtier/env.h"
+#include "kvtier/sequence_cache.h"
+#include "kvtier/ssd_tier.h"
+#include "tier/block_file.h"
+
+namespace kvtier::cli {
+namespace {
+
+Result<std::shared_ptr<SsdTier>> OpenDir(const std::string& dir) {
+  if (dir.empty()) return Status::InvalidArgument("--dir: required");
+  if (!Env::Default()->FileExists(dir)) {
+    return Status::InvalidArgument("--dir: " + dir + " does not exist");
+  }
+  SsdTierOptions o;
+  o.dir = dir;
+  o.max_bytes = UINT64_MAX;  // looking must not evict
+  return SsdTier::Open(std::move(o));
+}
+
+uint64_t QuarantinedFiles(const std::string& dir) {
+  Result<std::vector<DirEntry>> q = Env::Default()->ListDir(dir + "/quarantine");
+  return q.ok() ? q->size() : 0;
+}
+
+std::string Gb(uint64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f GB", static_cast<double>(b) / 1e9);
+  return buf;
+}
+
+Status Stats(const CacheCommand& c, std::ostream& out) {
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenDir(c.dir));
+  const SsdTierStats s = tier->Stats();
+  const auto namespaces = tier->AllNamespaces();
+  const uint64_t quarantined = QuarantinedFiles(c.dir);
+  if (c.json) {
+    nlohmann::json j;
+    j["dir"] = c.dir;
+    j["blocks"] = s.blocks;
+    j["bytes"] = s.bytes;
+    j["quarantined_files"] = quarantined;
+    j["removed_tmp_files"] = s.removed_tmp_files;
+    j["open_ms"] = s.open_ms;
+    j["namespaces"] = nlohmann::json::array();
+    for (const auto& [ns, blocks] : namespaces) {
+      j["namespaces"].push_back({{"key", ns.key.ToHex()},
+                                 {"model", ns.model.ToHex()},
+                                 {"n_layers", ns.shape.n_layers},
+                                 {"n_kv_heads", ns.shape.n_kv_heads},
+                                 {"head_dim", ns.shape.head_dim},
+                                 {"k_format", ns.k_format.spec()},
+                                 {"v_format", ns.v_format.spec()},
+                                 {"block_tokens", ns.block_tokens},
+                                 {"blocks", blocks}});
+    }
+    out << j.dump(2) << "\n";
+    return Status::OK();
+  }
+  out << c.dir << ": " << s.blocks << " blocks, " << Gb(s.bytes) << "; " << quarantined
+      << " quarantined; index rebuilt from the headers in " << s.open_ms << " ms";
+  if (s.removed_tmp_files > 0) out << "; removed " << s.removed_tmp_files << " .tmp files";
+  out << "\n";
+  for (const auto& [ns, blocks] : namespaces) {
+    out << "  model " << ns.model.ToHex() << "  " << ns.shape.ToString() << "  K "
+        << ns.k_format.spec() << " / V " << ns.v_format.spec() << "  " << ns.block_tokens
+        << "-token blocks: " << blocks << "\n";
+  }
+  return Status::OK();
+}
+
+Status Verify(const CacheCommand& c, std::ostream& out) {
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenDir(c.dir));
+  uint64_t good = 0, bad = 0;
+  KVTIER_RETURN_IF_ERROR(tier->Verify(&good, &bad));
+  const uint64_t quarantined = tier->Stats().quarantined;  // headers that failed at open too
+  if (c.json) {
+    out << nlohmann::json{{"good", good}, {"bad", bad}, {"quarantined", quarantined}}.dump(2)
+        << "\n";
+  } else {
+    out << c.dir << ": " << good << " blocks verified, " << bad << " failed the payload check, "
+        << quarantined << " quarantined in all (" << c.dir << "/quarantine)\n";
+  }
+  if (bad > 0 || quarantined > 0) {
+    return Status::Corruption(std::to_string(bad + quarantined) + " damaged block files in " +
+                              c.dir + " (moved to quarantine/)");
+  }
+  return Status::OK();
+}
+
+Status Clear(const CacheCommand& c, std::ostream& out) {
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenDir(c.dir));
+  const uint64_t blocks = tier->Stats().blocks;
+  KVTIER_RETURN_IF_ERROR(tier->Clear());
+  uint64_t quarantined = 0;
+  Env* env = Env::Default();
+  if (Result<std::vector<DirEntry>> q = env->ListDir(c.dir + "/quarantine"); q.ok()) {
+    for (const DirEntry& e : *q) quarantined += env->RemoveFile(c.dir + "/quarantine/" + e.name).ok();
+  }
+  out << c.dir << ": removed " << blocks << " blocks and " << quarantined
+      << " quarantined files\n";
+  return Status::OK();
+}
+
+// Every format through a block file and back, checked now: the support matrix.
+Status Formats(const CacheCommand& c, std::ostream& out) {
+  const KvShape shape{2, 2, 128};
+  constexpr uint32_t kTokens = 16;
+  nlohmann::json rows = nlohmann::json::array();
+  if (!c.json) {
+    out << "format            id          bits/value  bytes/row(128)  on disk          round trip\n";
+  }
+  std::mt19937_64 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Format& f : AllSupportedFormats()) {
+    BlockPoolOptions po;
+    po.shape = shape;
+    po.k_format = po.v_format = f;
+    po.block_tokens = kTokens;
+    KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
+                            KvBlockLayout::Make(shape, f, f, kTokens));
+    po.capacity_bytes = 2 * layout.block_stride;
+    KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::Create(po));
+    SequenceCache seq(pool);
+    std::vector<float> kv(kTokens * shape.n_kv_heads * shape.head_dim);  // [tokens, heads, dim]
+    for (uint32_t l = 0; l < shape.n_layers; ++l) {
+      for (float& x : kv) x = nd(rng);
+      KVTIER_RETURN_IF_ERROR(seq.Append(l, DType::kF32, kv.data(), kv.data(), kTokens));
+    }
+    tier::BlockFileHeader h;
+    h.shape = shape;
+    h.k_format = h.v_format = f;
+    h.block_tokens = kTokens;
+    for (uint32_t i = 0; i < kTokens; ++i) h.tokens.push_back(static_cast<int32_t>(i));
+    h.namespace_key = NamespaceKey(h.model, shape, f, f, kTokens);
+    h.parent_key = h.namespace_key;
+    h.key = ChainBlockKey(h.parent_key, h.tokens);
+    KVTIER_ASSIGN_OR_RETURN(std::vector<uint8_t> file,
+                            tier::EncodeBlockFile(h, *pool, seq.block_ids()[0]));
+    KVTIER_ASSIGN_OR_RETURN(tier::BlockFileHeader back,
+                            tier::DecodeBlockHeader(file, file.size(), "formats"));
+    std::vector<BlockId> dst;
+    KVTIER_RETURN_IF_ERROR(pool->Allocate(1, KvOwner::kOther, &dst, "formats"));
+    KVTIER_RETURN_IF_ERROR(tier::DecodeBlockRows(back, file, *pool, dst[0], "formats"));
+    const bool same = std::equal(pool->block_data(dst[0]),
+                                 pool->block_data(dst[0]) + layout.block_stride,
+                                 pool->block_data(seq.block_ids()[0]));
+    pool->Unref(dst, KvOwner::kOther);
+    char id[16];
+    std::snprintf(id, sizeof id, "0x%08x", f.id());
+    if (c.json) {
+      rows.push_back({{"format", f.spec()}, {"id", f.id()}, {"bits_per_value", f.bits_per_value()},
+                      {"row_bytes_128", f.row_bytes(128)}, {"stored", "native"},
+                      {"round_trip_bit_exact", same}});
+    } else {
+      char line[160];
+      std::snprintf(line, sizeof line, "%-17s %-11s %-11.3f %-15zu %-16s %s\n", f.spec().c_str(),
+                    id, f.bits_per_value(), f.row_bytes(128), "native",
+                    same ? "bit for bit" : "MISMATCH");
+      out << line;
+    }
+    if (!same) return Status::Internal("format " + f.spec() + " did not round-trip");
+  }
+  if (c.json) out << rows.dump(2) << "\n";
+  return Status::OK();
+}
+
+}  // namespace
+
+CLI::App* AddCacheCommand(CLI::App& app, CacheCommand* cmd) {
+  CLI::App* c = app.add_subcommand("cache", "The SSD tier's directory: stats, verify, clear, formats");
+  c->require_subcommand(1);
+  for (const char* action : {"stats", "verify", "clear"}) {
+    const std::string help = std::string(action) == "stats"    ? "Blocks, bytes and namespaces on disk"
+                             : std::string(action) == "verify" ? "Read and check every block file"
+                                                               : "Remove every block file";
+    CLI::App* s = c->add_subcommand(action, help);
+    s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
+    s->add_flag("--json", cmd->json, "Print JSON");
+    s->callback([cmd, action] { cmd->action = action; });
+  }
+  CLI::App* f = c->add_subcommand("formats", "Every format the tier stores, checked now");
+  f->add_flag("--json", cmd->json, "Print JSON");
+  f->callback([cmd] { cmd->action = "formats"; });
+  return c;
+}
+
+Status RunCacheCommand(const CacheCommand& cmd, std::ostream& out) {
+  if (cmd.action == "stats") return Stats(cmd, out);
+  if (cmd.action == "verify") return Verify(cmd, out);
+  if (cmd.action == "clear") return Clear(cmd, out);
+  if (cmd.action == "formats") return Formats(cmd, out);
+  return Status::InvalidArgument("cache: unknown action '" + cmd.action + "'");
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,27 @@
+// `kvtier cache stats|verify|clear --dir D` and `kvtier cache formats`: the SSD tier's
+// directory from the command line. Stateless; one command per call.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+
+#include "kvtier/status.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kvtier::cli {
+
+struct CacheCommand {
+  std::string action;  // "stats", "verify", "clear", "formats"
+  std::string dir;
+  bool json = false;
+};
+
+// Adds `cache` and its subcommands to `app`, filling *cmd when parsed; returns the `cache` app.
+CLI::App* AddCacheCommand(CLI::App& app, CacheCommand* cmd);
+// Runs it: stats and formats print a table (or JSON); verify fails when a file is bad.
+Status RunCacheCommand(const CacheCommand& cmd, std::ostream& out);
+
+}  // namespace kvtier::cli
