@@ -33,7 +33,10 @@ namespace kvtier {
 struct SsdTierOptions {
   std::string dir;                       // required; created if missing
   uint64_t max_bytes = 10ull << 30;      // --ssd-cache-max-gb (default 10)
-  uint32_t queue_blocks = 64;            // blocks waiting for the writer, at most
+  uint32_t queue_blocks = 64;            // blocks waiting for the writers, at most
+  // Writer threads: each block is its own synced file, and syncs of several files in flight
+  // overlap (one thread reaches about 60-75% of a plain sequential write here, four 95%).
+  uint32_t writer_threads = 4;
   bool write_inline_when_full = false;   // else the producer waits for room
   Env* env = nullptr;                    // default Env::Default()
   // Blocks of other models than these (when non-empty) are removed at Open(); by default

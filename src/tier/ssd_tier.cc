@@ -85,7 +85,8 @@ struct SsdTier::Impl {
   std::deque<Job> queue;
   int writing = 0;           // jobs taken from the queue, not yet finished
   bool stop = false;
-  std::thread writer;
+  std::vector<std::thread> writers;
+  std::unordered_set<BlockKey, Hash128Hasher> pending;  // queued or being written
 
   std::unordered_map<BlockKey, Entry, Hash128Hasher> blocks;
   std::unordered_map<BlockKey, std::vector<BlockKey>, Hash128Hasher> children;  // by parent
@@ -289,8 +290,10 @@ void SsdTier::Impl::WriterLoop() {
     queue.pop_front();
     ++writing;
     cv_room.notify_one();
+    const BlockKey key = job.header.key;
     const int skip = Write(job, lock);
     if (skip >= 0) ++stats.skipped[skip];
+    pending.erase(key);
     --writing;
     if (queue.empty() && writing == 0) cv_idle.notify_all();
   }
@@ -304,13 +307,19 @@ Result<std::shared_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   if (options.queue_blocks == 0) {
     return Status::InvalidArgument("ssd tier: queue_blocks must be > 0");
   }
+  if (options.writer_threads == 0 || options.writer_threads > 64) {
+    return Status::InvalidArgument("ssd tier: writer_threads must be in [1, 64], got " +
+                                   std::to_string(options.writer_threads));
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   Timer timer;
   KVTIER_RETURN_IF_ERROR(impl->Scan());
   impl->stats.open_ms = timer.Millis();
   impl->stats.max_bytes = impl->opt.max_bytes;
   Impl* raw = impl.get();
-  impl->writer = std::thread([raw] { raw->WriterLoop(); });
+  for (uint32_t i = 0; i < raw->opt.writer_threads; ++i) {
+    raw->writers.emplace_back([raw] { raw->WriterLoop(); });
+  }
   return std::shared_ptr<SsdTier>(new SsdTier(std::move(impl)));
 }
 
@@ -320,7 +329,7 @@ SsdTier::~SsdTier() {
     impl_->stop = true;
   }
   impl_->cv_work.notify_all();
-  impl_->writer.join();
+  for (std::thread& t : impl_->writers) t.join();
 }
 
 const SsdTierOptions& SsdTier::options() const { return impl_->opt; }
@@ -343,7 +352,7 @@ void SsdTier::Spill(const EvictedBlock& b) {
   job.pool = b.pool;
   job.block = b.block;
   std::unique_lock<std::mutex> lock(m.mu);
-  if (m.blocks.contains(b.key)) {
+  if (m.blocks.contains(b.key) || m.pending.contains(b.key)) {
     ++m.stats.already_present;
     m.Touch(b.key);
     return;
@@ -352,11 +361,13 @@ void SsdTier::Spill(const EvictedBlock& b) {
     ++m.stats.skipped[static_cast<int>(SpillSkip::kIoError)];
     return;
   }
+  m.pending.insert(b.key);  // a second spill of the key while this one is on its way: a no-op
   if (m.queue.size() >= m.opt.queue_blocks) {
     if (m.opt.write_inline_when_full) {
       ++m.stats.inline_writes;
       const int skip = m.Write(job, lock);
       if (skip >= 0) ++m.stats.skipped[skip];
+      m.pending.erase(b.key);
       return;
     }
     ++m.stats.producer_waits;
