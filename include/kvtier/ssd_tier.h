@@ -72,7 +72,8 @@ struct SsdTierStats {
   // At Open():
   uint64_t found_blocks = 0;
   uint64_t removed_tmp_files = 0;
-  uint64_t removed_foreign = 0;
+  uint64_t removed_foreign = 0;         // files of other models (keep_only_models)
+  uint64_t ignored_newer = 0;           // files of a newer block-file version, left alone
   double open_ms = 0.0;
 };
 

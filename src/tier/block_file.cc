@@ -124,11 +124,10 @@ Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const Blo
 
 Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint64_t file_size,
                                           const std::string& name) {
-  if (prefix.size() < kBlockFileFixedHeader + 8) {
-    return Bad(name, "file of " + std::to_string(file_size) + " bytes is shorter than a header");
-  }
   const uint8_t* p = prefix.data();
-  if (std::memcmp(p, kMagic, 8) != 0) return Bad(name, "magic is not KVTBLK");
+  if (prefix.size() < 12 || std::memcmp(p, kMagic, 8) != 0) {
+    return Bad(name, "magic is not KVTBLK (" + std::to_string(file_size) + " bytes)");
+  }
   const uint32_t version = Get32(p + 8);
   if (version > kBlockFileVersion) {
     return Status::Unimplemented(name + ": block file version " + std::to_string(version) +
@@ -136,6 +135,9 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
                                  std::to_string(kBlockFileVersion) + ")");
   }
   if (version != kBlockFileVersion) return Bad(name, "version " + std::to_string(version));
+  if (prefix.size() < kBlockFileFixedHeader + 8) {
+    return Bad(name, "file of " + std::to_string(file_size) + " bytes is shorter than a header");
+  }
   const uint32_t hb = Get32(p + 12);
   if (hb < kBlockFileFixedHeader + 8 || hb % 8 != 0 || hb > prefix.size()) {
     return Bad(name, "header_bytes " + std::to_string(hb) + " (have " +

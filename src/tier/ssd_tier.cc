@@ -218,6 +218,10 @@ Status SsdTier::Impl::Scan() {
       if (h.ok() && f.name != KeyName(h->key) + kSuffix) {
         h = Status::Corruption(path + ": file name does not match key " + KeyName(h->key));
       }
+      if (!h.ok() && h.status().code() == StatusCode::kUnimplemented) {
+        ++stats.ignored_newer;  // a newer kvtier's file: not ours to judge or remove
+        continue;
+      }
       if (!h.ok()) {
         Quarantine(path, h.status().message());
         continue;

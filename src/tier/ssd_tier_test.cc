@@ -2,6 +2,7 @@
 // bit, restart, the size cap, quarantine, random crash points, ENOSPC and injected I/O errors.
 #include "kvtier/ssd_tier.h"
 
+#include <cstring>
 #include <random>
 
 #include "prefix/prefix_test_util.h"
@@ -197,6 +198,38 @@ TEST(SsdTier, RandomCrashPointsNeverServeDamagedBlocks) {
   }
   EXPECT_GT(served, 0u);
   EXPECT_GT(crashes, 150u);  // the crash points fell inside the work
+}
+
+TEST(SsdTier, OtherModelsAndNewerFilesFollowThePolicy) {
+  std::unique_ptr<MemEnv> env = MemEnv::Create(10);
+  Rig r = MakeRig(env.get(), Format::F16(), Format::F16(), 16);
+  StoreAndSpill(r, {Range(1, 8)});  // two blocks of model A
+  r = Rig{};
+  // A file of a newer version (its header says version 2) is left alone, not quarantined.
+  const std::string newer = "/ssd/blocks/00/" + std::string(32, '0') + ".kvb";
+  std::vector<uint8_t> bytes(256, 0);
+  const char magic[8] = {'K', 'V', 'T', 'B', 'L', 'K', 0x1A, '\n'};
+  std::memcpy(bytes.data(), magic, 8);
+  bytes[8] = 2;
+  ASSERT_TRUE(env->CreateDirs("/ssd/blocks/00").ok());
+  ASSERT_TRUE(env->WriteFileDurably(newer, bytes).ok());
+  Result<std::shared_ptr<SsdTier>> t = OpenTier(env.get());
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->Stats().ignored_newer, 1u);
+  EXPECT_EQ((*t)->Stats().quarantined, 0u);
+  EXPECT_EQ((*t)->Stats().found_blocks, 2u);
+  EXPECT_TRUE(env->FileExists(newer));
+  t->reset();
+  // Keeping only model B removes model A's files at open.
+  SsdTierOptions o;
+  o.dir = "/ssd";
+  o.env = env.get();
+  o.keep_only_models = {testing::kModelB};
+  Result<std::shared_ptr<SsdTier>> only_b = SsdTier::Open(o);
+  ASSERT_TRUE(only_b.ok());
+  EXPECT_EQ((*only_b)->Stats().removed_foreign, 2u);
+  EXPECT_EQ((*only_b)->Stats().blocks, 0u);
+  EXPECT_TRUE(env->FileExists(newer));
 }
 
 TEST(SsdTier, DiskFullSkipsBlocksWithoutCrashing) {
