@@ -3,6 +3,8 @@
 // emulated, scalar) runs the scalar reference, because Highway's emulated f16/bf16
 // demotion truncates instead of rounding. Results equal quant_ref.cc bit for bit:
 // same operation order, the same reciprocal for affine codes, FMA in dequantize.
+// On AVX-512 the affine, q4_0 and q8_0 quantizers take 16 groups per batch
+// (quant_simd_avx512-inl.h); the kBatch code below does what is left, and all of AVX2.
 // Pure functions; thread-safe.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "quant/quant_simd.cc"
@@ -179,28 +181,49 @@ HWY_INLINE void BatchMinMax(DF df, const void* src, size_t first, float* w_min, 
 
 // ---------------------------------------------------------------- affine
 
-// MLX's affine parameters (AffineParamsFromMinMax) for kBatch groups at once, lane b for
-// group b; the same operations in the same order, so the same bits (NaN included: Max(eps, a)
-// keeps a NaN a, as std::max(a, eps) does).
-template <int kBits>
-HWY_INLINE void AffineParamsBatch(const float* w_min, const float* w_max, float* scale,
-                                  float* bias, float* inv_scale) {
-  const hn::FixedTag<float, kBatch> d4;
-  const auto lo = hn::LoadU(d4, w_min);
-  const auto hi = hn::LoadU(d4, w_max);
-  const auto zero = hn::Zero(d4);
+// MLX's affine parameters (AffineParamsFromMinMax), lane by lane: the same operations in the
+// same order, so the same bits (NaN included: Max(eps, a) keeps a NaN a, as std::max(a, eps)
+// does). The reciprocal for the codes is 1 / scale, as the reference's inv_scale.
+template <int kBits, class D, class V = hn::Vec<D>>
+HWY_INLINE void AffineParamsVec(D d, V lo, V hi, V& scale, V& bias) {
+  const auto zero = hn::Zero(d);
   const auto mask = hn::Gt(hn::Abs(lo), hn::Abs(hi));
-  auto s = hn::Max(hn::Set(d4, 1e-7f),
-                   hn::Div(hn::Sub(hi, lo), hn::Set(d4, static_cast<float>((1 << kBits) - 1))));
+  auto s = hn::Max(hn::Set(d, 1e-7f),
+                   hn::Div(hn::Sub(hi, lo), hn::Set(d, static_cast<float>((1 << kBits) - 1))));
   s = hn::IfThenElse(mask, s, hn::Neg(s));
   const auto edge = hn::IfThenElse(mask, lo, hi);
   const auto q0 = hn::Round(hn::Div(edge, s));
   const auto nonzero = hn::Not(hn::Eq(q0, zero));  // NaN counts as nonzero, as q0 != 0
-  s = hn::IfThenElse(nonzero, hn::Div(edge, q0), s);
+  scale = hn::IfThenElse(nonzero, hn::Div(edge, q0), s);
+  bias = hn::IfThenElseZero(nonzero, edge);
+}
+
+// AffineParamsVec for kBatch groups at once, lane b for group b.
+template <int kBits>
+HWY_INLINE void AffineParamsBatch(const float* w_min, const float* w_max, float* scale,
+                                  float* bias, float* inv_scale) {
+  const hn::FixedTag<float, kBatch> d4;
+  hn::Vec<decltype(d4)> s, b;
+  AffineParamsVec<kBits>(d4, hn::LoadU(d4, w_min), hn::LoadU(d4, w_max), s, b);
   hn::StoreU(s, d4, scale);
-  hn::StoreU(hn::IfThenElseZero(nonzero, edge), d4, bias);
+  hn::StoreU(b, d4, bias);
   hn::StoreU(hn::Div(hn::Set(d4, 1.0f), s), d4, inv_scale);
 }
+
+// The first value of a block (32 values of kSrc) whose magnitude is `magnitude` (0 if none),
+// as ggml's scan picks.
+template <DType kSrc>
+HWY_INLINE float FirstOfMagnitude(const uint8_t* block, float magnitude) {
+  for (size_t j = 0; j < 32; ++j) {
+    const float x = LoadAs(kSrc, block, j);
+    if (std::fabs(x) == std::fabs(magnitude)) return x;
+  }
+  return 0.0f;
+}
+
+#if HWY_TARGET <= HWY_AVX3
+#include "quant/quant_simd_avx512-inl.h"
+#endif
 
 template <int kBits, DType kSrc, size_t kGroup>
 void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head_dim,
@@ -218,16 +241,21 @@ void QuantizeAffine(const Format& f, const void* src, size_t n_rows, size_t head
   HWY_ALIGN uint8_t codes[kGroup];  // codes, for widths packed by scalar code
   HWY_ALIGN float w_min[kBatch], w_max[kBatch], scale[kBatch], bias[kBatch], inv[kBatch];
 
-  const size_t total = n_rows * l.n_groups;     // groups are contiguous in the source
-  const size_t full = total / kBatch * kBatch;  // groups done by whole batches
-  size_t row = 0, gi = 0;                       // (row, group in row) of the next group
+  const size_t total = n_rows * l.n_groups;  // groups are contiguous in the source
+  size_t start = 0;                          // the first group left for kBatch batches
+#if HWY_TARGET <= HWY_AVX3
+  start = total / avx512::kWide * avx512::kWide;
+  avx512::QuantizeAffine16<kBits, kSrc, kGroup>(f, l, row_bytes, src, 0, start, dst);
+#endif
+  const size_t full = start + (total - start) / kBatch * kBatch;  // by whole batches
+  size_t row = start / l.n_groups, gi = start % l.n_groups;  // (row, group in row) of the next
   auto next_group = [&] {
     if (++gi == l.n_groups) {
       gi = 0;
       ++row;
     }
   };
-  for (size_t g0 = 0; g0 < full; g0 += kBatch) {
+  for (size_t g0 = start; g0 < full; g0 += kBatch) {
     BatchMinMax<kSrc, kGroup>(df, src, g0 * kGroup, w_min, w_max);
     AffineParamsBatch<kBits>(w_min, w_max, scale, bias, inv);
     for (size_t b = 0; b < kBatch; ++b) {
@@ -378,8 +406,13 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   HWY_ALIGN float amax[kBatch], id[kBatch];
   uint16_t d_bits[kBatch];
   const size_t total = n_rows * (head_dim / 32);  // blocks are contiguous in src and dst
-  const size_t full = total / kBatch * kBatch;
-  for (size_t b0 = 0; b0 < full; b0 += kBatch) {
+  size_t start = 0;  // the first block left for kBatch batches
+#if HWY_TARGET <= HWY_AVX3
+  start = total / avx512::kWide * avx512::kWide;
+  avx512::QuantizeQ8_0x16<kSrc>(src, 0, start, dst);
+#endif
+  const size_t full = start + (total - start) / kBatch * kBatch;
+  for (size_t b0 = start; b0 < full; b0 += kBatch) {
     BlockAbsMax<kSrc>(df, src, b0, amax);
     BlockScales(amax, 127.0f, id, d_bits);
     for (size_t b = 0; b < kBatch; ++b) {
@@ -403,17 +436,6 @@ void QuantizeQ8_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   }
 }
 
-// The first value of a block (32 values of kSrc) whose magnitude is `magnitude` (0 if none),
-// as ggml's scan picks.
-template <DType kSrc>
-HWY_INLINE float FirstOfMagnitude(const uint8_t* block, float magnitude) {
-  for (size_t j = 0; j < 32; ++j) {
-    const float x = LoadAs(kSrc, block, j);
-    if (std::fabs(x) == std::fabs(magnitude)) return x;
-  }
-  return 0.0f;
-}
-
 template <DType kSrc>
 void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
   const DF df;
@@ -424,8 +446,13 @@ void QuantizeQ4_0(const void* src, size_t n_rows, size_t head_dim, uint8_t* dst)
   HWY_ALIGN float w_max[kBatch], w_min[kBatch], max[kBatch], id[kBatch];
   uint16_t d_bits[kBatch];
   const size_t total = n_rows * (head_dim / 32);
-  const size_t full = total / kBatch * kBatch;
-  for (size_t b0 = 0; b0 < full; b0 += kBatch) {
+  size_t start = 0;  // the first block left for kBatch batches
+#if HWY_TARGET <= HWY_AVX3
+  start = total / avx512::kWide * avx512::kWide;
+  avx512::QuantizeQ4_0x16<kSrc>(src, 0, start, dst);
+#endif
+  const size_t full = start + (total - start) / kBatch * kBatch;
+  for (size_t b0 = start; b0 < full; b0 += kBatch) {
     BatchMinMax<kSrc, 32>(df, src, b0 * 32, w_min, w_max);
     // ggml's d comes from the signed value of largest magnitude (first one on a tie): the
     // max or the min, unless both have the same magnitude (then scan), 0 for a zero block.
