@@ -1,0 +1,406 @@
+// Engine (kvtier/engine.h): the scheduler thread, admission through the prefix cache, ragged
+// steps of chunked prefill and decode, preemption when the pool is full, and the stores.
+// `mu` guards the waiting queue, cancellations and statistics; the running rows belong to the
+// scheduler thread alone.
+#include "kvtier/engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_set>
+
+#include "base/thread_pool.h"
+#include "kvtier/batch_cache.h"
+
+namespace kvtier {
+
+std::string_view FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+struct Req {
+  Req(uint64_t i, EngineRequest r, EngineCallback c)
+      : id(i), req(std::move(r)), cb(std::move(c)), sampler(req.sampling), all(req.prompt) {}
+  uint64_t id;
+  EngineRequest req;
+  EngineCallback cb;
+  Sampler sampler;
+  std::vector<int32_t> all;     // prompt, then every generated token
+  uint32_t generated = 0;
+  uint32_t cached = 0;          // prompt tokens from the cache at first admission
+  bool admitted_before = false;
+  bool prompt_stored = false;
+  SequenceCache seq;            // K/V of all[0, seq.size())
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(const Model& m, EngineOptions o)
+      : model(m),
+        opt(std::move(o)),
+        threads(opt.threads > 0 ? static_cast<int>(opt.threads)
+                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))) {}
+
+  void Loop();
+  void Admit(Req& r);
+  void Step();
+  // Makes room for row i's next n tokens: evicts from the prefix cache, then preempts the most
+  // recently admitted other row. False when row i cannot fit even alone.
+  bool Reserve(size_t i, uint32_t n);
+  void Preempt(size_t i);
+  // Delivers an event; returns the callback's answer.
+  bool Emit(Req& r, int32_t token, FinishReason finish, Status error = Status::OK());
+  void Finish(std::unique_ptr<Req> r, FinishReason why, Status error = Status::OK());
+
+  const Model& model;
+  const EngineOptions opt;
+  ThreadPool threads;
+  std::vector<float> logits;  // [rows, n_vocab]
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Req>> waiting;
+  std::unordered_set<uint64_t> cancels;
+  bool stop = false;
+  uint64_t next_id = 1;
+  EngineStats stats;
+  std::vector<std::unique_ptr<Req>> running;  // scheduler thread only, in admission order
+  std::thread thread;
+};
+
+bool Engine::Impl::Emit(Req& r, int32_t token, FinishReason finish, Status error) {
+  EngineEvent e;
+  e.id = r.id;
+  e.token = token;
+  e.finish = finish;
+  e.prompt_tokens = static_cast<uint32_t>(r.req.prompt.size());
+  e.cached_tokens = r.cached;
+  e.generated_tokens = r.generated;
+  e.error = std::move(error);
+  return r.cb(e);
+}
+
+void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error) {
+  if (opt.prefix_cache != nullptr && r->seq.valid() && r->seq.size() > 0) {
+    // The whole conversation (all but the last sampled token has K/V) for the next turn.
+    (void)opt.prefix_cache->Store(model.fingerprint(), r->all, std::move(r->seq));
+  }
+  r->seq = SequenceCache();
+  Emit(*r, -1, why, std::move(error));
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.finished;
+  stats.cancelled += why == FinishReason::kCancelled;
+  stats.failed += why == FinishReason::kError;
+}
+
+void Engine::Impl::Admit(Req& r) {
+  r.seq = SequenceCache(opt.pool);
+  if (opt.prefix_cache != nullptr) {
+    Result<PrefixFetchResult> f = opt.prefix_cache->Fetch(model.fingerprint(), r.all, opt.pool);
+    if (f.ok()) r.seq = std::move(f->sequence);
+  }
+  if (!r.admitted_before) {
+    r.cached = std::min<uint32_t>(r.seq.size(), static_cast<uint32_t>(r.req.prompt.size()));
+    r.admitted_before = true;
+    std::lock_guard<std::mutex> lock(mu);
+    stats.cached_tokens += r.cached;
+  }
+}
+
+void Engine::Impl::Preempt(size_t i) {
+  std::unique_ptr<Req> r = std::move(running[i]);
+  running.erase(running.begin() + static_cast<long>(i));
+  if (opt.prefix_cache != nullptr && r->seq.size() > 0) {
+    (void)opt.prefix_cache->Store(model.fingerprint(), r->all, std::move(r->seq));
+  }
+  r->seq = SequenceCache();
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.preemptions;
+  waiting.push_front(std::move(r));
+}
+
+bool Engine::Impl::Reserve(size_t i, uint32_t n) {
+  for (;;) {
+    Status s = running[i]->seq.Reserve(n);
+    if (s.ok()) return true;
+    if (s.code() != StatusCode::kResourceExhausted) return false;
+    const uint64_t stride = opt.pool->layout().block_stride;
+    const uint64_t need = (n / opt.pool->block_tokens() + 2) * stride;
+    if (opt.prefix_cache != nullptr) {
+      const uint64_t freed = opt.prefix_cache->Evict(need);
+      if (freed > 0) {
+        std::lock_guard<std::mutex> lock(mu);
+        stats.cache_evictions_for_room += freed;
+        continue;
+      }
+    }
+    // The most recently admitted row other than i gives its blocks back.
+    size_t victim = running.size();
+    for (size_t j = running.size(); j-- > 0;) {
+      if (j != i) {
+        victim = j;
+        break;
+      }
+    }
+    if (victim == running.size()) return false;
+    Preempt(victim);
+    if (victim < i) --i;
+  }
+}
+
+void Engine::Impl::Step() {
+  // What each row computes: its next prompt chunk, or its last sampled token.
+  std::vector<std::span<const int32_t>> tokens;
+  for (size_t i = 0; i < running.size();) {
+    Req& r = *running[i];
+    const uint32_t done = r.seq.size();
+    const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r.all.size()) - done, opt.prefill_step);
+    if (!Reserve(i, n)) {
+      std::unique_ptr<Req> failed = std::move(running[i]);
+      running.erase(running.begin() + static_cast<long>(i));
+      Status why = Status::ResourceExhausted(
+          "the KV pool (" + std::to_string(opt.pool->layout().block_stride *
+                                           opt.pool->capacity_blocks()) +
+          " bytes) cannot hold this request: " + std::to_string(n) + " more tokens after " +
+          std::to_string(done));
+      Finish(std::move(failed), FinishReason::kError, std::move(why));
+      i = 0;  // a preemption may have moved rows: check them all again
+      continue;
+    }
+    ++i;
+  }
+  if (running.empty()) return;
+  std::vector<SequenceCache> seqs;
+  for (auto& r : running) {
+    const uint32_t done = r->seq.size();
+    const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r->all.size()) - done, opt.prefill_step);
+    tokens.emplace_back(r->all.data() + done, n);
+    seqs.push_back(std::move(r->seq));
+  }
+  const size_t V = model.config().n_vocab;
+  logits.resize(running.size() * V);
+  Result<BatchCache> batch = BatchCache::Merge(std::move(seqs));
+  Status s = batch.status();
+  if (s.ok()) s = model.Forward(*batch, tokens, false, logits.data(), &threads);
+  if (batch.ok()) {
+    for (auto& r : running) {
+      Result<SequenceCache> back = batch->Take(0);
+      if (back.ok()) r->seq = std::move(*back);
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.steps;
+  }
+  if (!s.ok()) {  // the cache may be half written: every row fails
+    std::vector<std::unique_ptr<Req>> rows = std::move(running);
+    running.clear();
+    for (auto& r : rows) {
+      r->seq = SequenceCache();
+      Finish(std::move(r), FinishReason::kError, s);
+    }
+    return;
+  }
+  std::vector<std::unique_ptr<Req>> keep;
+  for (size_t i = 0; i < running.size(); ++i) {
+    std::unique_ptr<Req> r = std::move(running[i]);
+    const uint32_t computed = static_cast<uint32_t>(tokens[i].size());
+    const bool prompt_part = r->seq.size() <= r->req.prompt.size();
+    if (r->seq.size() < r->all.size()) {  // more prompt to go
+      std::lock_guard<std::mutex> lock(mu);
+      stats.computed_prompt_tokens += computed;
+      keep.push_back(std::move(r));
+      continue;
+    }
+    if (prompt_part) {
+      std::lock_guard<std::mutex> lock(mu);
+      stats.computed_prompt_tokens += computed;
+    }
+    if (!r->prompt_stored && opt.prefix_cache != nullptr) {
+      (void)opt.prefix_cache->Store(model.fingerprint(), r->req.prompt, r->seq);
+      r->prompt_stored = true;
+    }
+    const int32_t token = r->sampler.Sample({logits.data() + i * V, V});
+    r->all.push_back(token);
+    ++r->generated;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++stats.generated_tokens;
+    }
+    const bool wanted = Emit(*r, token, FinishReason::kNone);
+    FinishReason why = FinishReason::kNone;
+    if (std::find(r->req.stop_tokens.begin(), r->req.stop_tokens.end(), token) !=
+        r->req.stop_tokens.end()) {
+      why = FinishReason::kStop;
+    } else if (r->generated >= r->req.max_tokens) {
+      why = FinishReason::kLength;
+    } else {
+      std::lock_guard<std::mutex> lock(mu);
+      if (cancels.erase(r->id) > 0 || !wanted) why = FinishReason::kCancelled;
+    }
+    if (why != FinishReason::kNone) {
+      Finish(std::move(r), why);
+      continue;
+    }
+    keep.push_back(std::move(r));
+  }
+  running = std::move(keep);
+}
+
+void Engine::Impl::Loop() {
+  for (;;) {
+    std::vector<std::unique_ptr<Req>> admit, dropped;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stop || !waiting.empty() || !running.empty(); });
+      if (stop) break;
+      // Cancelled while waiting: they finish without running.
+      for (auto it = waiting.begin(); it != waiting.end();) {
+        if (cancels.erase((*it)->id) > 0) {
+          dropped.push_back(std::move(*it));
+          it = waiting.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      // Admission waits while the pool cannot take the next request's tokens (blocks the
+      // prefix cache holds alone count as free: it gives them back on demand), unless nothing
+      // runs: then it goes in and either fits or fails alone.
+      const PoolStats ps = opt.pool->Stats();
+      uint64_t free_blocks = ps.capacity_blocks - ps.blocks_in_use;
+      if (opt.prefix_cache != nullptr && !waiting.empty() &&
+          running.size() < opt.max_num_seqs) {
+        const PrefixCacheStats cs = opt.prefix_cache->Stats();
+        for (const PrefixFormatStats& f : cs.by_format) {
+          free_blocks += f.exclusive_bytes / opt.pool->layout().block_stride;
+        }
+      }
+      while (running.size() + admit.size() < opt.max_num_seqs && !waiting.empty()) {
+        const uint64_t need = waiting.front()->all.size() / opt.pool->block_tokens() + 2;
+        if (need > free_blocks && !(running.empty() && admit.empty())) break;
+        free_blocks -= std::min(need, free_blocks);
+        admit.push_back(std::move(waiting.front()));
+        waiting.pop_front();
+      }
+      stats.running = static_cast<uint32_t>(running.size() + admit.size());
+      stats.waiting = static_cast<uint32_t>(waiting.size());
+    }
+    for (auto& r : dropped) Finish(std::move(r), FinishReason::kCancelled);
+    // Cancelled while running.
+    for (size_t i = 0; i < running.size();) {
+      bool c;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        c = cancels.erase(running[i]->id) > 0;
+      }
+      if (c) {
+        std::unique_ptr<Req> r = std::move(running[i]);
+        running.erase(running.begin() + static_cast<long>(i));
+        Finish(std::move(r), FinishReason::kCancelled);
+      } else {
+        ++i;
+      }
+    }
+    for (auto& r : admit) {
+      Admit(*r);
+      running.push_back(std::move(r));
+    }
+    if (!running.empty()) Step();
+  }
+  // Shutting down: everything left is cancelled.
+  std::deque<std::unique_ptr<Req>> rest;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    rest = std::move(waiting);
+  }
+  for (auto& r : running) Finish(std::move(r), FinishReason::kCancelled);
+  running.clear();
+  for (auto& r : rest) Finish(std::move(r), FinishReason::kCancelled);
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, EngineOptions options) {
+  if (options.pool == nullptr) return Status::InvalidArgument("engine: no KV pool");
+  if (!(options.pool->shape() == model.config().kv_shape())) {
+    return Status::InvalidArgument("engine: the pool's KV shape " +
+                                   options.pool->shape().ToString() + " is not the model's " +
+                                   model.config().kv_shape().ToString());
+  }
+  if (options.max_num_seqs == 0 || options.max_num_seqs > 4096) {
+    return Status::InvalidArgument("--max-num-seqs: expected 1..4096, got " +
+                                   std::to_string(options.max_num_seqs));
+  }
+  if (options.prefill_step == 0 || options.prefill_step > (1u << 16)) {
+    return Status::InvalidArgument("--prefill-step-size: expected 1..65536, got " +
+                                   std::to_string(options.prefill_step));
+  }
+  auto impl = std::make_unique<Impl>(model, std::move(options));
+  Impl* raw = impl.get();
+  raw->thread = std::thread([raw] { raw->Loop(); });
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+Result<uint64_t> Engine::Submit(EngineRequest request, EngineCallback callback) {
+  const ModelConfig& c = impl_->model.config();
+  if (!callback) return Status::InvalidArgument("engine: no callback");
+  if (request.prompt.empty()) return Status::InvalidArgument("prompt: no tokens");
+  for (size_t i = 0; i < request.prompt.size(); ++i) {
+    const int32_t t = request.prompt[i];
+    if (t < 0 || static_cast<uint32_t>(t) >= c.n_vocab) {
+      return Status::InvalidArgument("prompt: token " + std::to_string(i) + " is " +
+                                     std::to_string(t) + ", expected 0.." +
+                                     std::to_string(c.n_vocab - 1));
+    }
+  }
+  if (request.max_tokens == 0 || request.max_tokens > (1u << 20)) {
+    return Status::InvalidArgument("max_tokens: expected 1..1048576, got " +
+                                   std::to_string(request.max_tokens));
+  }
+  if (request.prompt.size() + uint64_t{request.max_tokens} > SequenceCache::kMaxTokens) {
+    return Status::InvalidArgument("max_tokens: prompt plus max_tokens exceed the cache limit");
+  }
+  KVTIER_RETURN_IF_ERROR(request.sampling.Validate());
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const uint64_t id = impl_->next_id++;
+  ++impl_->stats.submitted;
+  impl_->stats.prompt_tokens += request.prompt.size();
+  impl_->waiting.push_back(std::make_unique<Req>(id, std::move(request), std::move(callback)));
+  impl_->cv.notify_all();
+  return id;
+}
+
+void Engine::Cancel(uint64_t id) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (id > 0 && id < impl_->next_id) impl_->cancels.insert(id);
+  impl_->cv.notify_all();
+}
+
+EngineStats Engine::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+}  // namespace kvtier
