@@ -99,11 +99,14 @@ void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error
     (void)opt.prefix_cache->Store(model.fingerprint(), r->all, std::move(r->seq));
   }
   r->seq = SequenceCache();
+  {
+    // Counted before the final event, so whoever waits on it sees the statistics.
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.finished;
+    stats.cancelled += why == FinishReason::kCancelled;
+    stats.failed += why == FinishReason::kError;
+  }
   Emit(*r, -1, why, std::move(error));
-  std::lock_guard<std::mutex> lock(mu);
-  ++stats.finished;
-  stats.cancelled += why == FinishReason::kCancelled;
-  stats.failed += why == FinishReason::kError;
 }
 
 void Engine::Impl::Admit(Req& r) {
