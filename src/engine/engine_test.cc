@@ -13,13 +13,11 @@
 #include "base/thread_pool.h"
 #include "engine/prefill.h"
 #include "gtest/gtest.h"
-#include "kvtier/gguf.h"
-#include "kvtier/tokenizer.h"
+#include "engine/engine_test_util.h"
 
 namespace kvtier {
 namespace {
 
-constexpr char kModelPath[] = KVTIER_SOURCE_DIR "/models/kvtier-austen-30m.gguf";
 // Tokens per request in the preemption test (the sanitizer builds run the model ~20x slower).
 #if defined(KVTIER_SANITIZE)
 constexpr uint32_t kPreemptTokens = 12;
@@ -27,21 +25,11 @@ constexpr uint32_t kPreemptTokens = 12;
 constexpr uint32_t kPreemptTokens = 40;
 #endif
 
-struct Bundled {
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tok;
+struct BundledRef {
+  const Model* model;
+  const Tokenizer* tok;
 };
-const Bundled& B() {
-  static const Bundled b = [] {
-    Bundled r;
-    r.file = GgufFile::Open(kModelPath).value();
-    r.model = Model::FromGguf(r.file).value();
-    r.tok = Tokenizer::FromGguf(*r.file).value();
-    return r;
-  }();
-  return b;
-}
+BundledRef B() { return {testing::Bundled().model.get(), testing::Bundled().tokenizer.get()}; }
 
 std::shared_ptr<BlockPool> Pool(uint64_t blocks) {
   BlockPoolOptions o;

@@ -7,37 +7,14 @@
 
 #include "base/thread_pool.h"
 #include "gtest/gtest.h"
-#include "kvtier/gguf.h"
-#include "kvtier/tokenizer.h"
+#include "engine/engine_test_util.h"
 
 namespace kvtier::engine {
 namespace {
 
-constexpr char kModelPath[] = KVTIER_SOURCE_DIR "/models/kvtier-austen-30m.gguf";
 constexpr uint32_t kGenerate = 16;
 
-struct Bundled {
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-const Bundled& Load() {
-  static const Bundled b = [] {
-    Bundled r;
-    auto f = GgufFile::Open(kModelPath);
-    EXPECT_TRUE(f.ok()) << f.status().ToString();
-    r.file = std::move(*f);
-    auto m = Model::FromGguf(r.file);
-    EXPECT_TRUE(m.ok()) << m.status().ToString();
-    r.model = std::move(*m);
-    auto t = Tokenizer::FromGguf(*r.file);
-    EXPECT_TRUE(t.ok()) << t.status().ToString();
-    r.tokenizer = std::move(*t);
-    return r;
-  }();
-  return b;
-}
+const testing::BundledModel& Load() { return testing::Bundled(); }
 
 std::vector<int32_t> Tokens(const std::string& text) {
   return Load().tokenizer->Encode(text, false, false);

@@ -13,30 +13,17 @@
 #include "engine/prefill.h"
 #include "gtest/gtest.h"
 #include "kvtier/env.h"
-#include "kvtier/gguf.h"
+#include "engine/engine_test_util.h"
 #include "kvtier/ssd_tier.h"
-#include "kvtier/tokenizer.h"
 
 namespace kvtier::engine {
 namespace {
 
-constexpr char kModelPath[] = KVTIER_SOURCE_DIR "/models/kvtier-austen-30m.gguf";
 constexpr uint32_t kGenerate = 8;
 
-struct Loaded {
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
+using testing::BundledModel;
 
-Result<Loaded> LoadBundled() {
-  Loaded l;
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::Open(kModelPath));
-  l.file = std::move(f);
-  KVTIER_ASSIGN_OR_RETURN(l.model, Model::FromGguf(l.file));
-  KVTIER_ASSIGN_OR_RETURN(l.tokenizer, Tokenizer::FromGguf(*l.file));
-  return l;
-}
+Result<BundledModel> LoadBundled() { return testing::LoadBundledModel(); }
 
 std::vector<std::vector<int32_t>> Prompts(const Tokenizer& tok) {
   const char* texts[] = {
@@ -66,7 +53,7 @@ std::shared_ptr<BlockPool> Pool(const Model& m) {
 // cache whose RAM budget is a few blocks, so nearly every store spills. Reports each store
 // on `fd` and never returns.
 [[noreturn]] void SpillForever(const std::string& dir, int fd) {
-  Result<Loaded> l = LoadBundled();
+  Result<BundledModel> l = LoadBundled();
   if (!l.ok()) _exit(3);
   SsdTierOptions so;
   so.dir = dir;
@@ -116,7 +103,7 @@ TEST(SsdRestart, SigkillDuringSpillingThenIdenticalGreedyOutput) {
   ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 
   // A new process: the tier's index from the files, a cold RAM cache above it.
-  Result<Loaded> l = LoadBundled();
+  Result<BundledModel> l = LoadBundled();
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   SsdTierOptions so;
   so.dir = dir;

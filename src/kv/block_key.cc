@@ -8,16 +8,22 @@
 #include <cstring>
 #include <vector>
 
+#include "base/le_bytes.h"
+
 namespace kvtier {
 namespace {
 
 class ByteWriter {
  public:
   void U32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    uint8_t b[4];
+    PutLe32(b, v);
+    bytes_.insert(bytes_.end(), b, b + 4);
   }
   void U64(uint64_t v) {
-    for (int i = 0; i < 8; ++i) bytes_.push_back(static_cast<uint8_t>(v >> (8 * i)));
+    uint8_t b[8];
+    PutLe64(b, v);
+    bytes_.insert(bytes_.end(), b, b + 8);
   }
   void Raw(const char* s, size_t n) { bytes_.insert(bytes_.end(), s, s + n); }
   void Reserve(size_t n) { bytes_.reserve(n); }
@@ -48,12 +54,12 @@ void Hasher128::Update(const void* data, size_t n) {
 }
 void Hasher128::U32(uint32_t v) {
   uint8_t b[4];
-  for (int i = 0; i < 4; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
+  PutLe32(b, v);
   Update(b, 4);
 }
 void Hasher128::U64(uint64_t v) {
   uint8_t b[8];
-  for (int i = 0; i < 8; ++i) b[i] = static_cast<uint8_t>(v >> (8 * i));
+  PutLe64(b, v);
   Update(b, 8);
 }
 Hash128 Hasher128::Digest() const {

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "base/strings.h"
+#include "base/le_bytes.h"
 #include "kvtier/quant.h"
 
 namespace kvtier {
@@ -23,22 +24,6 @@ constexpr uint32_t kHeaderBytes = 56;
 constexpr uint32_t kFlagTokens = 1;
 constexpr size_t kChecksumBytes = 8;
 
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 
 uint64_t RowBytes(const KvBlockLayout& l, uint32_t n_tokens) {
   return static_cast<uint64_t>(l.shape.n_layers) * n_tokens * (l.k_token_stride + l.v_token_stride);
@@ -151,21 +136,21 @@ Result<std::vector<uint8_t>> SerializeSequence(const SequenceCache& seq,
   std::vector<uint8_t> out(SerializedSequenceBytes(seq, with_tokens));
   uint8_t* h = out.data();
   std::memcpy(h, kMagic, sizeof kMagic);
-  Put32(h + 8, kVersion);
-  Put32(h + 12, kHeaderBytes);
-  Put32(h + 16, l.shape.n_layers);
-  Put32(h + 20, l.shape.n_kv_heads);
-  Put32(h + 24, l.shape.head_dim);
-  Put32(h + 28, l.k_format.id());
-  Put32(h + 32, l.v_format.id());
-  Put32(h + 36, n);
-  Put32(h + 40, with_tokens ? kFlagTokens : 0);
-  Put32(h + 44, 0);
+  PutLe32(h + 8, kVersion);
+  PutLe32(h + 12, kHeaderBytes);
+  PutLe32(h + 16, l.shape.n_layers);
+  PutLe32(h + 20, l.shape.n_kv_heads);
+  PutLe32(h + 24, l.shape.head_dim);
+  PutLe32(h + 28, l.k_format.id());
+  PutLe32(h + 32, l.v_format.id());
+  PutLe32(h + 36, n);
+  PutLe32(h + 40, with_tokens ? kFlagTokens : 0);
+  PutLe32(h + 44, 0);
   const uint64_t payload = out.size() - kHeaderBytes - kChecksumBytes;
-  Put64(h + 48, payload);
+  PutLe64(h + 48, payload);
   uint8_t* p = h + kHeaderBytes;
   if (with_tokens) {
-    for (uint32_t i = 0; i < n; ++i) Put32(p + 4 * i, static_cast<uint32_t>(tokens[i]));
+    for (uint32_t i = 0; i < n; ++i) PutLe32(p + 4 * i, static_cast<uint32_t>(tokens[i]));
     p += 4 * static_cast<size_t>(n);
   }
   for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {
@@ -174,7 +159,7 @@ Result<std::vector<uint8_t>> SerializeSequence(const SequenceCache& seq,
     KVTIER_RETURN_IF_ERROR(seq.ReadEncoded(layer, 0, n, k, v));
     p = v + static_cast<size_t>(n) * l.v_token_stride;
   }
-  Put64(p, XXH3_64bits(out.data(), out.size() - kChecksumBytes));
+  PutLe64(p, XXH3_64bits(out.data(), out.size() - kChecksumBytes));
   return out;
 }
 
@@ -191,38 +176,38 @@ Result<DeserializedSequence> DeserializeSequence(std::span<const uint8_t> blob,
   if (std::memcmp(h, kMagic, sizeof kMagic) != 0) {
     return Status::InvalidArgument(what + ": bad magic at offset 0: not a kvtier sequence blob");
   }
-  const uint32_t version = Get32(h + 8);
+  const uint32_t version = GetLe32(h + 8);
   if (version != kVersion) {
     return Status::Unimplemented(what + ": version " + std::to_string(version) +
                                  " (offset 8) is not supported: this build reads version " +
                                  std::to_string(kVersion));
   }
-  if (Get32(h + 12) != kHeaderBytes) {
-    return Status::Corruption(what + ": header_bytes (offset 12) is " + std::to_string(Get32(h + 12)) +
+  if (GetLe32(h + 12) != kHeaderBytes) {
+    return Status::Corruption(what + ": header_bytes (offset 12) is " + std::to_string(GetLe32(h + 12)) +
                               ", expected " + std::to_string(kHeaderBytes));
   }
-  const uint64_t payload = Get64(h + 48);
+  const uint64_t payload = GetLe64(h + 48);
   if (payload != blob.size() - kHeaderBytes - kChecksumBytes) {
     return Status::Corruption(what + ": payload_bytes (offset 48) is " + GroupDigits(payload) +
                               " but the blob holds " +
                               GroupDigits(blob.size() - kHeaderBytes - kChecksumBytes) +
                               " bytes between header and checksum (truncated or damaged)");
   }
-  const uint64_t stored = Get64(h + blob.size() - kChecksumBytes);
+  const uint64_t stored = GetLe64(h + blob.size() - kChecksumBytes);
   const uint64_t computed = XXH3_64bits(h, blob.size() - kChecksumBytes);
   if (stored != computed) {
     return Status::Corruption(what + ": checksum mismatch: stored " + Hex(stored) +
                               ", computed " + Hex(computed));
   }
-  const KvShape shape{Get32(h + 16), Get32(h + 20), Get32(h + 24)};
+  const KvShape shape{GetLe32(h + 16), GetLe32(h + 20), GetLe32(h + 24)};
   if (Status s = shape.Validate(); !s.ok()) return Status::Corruption(what + ": " + s.message());
-  Result<Format> kf = Format::FromId(Get32(h + 28));
+  Result<Format> kf = Format::FromId(GetLe32(h + 28));
   if (!kf.ok()) return Status::Corruption(what + ": K format (offset 28): " + kf.status().message());
-  Result<Format> vf = Format::FromId(Get32(h + 32));
+  Result<Format> vf = Format::FromId(GetLe32(h + 32));
   if (!vf.ok()) return Status::Corruption(what + ": V format (offset 32): " + vf.status().message());
-  const uint32_t n = Get32(h + 36);
-  const uint32_t flags = Get32(h + 40);
-  if ((flags & ~kFlagTokens) != 0 || Get32(h + 44) != 0) {
+  const uint32_t n = GetLe32(h + 36);
+  const uint32_t flags = GetLe32(h + 40);
+  if ((flags & ~kFlagTokens) != 0 || GetLe32(h + 44) != 0) {
     return Status::Corruption(what + ": unknown flags " + std::to_string(flags) + " (offset 40)");
   }
   const KvBlockLayout& l = pool->layout();
@@ -253,7 +238,7 @@ Result<DeserializedSequence> DeserializeSequence(std::span<const uint8_t> blob,
   const uint8_t* p = h + kHeaderBytes;
   if (with_tokens) {
     out.tokens.resize(n);
-    for (uint32_t i = 0; i < n; ++i) out.tokens[i] = static_cast<int32_t>(Get32(p + 4 * i));
+    for (uint32_t i = 0; i < n; ++i) out.tokens[i] = static_cast<int32_t>(GetLe32(p + 4 * i));
     p += 4 * static_cast<size_t>(n);
   }
   for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {

@@ -5,33 +5,18 @@
 #include <cstring>
 
 #include "base/crc32c.h"
+#include "base/le_bytes.h"
 
 namespace kvtier::tier {
 namespace {
 
 constexpr uint8_t kMagic[8] = {'K', 'V', 'T', 'B', 'L', 'K', 0x1A, '\n'};
 
-void Put32(uint8_t* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-void Put64(uint8_t* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint32_t Get32(const uint8_t* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(p[i]) << (8 * i);
-  return v;
-}
-uint64_t Get64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(p[i]) << (8 * i);
-  return v;
-}
 void PutKey(uint8_t* p, const Hash128& k) {
-  Put64(p, k.lo);
-  Put64(p + 8, k.hi);
+  PutLe64(p, k.lo);
+  PutLe64(p + 8, k.hi);
 }
-Hash128 GetKey(const uint8_t* p) { return {Get64(p), Get64(p + 8)}; }
+Hash128 GetKey(const uint8_t* p) { return {GetLe64(p), GetLe64(p + 8)}; }
 
 std::string Hex32(uint32_t v) {
   char b[16];
@@ -90,27 +75,27 @@ Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const Blo
   std::vector<uint8_t> out(h.file_bytes(), 0);
   uint8_t* p = out.data();
   std::memcpy(p, kMagic, 8);
-  Put32(p + 8, kBlockFileVersion);
-  Put32(p + 12, hb);
+  PutLe32(p + 8, kBlockFileVersion);
+  PutLe32(p + 12, hb);
   PutKey(p + 16, h.key);
   PutKey(p + 32, h.parent_key);
   PutKey(p + 48, h.namespace_key);
   PutKey(p + 64, h.model);
-  Put32(p + 80, h.shape.n_layers);
-  Put32(p + 84, h.shape.n_kv_heads);
-  Put32(p + 88, h.shape.head_dim);
-  Put32(p + 92, h.k_format.id());
-  Put32(p + 96, h.v_format.id());
-  Put32(p + 100, h.block_tokens);
-  Put32(p + 104, static_cast<uint32_t>(h.tokens.size()));
-  Put32(p + 108, h.first_position);
-  Put32(p + 112, static_cast<uint32_t>(h.ends.size()));
-  Put32(p + 116, 0);
-  Put64(p + 120, h.payload_bytes());
+  PutLe32(p + 80, h.shape.n_layers);
+  PutLe32(p + 84, h.shape.n_kv_heads);
+  PutLe32(p + 88, h.shape.head_dim);
+  PutLe32(p + 92, h.k_format.id());
+  PutLe32(p + 96, h.v_format.id());
+  PutLe32(p + 100, h.block_tokens);
+  PutLe32(p + 104, static_cast<uint32_t>(h.tokens.size()));
+  PutLe32(p + 108, h.first_position);
+  PutLe32(p + 112, static_cast<uint32_t>(h.ends.size()));
+  PutLe32(p + 116, 0);
+  PutLe64(p + 120, h.payload_bytes());
   size_t off = kBlockFileFixedHeader;
-  for (int32_t t : h.tokens) Put32(p + (off += 4) - 4, static_cast<uint32_t>(t));
-  for (uint32_t e : h.ends) Put32(p + (off += 4) - 4, e);
-  Put32(p + hb - 4, Crc32c({p, hb - 4u}));
+  for (int32_t t : h.tokens) PutLe32(p + (off += 4) - 4, static_cast<uint32_t>(t));
+  for (uint32_t e : h.ends) PutLe32(p + (off += 4) - 4, e);
+  PutLe32(p + hb - 4, Crc32c({p, hb - 4u}));
   uint8_t* rows = p + hb;  // [payload_bytes]
   const uint8_t* block = pool.block_data(id);
   ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
@@ -118,7 +103,7 @@ Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const Blo
                   std::memcpy(rows, block + src, n);
                   rows += n;
                 });
-  Put32(rows, Crc32c({p + hb, static_cast<size_t>(h.payload_bytes())}));
+  PutLe32(rows, Crc32c({p + hb, static_cast<size_t>(h.payload_bytes())}));
   return out;
 }
 
@@ -128,7 +113,7 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
   if (prefix.size() < 12 || std::memcmp(p, kMagic, 8) != 0) {
     return Bad(name, "magic is not KVTBLK (" + std::to_string(file_size) + " bytes)");
   }
-  const uint32_t version = Get32(p + 8);
+  const uint32_t version = GetLe32(p + 8);
   if (version > kBlockFileVersion) {
     return Status::Unimplemented(name + ": block file version " + std::to_string(version) +
                                  " is newer than this kvtier (" +
@@ -138,12 +123,12 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
   if (prefix.size() < kBlockFileFixedHeader + 8) {
     return Bad(name, "file of " + std::to_string(file_size) + " bytes is shorter than a header");
   }
-  const uint32_t hb = Get32(p + 12);
+  const uint32_t hb = GetLe32(p + 12);
   if (hb < kBlockFileFixedHeader + 8 || hb % 8 != 0 || hb > prefix.size()) {
     return Bad(name, "header_bytes " + std::to_string(hb) + " (have " +
                          std::to_string(prefix.size()) + " bytes)");
   }
-  const uint32_t want_crc = Get32(p + hb - 4), got_crc = Crc32c({p, hb - 4u});
+  const uint32_t want_crc = GetLe32(p + hb - 4), got_crc = Crc32c({p, hb - 4u});
   if (want_crc != got_crc) {
     return Bad(name, "header CRC-32C is " + Hex32(got_crc) + ", expected " + Hex32(want_crc));
   }
@@ -152,9 +137,9 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
   h.parent_key = GetKey(p + 32);
   h.namespace_key = GetKey(p + 48);
   h.model = GetKey(p + 64);
-  h.shape = {Get32(p + 80), Get32(p + 84), Get32(p + 88)};
+  h.shape = {GetLe32(p + 80), GetLe32(p + 84), GetLe32(p + 88)};
   if (Status s = h.shape.Validate(); !s.ok()) return Bad(name, "shape: " + s.message());
-  Result<Format> k = Format::FromId(Get32(p + 92)), v = Format::FromId(Get32(p + 96));
+  Result<Format> k = Format::FromId(GetLe32(p + 92)), v = Format::FromId(GetLe32(p + 96));
   if (!k.ok()) return Bad(name, "k_format: " + k.status().message());
   if (!v.ok()) return Bad(name, "v_format: " + v.status().message());
   h.k_format = *k;
@@ -164,9 +149,9 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
     return Bad(name, "formats " + h.k_format.name() + " / " + h.v_format.name() +
                          " do not fit head_dim " + std::to_string(h.shape.head_dim));
   }
-  h.block_tokens = Get32(p + 100);
-  const uint32_t n = Get32(p + 104), n_ends = Get32(p + 112);
-  h.first_position = Get32(p + 108);
+  h.block_tokens = GetLe32(p + 100);
+  const uint32_t n = GetLe32(p + 104), n_ends = GetLe32(p + 112);
+  h.first_position = GetLe32(p + 108);
   if (h.block_tokens == 0 || n == 0 || n > h.block_tokens || n_ends > n) {
     return Bad(name, "n_tokens " + std::to_string(n) + ", block_tokens " +
                          std::to_string(h.block_tokens) + ", n_ends " + std::to_string(n_ends));
@@ -175,12 +160,12 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
     return Bad(name, "first_position " + std::to_string(h.first_position) +
                          " is not a multiple of block_tokens");
   }
-  if (Get32(p + 116) != 0) return Bad(name, "flags " + Hex32(Get32(p + 116)));
+  if (GetLe32(p + 116) != 0) return Bad(name, "flags " + Hex32(GetLe32(p + 116)));
   size_t off = kBlockFileFixedHeader;
   if (off + 4 * (uint64_t{n} + n_ends) + 4 > hb) return Bad(name, "tokens overrun the header");
-  for (uint32_t i = 0; i < n; ++i, off += 4) h.tokens.push_back(static_cast<int32_t>(Get32(p + off)));
+  for (uint32_t i = 0; i < n; ++i, off += 4) h.tokens.push_back(static_cast<int32_t>(GetLe32(p + off)));
   for (uint32_t i = 0; i < n_ends; ++i, off += 4) {
-    const uint32_t e = Get32(p + off);
+    const uint32_t e = GetLe32(p + off);
     if (e == 0 || e > n || (!h.ends.empty() && e <= h.ends.back())) {
       return Bad(name, "entry end " + std::to_string(e) + " of a block of " + std::to_string(n));
     }
@@ -190,8 +175,8 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
     return Bad(name, "header_bytes " + std::to_string(hb) + ", the fields imply " +
                          std::to_string(h.header_bytes()));
   }
-  if (Get64(p + 120) != h.payload_bytes()) {
-    return Bad(name, "payload_bytes " + std::to_string(Get64(p + 120)) + ", the fields imply " +
+  if (GetLe64(p + 120) != h.payload_bytes()) {
+    return Bad(name, "payload_bytes " + std::to_string(GetLe64(p + 120)) + ", the fields imply " +
                          std::to_string(h.payload_bytes()));
   }
   if (!(h.key == ChainBlockKey(h.parent_key, h.tokens))) {
@@ -218,7 +203,7 @@ Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, 
   }
   const uint8_t* rows = file.data() + h.header_bytes();
   const size_t n = static_cast<size_t>(h.payload_bytes());
-  const uint32_t want = Get32(rows + n), got = Crc32c({rows, n});
+  const uint32_t want = GetLe32(rows + n), got = Crc32c({rows, n});
   if (want != got) {
     return Bad(name, "payload CRC-32C is " + Hex32(got) + ", expected " + Hex32(want));
   }
