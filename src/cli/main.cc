@@ -14,6 +14,7 @@
 #include "cli/make_test_model.h"
 #include "cli/bench_model.h"
 #include "cli/bench_prefix.h"
+#include "cli/bench_ssd.h"
 #include "cli/cache_cmd.h"
 #include "cli/generate.h"
 #include "cli/tokenize.h"
@@ -239,11 +240,23 @@ int main(int argc, char** argv) {
   kvtier::cli::CacheCommand cache_cmd;
   CLI::App* cache = kvtier::cli::AddCacheCommand(app, &cache_cmd);
 
+  kvtier::cli::BenchSsdConfig bs;
+  bool bs_json = false;
+  CLI::App* bsc = kvtier::cli::AddBenchSsd(app, &bs, &bs_json);
+
   CLI11_PARSE(app, argc, argv);
 
   if (cache->parsed()) {
     const kvtier::Status st = kvtier::cli::RunCacheCommand(cache_cmd, std::cout);
     if (!st.ok()) return Fail("cache", st);
+    return 0;
+  }
+
+  if (bsc->parsed()) {
+    auto r = kvtier::cli::RunBenchSsd(bs, ProgressBar("step"));
+    if (!r.ok()) return Fail("bench-ssd", r.status());
+    std::cout << (bs_json ? kvtier::cli::FormatBenchSsdJson(*r)
+                          : kvtier::cli::FormatBenchSsdTable(*r));
     return 0;
   }
 
