@@ -31,11 +31,12 @@ struct BundledRef {
 };
 BundledRef B() { return {testing::Bundled().model.get(), testing::Bundled().tokenizer.get()}; }
 
-std::shared_ptr<BlockPool> Pool(uint64_t blocks) {
+std::shared_ptr<BlockPool> Pool(uint64_t blocks, uint32_t block_tokens = 16) {
   BlockPoolOptions o;
   o.shape = B().model->config().kv_shape();
-  o.block_tokens = 16;
-  o.capacity_bytes = blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16)->block_stride;
+  o.block_tokens = block_tokens;
+  o.capacity_bytes =
+      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, block_tokens)->block_stride;
   return BlockPool::Create(o).value();
 }
 
@@ -149,8 +150,18 @@ TEST(Engine, APoolFarTooSmallStillCompletesEveryRequest) {
   PrefixCacheOptions po;
   po.memory_budget_bytes = 64ull << 20;
   auto cache = PrefixCache::Create(po).value();
+  // Admission reserves a request's prompt blocks and two more, so the first two requests both
+  // go in; each fits the pool alone, but together they outgrow it while they decode, so one of
+  // them must be preempted.
+  constexpr uint32_t kBlock = 4;
+  auto need = [](size_t tokens) { return tokens / kBlock + 2; };
+  auto grown = [](size_t tokens) { return (tokens + kPreemptTokens + kBlock - 1) / kBlock; };
+  const size_t p0 = Prompt(0).size(), p1 = Prompt(1).size();
+  uint64_t capacity = need(p0) + need(p1);
+  for (int i = 0; i < 6; ++i) capacity = std::max<uint64_t>(capacity, grown(Prompt(i).size()));
+  ASSERT_GT(grown(p0) + grown(p1), capacity);
   EngineOptions o;
-  o.pool = Pool(10);  // 160 tokens for six requests of ~16-20-token prompts and new tokens
+  o.pool = Pool(capacity, kBlock);
   o.prefix_cache = cache.get();
   o.max_num_seqs = 6;
   o.threads = 2;
