@@ -6,7 +6,8 @@ set -euo pipefail
 PACKAGES=(
   build-essential g++ clang-14 libclang-rt-14-dev lld cmake ninja-build pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libisal-dev python3
+  libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libisal-dev libcpp-httplib-dev
+  python3
 )
 
 missing=()
@@ -20,6 +21,23 @@ if [ ${#missing[@]} -ne 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The server's end-to-end tests (src/server/e2e) run the official openai npm client: Node.js
+# >= 18 and npm. A node already on PATH (e.g. a CI image's Node 20) is kept; otherwise Debian's.
+node_missing=()
+if ! command -v node >/dev/null 2>&1; then
+  node_missing=(nodejs npm)
+elif ! command -v npm >/dev/null 2>&1; then
+  node_missing=(npm)
+fi
+if [ ${#node_missing[@]} -ne 0 ]; then
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "setup: installing ${node_missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${node_missing[@]}" >/dev/null
 fi
 
 # The bundled model's held-out evaluation text (Persuasion, data/corpus/eval.txt), read from

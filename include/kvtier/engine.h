@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kvtier/block_pool.h"
@@ -33,6 +34,10 @@ struct EngineOptions {
   uint32_t max_num_seqs = 8;         // --max-num-seqs: running requests at most
   uint32_t prefill_step = 512;       // --prefill-step-size: prompt tokens per request per step
   uint32_t threads = 0;              // compute threads (0: every core)
+  uint32_t max_waiting = 4096;       // queued requests at most; Submit is Unavailable beyond
+  // One line per cache decision (`cache_fetch HIT kind=prefix cached=17 remaining=27`,
+  // `cache_store tokens=253 format=affine8g64 bytes=...`), on the scheduler thread.
+  std::function<void(const std::string&)> log;
 };
 
 enum class FinishReason : uint8_t {
@@ -83,7 +88,8 @@ class Engine {
 
   // Queues a request. Events follow on the scheduler thread: one per generated token (finish
   // kNone), then exactly one final event (token -1, finish set).
-  // InvalidArgument (naming the field) for bad requests; nothing is queued then.
+  // InvalidArgument (naming the field) for bad requests, Unavailable when max_waiting requests
+  // already wait; nothing is queued then.
   Result<uint64_t> Submit(EngineRequest request, EngineCallback callback);
   // Cancels a queued or running request (no-op if unknown or finished).
   void Cancel(uint64_t id);

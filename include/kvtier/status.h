@@ -22,6 +22,7 @@ enum class StatusCode : uint8_t {
   kIOError = 6,
   kUnimplemented = 7,
   kInternal = 8,  // a bug in kvtier
+  kUnavailable = 9,  // overloaded or shutting down: try again later
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -42,6 +43,7 @@ class [[nodiscard]] Status {
   static Status IOError(std::string m) { return {StatusCode::kIOError, std::move(m)}; }
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+  static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

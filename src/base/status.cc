@@ -14,6 +14,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kIOError: return "IOError";
     case StatusCode::kUnimplemented: return "Unimplemented";
     case StatusCode::kInternal: return "Internal";
+    case StatusCode::kUnavailable: return "Unavailable";
   }
   return "Unknown";
 }

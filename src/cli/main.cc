@@ -17,6 +17,7 @@
 #include "cli/bench_ssd.h"
 #include "cli/cache_cmd.h"
 #include "cli/generate.h"
+#include "cli/serve.h"
 #include "cli/tokenize.h"
 
 namespace {
@@ -244,7 +245,16 @@ int main(int argc, char** argv) {
   bool bs_json = false;
   CLI::App* bsc = kvtier::cli::AddBenchSsd(app, &bs, &bs_json);
 
+  kvtier::cli::ServeConfig serve;
+  CLI::App* srv = kvtier::cli::AddServeCommand(app, &serve);
+
   CLI11_PARSE(app, argc, argv);
+
+  if (srv->parsed()) {
+    const kvtier::Status st = kvtier::cli::RunServe(serve);
+    if (!st.ok()) return Fail("serve", st);
+    return 0;
+  }
 
   if (cache->parsed()) {
     const kvtier::Status st = kvtier::cli::RunCacheCommand(cache_cmd, std::cout);

@@ -64,6 +64,11 @@ struct Engine::Impl {
   // Delivers an event; returns the callback's answer.
   bool Emit(Req& r, int32_t token, FinishReason finish, Status error = Status::OK());
   void Finish(std::unique_ptr<Req> r, FinishReason why, Status error = Status::OK());
+  // Stores r's K/V for `tokens` in the prefix cache (moving it when `give` is set) and logs it.
+  void Store(Req& r, std::span<const int32_t> tokens, const char* what, bool give);
+  void Log(const std::string& line) {
+    if (opt.log) opt.log(line);
+  }
 
   const Model& model;
   const EngineOptions opt;
@@ -93,10 +98,31 @@ bool Engine::Impl::Emit(Req& r, int32_t token, FinishReason finish, Status error
   return r.cb(e);
 }
 
+void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* what, bool give) {
+  Result<PrefixStoreResult> s =
+      give ? opt.prefix_cache->Store(model.fingerprint(), tokens, std::move(r.seq))
+           : opt.prefix_cache->Store(model.fingerprint(), tokens, r.seq);
+  if (!opt.log) return;
+  if (!s.ok()) {
+    Log("cache_store id=" + std::to_string(r.id) + " what=" + what +
+        " FAILED: " + s.status().message());
+    return;
+  }
+  const PrefixCacheOptions& po = opt.prefix_cache->options();
+  const std::string fmt = s->quantized && po.store_format ? po.store_format->name()
+                                                          : opt.pool->k_format().name();
+  Log("cache_store id=" + std::to_string(r.id) + " what=" + what +
+      " tokens=" + std::to_string(s->stored_tokens) + " format=" + fmt +
+      " new_blocks=" + std::to_string(s->new_blocks) +
+      " shared_blocks=" + std::to_string(s->shared_blocks) + " bytes=" +
+      std::to_string(uint64_t{s->new_blocks} * opt.pool->layout().block_stride) +
+      (s->evicted_blocks > 0 ? " evicted_blocks=" + std::to_string(s->evicted_blocks) : ""));
+}
+
 void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error) {
   if (opt.prefix_cache != nullptr && r->seq.valid() && r->seq.size() > 0) {
     // The whole conversation (all but the last sampled token has K/V) for the next turn.
-    (void)opt.prefix_cache->Store(model.fingerprint(), r->all, std::move(r->seq));
+    Store(*r, r->all, "conversation", true);
   }
   r->seq = SequenceCache();
   {
@@ -113,7 +139,23 @@ void Engine::Impl::Admit(Req& r) {
   r.seq = SequenceCache(opt.pool);
   if (opt.prefix_cache != nullptr) {
     Result<PrefixFetchResult> f = opt.prefix_cache->Fetch(model.fingerprint(), r.all, opt.pool);
-    if (f.ok()) r.seq = std::move(f->sequence);
+    if (f.ok()) {
+      if (opt.log) {
+        const uint32_t reused = f->reused_tokens;
+        Log(std::string("cache_fetch id=") + std::to_string(r.id) +
+            (reused > 0 ? " HIT kind=" : " MISS kind=") +
+            std::string(PrefixMatchKindName(f->kind)) + " cached=" + std::to_string(reused) +
+            " remaining=" + std::to_string(r.all.size() - reused) +
+            (reused > 0 ? " format=" + f->k_format.name() +
+                              (f->k_format == f->v_format ? "" : "/" + f->v_format.name()) +
+                              (f->converted ? " converted" : "")
+                        : "") +
+            (r.admitted_before ? " resumed" : ""));
+      }
+      r.seq = std::move(f->sequence);
+    } else {
+      Log("cache_fetch id=" + std::to_string(r.id) + " FAILED: " + f.status().message());
+    }
   }
   if (!r.admitted_before) {
     r.cached = std::min<uint32_t>(r.seq.size(), static_cast<uint32_t>(r.req.prompt.size()));
@@ -126,9 +168,8 @@ void Engine::Impl::Admit(Req& r) {
 void Engine::Impl::Preempt(size_t i) {
   std::unique_ptr<Req> r = std::move(running[i]);
   running.erase(running.begin() + static_cast<long>(i));
-  if (opt.prefix_cache != nullptr && r->seq.size() > 0) {
-    (void)opt.prefix_cache->Store(model.fingerprint(), r->all, std::move(r->seq));
-  }
+  Log("preempt id=" + std::to_string(r->id) + " tokens=" + std::to_string(r->seq.size()));
+  if (opt.prefix_cache != nullptr && r->seq.size() > 0) Store(*r, r->all, "preempted", true);
   r->seq = SequenceCache();
   std::lock_guard<std::mutex> lock(mu);
   ++stats.preemptions;
@@ -233,7 +274,7 @@ void Engine::Impl::Step() {
       stats.computed_prompt_tokens += computed;
     }
     if (!r->prompt_stored && opt.prefix_cache != nullptr) {
-      (void)opt.prefix_cache->Store(model.fingerprint(), r->req.prompt, r->seq);
+      Store(*r, r->req.prompt, "prompt", false);
       r->prompt_stored = true;
     }
     const int32_t token = r->sampler.Sample({logits.data() + i * V, V});
@@ -322,6 +363,9 @@ void Engine::Impl::Loop() {
       running.push_back(std::move(r));
     }
     if (!running.empty()) Step();
+    std::lock_guard<std::mutex> lock(mu);
+    stats.running = static_cast<uint32_t>(running.size());
+    stats.waiting = static_cast<uint32_t>(waiting.size());
   }
   // Shutting down: everything left is cancelled.
   std::deque<std::unique_ptr<Req>> rest;
@@ -387,6 +431,10 @@ Result<uint64_t> Engine::Submit(EngineRequest request, EngineCallback callback) 
   }
   KVTIER_RETURN_IF_ERROR(request.sampling.Validate());
   std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->waiting.size() >= impl_->opt.max_waiting) {
+    return Status::Unavailable("engine: " + std::to_string(impl_->waiting.size()) +
+                               " requests already wait (max_waiting)");
+  }
   const uint64_t id = impl_->next_id++;
   ++impl_->stats.submitted;
   impl_->stats.prompt_tokens += request.prompt.size();

@@ -1,0 +1,70 @@
+// The OpenAI-compatible HTTP server: /v1/chat/completions and /v1/completions (JSON or SSE
+// streams ending in [DONE]), /v1/models, /health, /metrics (Prometheus text),
+// GET /v1/cache/stats and DELETE /v1/cache. It turns requests into engine requests (chat
+// template, tokenizer, stop strings, context checks) and engine events into responses.
+//
+// Ownership: the server borrows the model, tokenizer, engine, pool and caches given in
+// ServerDeps; they must outlive it. Thread safety: Listen blocks the calling thread and serves
+// on a pool of HTTP threads; Shutdown may be called from any thread (e.g. a signal watcher).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "kvtier/block_pool.h"
+#include "kvtier/engine.h"
+#include "kvtier/model.h"
+#include "kvtier/prefix_cache.h"
+#include "kvtier/ssd_tier.h"
+#include "kvtier/status.h"
+#include "kvtier/tokenizer.h"
+
+namespace kvtier {
+
+struct ServerDeps {
+  const Model* model = nullptr;          // required
+  const Tokenizer* tokenizer = nullptr;  // required
+  Engine* engine = nullptr;              // required
+  std::shared_ptr<BlockPool> pool;       // the engine's pool (stats)
+  PrefixCache* prefix_cache = nullptr;   // optional (stats, DELETE /v1/cache)
+  SsdTier* ssd = nullptr;                // optional (stats, DELETE /v1/cache)
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;                 // 0: any free port (see Server::port)
+  std::string model_id;                 // the name in /v1/models and responses (required)
+  uint32_t max_context = 0;             // prompt + completion tokens (0: the model's n_ctx_train)
+  uint64_t max_body_bytes = 16ull << 20;  // larger bodies get 413
+  uint32_t http_threads = 128;          // connections served at once (a stream holds one)
+  uint32_t max_in_flight = 512;         // requests being served at once; 503 beyond
+  // One line per request and per cache decision (the engine's log lines come here too when
+  // the caller routes them). Called from HTTP threads; must be thread-safe.
+  std::function<void(const std::string&)> log;
+};
+
+class Server {
+ public:
+  static Result<std::unique_ptr<Server>> Create(ServerDeps deps, ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the address (the port is known afterwards). IOError naming host:port on failure.
+  Status Bind();
+  uint16_t port() const;
+  // Serves until Shutdown. Requires Bind.
+  Status Listen();
+  // Refuses new requests (503), waits up to `drain_ms` for the ones in flight to finish, then
+  // makes Listen return. Requests still running then are cancelled by their disconnect.
+  void Shutdown(uint32_t drain_ms = 60000);
+
+ private:
+  struct Impl;
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvtier

@@ -1,0 +1,243 @@
+// `kvtier serve` (cli/serve.h): wires model, pool, prefix cache, SSD tier, engine and server,
+// and the signal watcher that drains them.
+#include "cli/serve.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "cli/flags.h"
+#include "cli/model_session.h"
+#include "kvtier/engine.h"
+#include "kvtier/prefix_cache.h"
+#include "kvtier/server.h"
+#include "kvtier/ssd_tier.h"
+
+namespace kvtier::cli {
+namespace {
+
+// Log lines on stderr with a UTC timestamp; thread-safe.
+void LogLine(const std::string& line) {
+  static std::mutex mu;
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const int ms = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
+  std::lock_guard<std::mutex> lock(mu);
+  std::fprintf(stderr, "%s.%03dZ %s\n", stamp, ms, line.c_str());
+}
+
+Status CheckConfig(const ServeConfig& c) {
+  KVTIER_RETURN_IF_ERROR(CheckRange("--max-num-seqs", c.max_num_seqs, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--prefill-step-size", c.prefill_step, 1, 65536));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--block-tokens", c.block_tokens, 1, 4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--max-body-mb", static_cast<long long>(c.max_body_mb), 1,
+                                    4096));
+  if (c.cache_memory_mb > 0 && c.cache_memory_percent > 0) {
+    return Status::InvalidArgument(
+        "--cache-memory-mb and --cache-memory-percent: give one of them, got both");
+  }
+  if (c.cache_memory_percent < 0 || c.cache_memory_percent > 100) {
+    return Status::InvalidArgument("--cache-memory-percent: expected 0..100, got " +
+                                   std::to_string(c.cache_memory_percent));
+  }
+  if (!(c.ssd_cache_max_gb > 0) || c.ssd_cache_max_gb > 1e6) {
+    return Status::InvalidArgument("--ssd-cache-max-gb: expected more than 0, got " +
+                                   std::to_string(c.ssd_cache_max_gb));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Status RunServe(const ServeConfig& c) {
+  KVTIER_RETURN_IF_ERROR(CheckConfig(c));
+  // Every thread started from here on inherits the mask; the watcher takes the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string path = c.model.empty() ? DefaultModelPath() : c.model;
+  KVTIER_ASSIGN_OR_RETURN(LoadedModel m, LoadModel(path));
+  const ModelConfig& mc = m.model->config();
+  const uint32_t context = c.max_model_len > 0 ? c.max_model_len
+                                               : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
+
+  // The active pool: --kv-pool-mb, or room for max-num-seqs full contexts twice over (the
+  // prefix cache keeps unquantized entries in this pool and gives blocks back on demand).
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> pool,
+                          MakeKvPool(mc, "--kv-cache-dtype", c.kv_cache_dtype, context,
+                                     2 * c.max_num_seqs, c.block_tokens));
+  if (c.kv_pool_mb > 0) {
+    BlockPoolOptions po;
+    po.shape = mc.kv_shape();
+    po.k_format = pool->k_format();
+    po.v_format = pool->v_format();
+    po.block_tokens = c.block_tokens;
+    po.capacity_bytes = c.kv_pool_mb << 20;
+    if (po.capacity_bytes < pool->layout().block_stride) {
+      return Status::InvalidArgument("--kv-pool-mb: " + std::to_string(c.kv_pool_mb) +
+                                     " MB is less than one KV block (" +
+                                     std::to_string(pool->layout().block_stride) + " bytes)");
+    }
+    KVTIER_ASSIGN_OR_RETURN(pool, BlockPool::Create(po));
+  }
+
+  std::shared_ptr<SsdTier> ssd;
+  if (!c.ssd_cache_dir.empty()) {
+    SsdTierOptions so;
+    so.dir = c.ssd_cache_dir;
+    so.max_bytes = static_cast<uint64_t>(std::llround(c.ssd_cache_max_gb * double(1ull << 30)));
+    KVTIER_ASSIGN_OR_RETURN(ssd, SsdTier::Open(so));
+    const SsdTierStats ss = ssd->Stats();
+    LogLine("ssd_tier dir=" + c.ssd_cache_dir + " blocks=" + std::to_string(ss.blocks) +
+            " bytes=" + std::to_string(ss.bytes) + " max_bytes=" + std::to_string(ss.max_bytes) +
+            " removed_tmp=" + std::to_string(ss.removed_tmp_files));
+  }
+  std::unique_ptr<PrefixCache> cache;
+  if (!c.disable_prefix_cache) {
+    PrefixCacheOptions po;
+    const double percent =
+        c.cache_memory_mb == 0 && c.cache_memory_percent == 0 ? 10.0 : c.cache_memory_percent;
+    KVTIER_ASSIGN_OR_RETURN(po.memory_budget_bytes,
+                            PrefixCacheBudgetBytes(c.cache_memory_mb, percent));
+    if (c.kv_cache_quantization) {
+      KVTIER_ASSIGN_OR_RETURN(po.store_format,
+                              PrefixStoreFormat(c.kv_quantization_bits, c.kv_quantization_group));
+    }
+    po.min_quantize_tokens = c.min_quantize_tokens;
+    po.lower_tier = ssd;
+    KVTIER_ASSIGN_OR_RETURN(cache, PrefixCache::Create(po));
+  } else if (ssd != nullptr) {
+    return Status::InvalidArgument(
+        "--ssd-cache-dir: the SSD tier sits below the prefix cache; it cannot be used with "
+        "--disable-prefix-cache");
+  }
+
+  EngineOptions eo;
+  eo.pool = pool;
+  eo.prefix_cache = cache.get();
+  eo.max_num_seqs = c.max_num_seqs;
+  eo.prefill_step = c.prefill_step;
+  eo.threads = c.threads;
+  eo.log = LogLine;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::Create(*m.model, eo));
+
+  ServerDeps deps;
+  deps.model = m.model.get();
+  deps.tokenizer = m.tokenizer.get();
+  deps.engine = engine.get();
+  deps.pool = pool;
+  deps.prefix_cache = cache.get();
+  deps.ssd = ssd.get();
+  ServerOptions so;
+  so.host = c.host;
+  so.port = c.port;
+  so.model_id = std::filesystem::path(path).stem().string();
+  so.max_context = context;
+  so.max_body_bytes = c.max_body_mb << 20;
+  so.log = LogLine;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Create(deps, so));
+  KVTIER_RETURN_IF_ERROR(server->Bind());
+
+  std::atomic<bool> stopping{false};
+  std::thread watcher([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    if (stopping.exchange(true)) return;  // Listen already ended (woken by RunServe)
+    LogLine(std::string("received ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+            ": draining requests in flight");
+    server->Shutdown(c.drain_seconds * 1000);
+  });
+  LogLine("model=" + so.model_id + " file=" + path + " context=" + std::to_string(context) +
+          " kv_pool=" + pool->k_format().name() + "/" + pool->v_format().name() + " " +
+          std::to_string(pool->capacity_blocks()) + " blocks x " +
+          std::to_string(pool->block_tokens()) + " tokens (" +
+          std::to_string(pool->layout().block_stride * pool->capacity_blocks()) + " bytes)" +
+          " prefix_cache=" +
+          (cache ? std::to_string(cache->options().memory_budget_bytes) + " bytes" +
+                       (c.kv_cache_quantization ? " store=" + cache->options().store_format->name()
+                                                : "")
+                 : std::string("off")) +
+          " max_num_seqs=" + std::to_string(c.max_num_seqs));
+  std::printf("kvtier serve: listening on http://%s:%u model=%s\n", c.host.c_str(),
+              static_cast<unsigned>(server->port()), so.model_id.c_str());
+  std::fflush(stdout);
+  Status listened = server->Listen();
+  if (!stopping.exchange(true)) pthread_kill(watcher.native_handle(), SIGTERM);
+  watcher.join();
+
+  // Requests that outlived the drain are cancelled by the engine's destructor; their K/V goes
+  // to the prefix cache like everything else, and from there to SSD.
+  engine.reset();
+  if (cache != nullptr && ssd != nullptr) {
+    const uint64_t spilled = cache->Evict(UINT64_MAX);
+    ssd->Flush();
+    const SsdTierStats ss = ssd->Stats();
+    LogLine("shutdown: spilled " + std::to_string(spilled) + " bytes of the RAM prefix cache; " +
+            "ssd blocks=" + std::to_string(ss.blocks) + " bytes=" + std::to_string(ss.bytes));
+  }
+  LogLine("stopped");
+  return listened;
+}
+
+CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c) {
+  CLI::App* s = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server over the tiered, quantized KV cache");
+  s->add_option("--model", c->model, "GGUF model (default: the bundled model)");
+  s->add_option("--host", c->host, "Address to listen on")->capture_default_str();
+  s->add_option("--port", c->port, "Port (0: any free port)")->capture_default_str();
+  s->add_option("--max-num-seqs", c->max_num_seqs, "Requests in the running batch at most")
+      ->capture_default_str();
+  s->add_option("--prefill-step-size", c->prefill_step,
+                "Prompt tokens per request per step (chunked prefill)")
+      ->capture_default_str();
+  s->add_option("--kv-cache-dtype", c->kv_cache_dtype,
+                "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>)")
+      ->capture_default_str();
+  s->add_flag("--kv-cache-quantization", c->kv_cache_quantization,
+              "Quantize prefix-cache entries on store (MLX affine)");
+  s->add_option("--kv-cache-quantization-bits", c->kv_quantization_bits, "8 or 4")
+      ->capture_default_str();
+  s->add_option("--kv-cache-quantization-group-size", c->kv_quantization_group, "32, 64 or 128")
+      ->capture_default_str();
+  s->add_option("--kv-cache-min-quantize-tokens", c->min_quantize_tokens,
+                "Entries shorter than this stay unquantized")
+      ->capture_default_str();
+  s->add_option("--cache-memory-mb", c->cache_memory_mb, "RAM prefix cache budget in MB");
+  s->add_option("--cache-memory-percent", c->cache_memory_percent,
+                "RAM prefix cache budget in percent of RAM (default 10 when neither is given)");
+  s->add_flag("--disable-prefix-cache", c->disable_prefix_cache, "No prefix cache (nor SSD tier)");
+  s->add_option("--ssd-cache-dir", c->ssd_cache_dir,
+                "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
+  s->add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
+      ->capture_default_str();
+  s->add_option("--threads", c->threads, "Compute threads (0: every core)")->capture_default_str();
+  s->add_option("--kv-pool-mb", c->kv_pool_mb,
+                "Active KV pool size in MB (default: two full contexts per --max-num-seqs)");
+  s->add_option("--max-model-len", c->max_model_len,
+                "Context length, prompt plus completion (default: the model's)");
+  s->add_option("--block-tokens", c->block_tokens, "Tokens per KV block")->capture_default_str();
+  s->add_option("--max-body-mb", c->max_body_mb, "Largest request body")->capture_default_str();
+  s->add_option("--drain-seconds", c->drain_seconds,
+                "On SIGTERM, how long requests in flight may take to finish")
+      ->capture_default_str();
+  return s;
+}
+
+}  // namespace kvtier::cli

@@ -1,0 +1,53 @@
+// `kvtier serve`: the OpenAI-compatible server on a model (default: the bundled one) over the
+// tiered KV cache: the engine's active pool, the RAM prefix cache and, with --ssd-cache-dir,
+// the SSD tier. Prints `kvtier serve: listening on http://HOST:PORT model=ID` on stdout when
+// ready; SIGTERM or SIGINT drains the requests in flight, spills the RAM prefix cache to SSD,
+// flushes the writer and returns 0. Runs on the calling thread; one call per process (it
+// blocks SIGTERM and SIGINT in every thread it starts).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvtier/status.h"
+
+namespace kvtier::cli {
+
+struct ServeConfig {
+  std::string model;                     // --model (empty: the bundled model)
+  std::string host = "127.0.0.1";        // --host
+  uint16_t port = 8000;                  // --port (0: any free port)
+  uint32_t max_num_seqs = 8;             // --max-num-seqs
+  uint32_t prefill_step = 512;           // --prefill-step-size
+  std::string kv_cache_dtype = "f16";    // --kv-cache-dtype: active format, K or K/V
+  bool kv_cache_quantization = false;    // --kv-cache-quantization: quantize on store
+  int kv_quantization_bits = 8;          // --kv-cache-quantization-bits
+  int kv_quantization_group = 64;        // --kv-cache-quantization-group-size
+  uint32_t min_quantize_tokens = 256;    // --kv-cache-min-quantize-tokens
+  uint64_t cache_memory_mb = 0;          // --cache-memory-mb
+  double cache_memory_percent = 0;       // --cache-memory-percent (both 0: 10%)
+  bool disable_prefix_cache = false;     // --disable-prefix-cache
+  std::string ssd_cache_dir;             // --ssd-cache-dir
+  double ssd_cache_max_gb = 10;          // --ssd-cache-max-gb
+  uint32_t threads = 0;                  // --threads (0: every core)
+  uint64_t kv_pool_mb = 0;               // --kv-pool-mb (0: max-num-seqs full contexts, twice)
+  uint32_t max_model_len = 0;            // --max-model-len (0: the model's trained context)
+  uint32_t block_tokens = 32;            // --block-tokens
+  uint64_t max_body_mb = 16;             // --max-body-mb
+  uint32_t drain_seconds = 60;           // --drain-seconds
+};
+
+Status RunServe(const ServeConfig& c);
+
+}  // namespace kvtier::cli
+
+namespace CLI {
+class App;
+}
+
+namespace kvtier::cli {
+
+// Adds the `serve` subcommand and its flags (bound to *c) to `app`.
+CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c);
+
+}  // namespace kvtier::cli

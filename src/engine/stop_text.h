@@ -1,0 +1,35 @@
+// Stop strings over streamed text: text arrives in pieces (one per generated token, already
+// whole UTF-8 characters); what could still be the start of a stop string is held back, so the
+// caller never shows text that a later piece turns into a stop. OpenAI semantics: generation
+// ends at the earliest occurrence of any stop string, which is not part of the output.
+//
+// Thread-compatible: one per request.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvtier::engine {
+
+class StopText {
+ public:
+  // Empty strings in `stops` are ignored.
+  explicit StopText(std::vector<std::string> stops);
+
+  struct Out {
+    std::string text;      // safe to show now
+    bool stopped = false;  // a stop string ended the output: nothing more will be accepted
+  };
+  Out Push(std::string_view piece);
+  // What is held back, at the end of generation (empty once stopped).
+  std::string Flush();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string held_;  // a suffix of the text so far that is a proper prefix of a stop string
+  bool stopped_ = false;
+};
+
+}  // namespace kvtier::engine

@@ -1,0 +1,74 @@
+// The OpenAI wire format: request bodies of /v1/chat/completions and /v1/completions parsed into
+// plain structs (every bad field named, as OpenAI's own errors do), and the JSON of responses,
+// stream chunks and errors. Only src/server knows JSON; these are pure functions, thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvtier/chat_template.h"
+#include "kvtier/sampler.h"
+
+namespace kvtier::server {
+
+enum class Endpoint : uint8_t { kChat = 0, kCompletion = 1 };
+
+// An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the offending field ("" -> null)
+  std::string code;   // "" -> null
+};
+std::string ErrorJson(const ApiError& e);
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;                  // "" when not given
+  std::vector<ChatMessage> messages;  // chat
+  std::string prompt;                 // completions: the prompt text ...
+  std::vector<int32_t> prompt_tokens; // ... or token ids (prompt_is_tokens)
+  bool prompt_is_tokens = false;
+  SamplingParams sampling;            // temperature defaults to 1, as OpenAI's
+  bool seeded = false;                // `seed` was given
+  std::optional<uint32_t> max_tokens; // max_tokens or max_completion_tokens
+  std::vector<std::string> stop;      // at most 4, non-empty
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+};
+
+// Parses and validates `body`. On failure returns false and fills *error (400, the field named
+// in `param` and the message: expected vs got).
+bool ParseRequest(Endpoint endpoint, std::string_view body, ApiRequest* out, ApiError* error);
+
+// What a finished (or finishing) request reports.
+struct CompletionInfo {
+  std::string id;       // "chatcmpl-..." / "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+  uint32_t prompt_tokens = 0;
+  uint32_t completion_tokens = 0;
+  uint32_t cached_tokens = 0;
+};
+
+// The non-streaming response body.
+std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
+                         std::string_view finish_reason);
+// One stream chunk ("data: " and the blank line not included). `role` adds the assistant role
+// to a chat delta (the first chunk); `finish_reason` empty: null.
+std::string ChunkJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
+                      bool role, std::string_view finish_reason);
+// The last chunk of a stream with stream_options.include_usage: no choices, the usage.
+std::string UsageChunkJson(Endpoint endpoint, const CompletionInfo& info);
+
+// /v1/models.
+std::string ModelsJson(std::string_view model_id, int64_t created);
+
+// True when `s` is well-formed UTF-8 (no overlongs, surrogates or code points past U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+}  // namespace kvtier::server
