@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # kvtier's main job on a fresh machine: installs what it needs, builds, and runs
-# `kvtier bench-kv-cache` (until the server lands). Arguments replace the default command,
-# e.g. `tools/run.sh bench-kv-cache --dtype f32 --json`.
+# `kvtier serve` on the bundled model (http://127.0.0.1:8000/v1, OpenAI-compatible; Ctrl-C or
+# SIGTERM drains and stops it). Arguments replace the default command, e.g.
+# `tools/run.sh serve --port 9000 --ssd-cache-dir /tmp/kv` or `tools/run.sh bench-kv-cache`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build/release kvtier >/dev/null
-if [ $# -eq 0 ]; then set -- bench-kv-cache; fi
+if [ $# -eq 0 ]; then set -- serve; fi
 exec build/release/src/cli/kvtier "$@"

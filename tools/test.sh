@@ -12,13 +12,13 @@ cd "$(dirname "$0")/.."
 bash tools/setup.sh
 JOBS=${JOBS:-$(nproc)}
 
-echo "== release build (g++) and tests"
+echo "== release build (g++) and tests (${SECONDS}s)"
 cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build/release
 (cd build/release && ctest --output-on-failure -j"$JOBS")
 
 if [ "${KVTIER_SKIP_CLANG:-0}" != 1 ]; then
-  echo "== clang-14 build (-Wall -Wextra -Werror) of everything"
+  echo "== clang-14 build (-Wall -Wextra -Werror) of everything (${SECONDS}s)"
   # A compile check: clang's warnings come from its front end, so -O0 finds the same ones in
   # half the time; the tests already ran on the g++ build above and run again under ASan below.
   CC=clang-14 CXX=clang++-14 cmake -S . -B build/clang -G Ninja -DCMAKE_BUILD_TYPE=Debug \
@@ -27,7 +27,7 @@ if [ "${KVTIER_SKIP_CLANG:-0}" != 1 ]; then
 fi
 
 if [ "${KVTIER_SKIP_SANITIZERS:-0}" != 1 ]; then
-  echo "== ASan + UBSan build and tests"
+  echo "== ASan + UBSan build and tests (${SECONDS}s)"
   # SIMD kernels compile for AVX-512 and the portable fallback here (the release build covers
   # AVX2, SSE4 and SSSE3 too): the instrumented kernels are what makes this build slow.
   # 6656 = HWY_AVX2 | HWY_SSE4 | HWY_SSSE3 (hwy/detect_targets.h), as a number so no shell
@@ -41,7 +41,7 @@ if [ "${KVTIER_SKIP_SANITIZERS:-0}" != 1 ]; then
 fi
 
 if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
-  echo "== ThreadSanitizer build and tests of the shared structures (pool, prefix cache)"
+  echo "== ThreadSanitizer build and tests of the shared structures (${SECONDS}s)"
   # Locking, not SIMD, is under test here: kernels compile for AVX2 and scalar only
   # (6400 = HWY_AVX3 | HWY_SSE4 | HWY_SSSE3).
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
@@ -55,3 +55,4 @@ if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
   build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*'
   build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*'
 fi
+echo "== all tests passed (${SECONDS}s)"
