@@ -325,15 +325,22 @@ void Engine::Impl::Loop() {
       // runs: then it goes in and either fits or fails alone.
       const PoolStats ps = opt.pool->Stats();
       uint64_t free_blocks = ps.capacity_blocks - ps.blocks_in_use;
-      if (opt.prefix_cache != nullptr && !waiting.empty() &&
-          running.size() < opt.max_num_seqs) {
-        const PrefixCacheStats cs = opt.prefix_cache->Stats();
-        for (const PrefixFormatStats& f : cs.by_format) {
-          free_blocks += f.exclusive_bytes / opt.pool->layout().block_stride;
-        }
-      }
+      bool counted_cache = opt.prefix_cache == nullptr;
       while (running.size() + admit.size() < opt.max_num_seqs && !waiting.empty()) {
         const uint64_t need = waiting.front()->all.size() / opt.pool->block_tokens() + 2;
+        if (need > free_blocks && !counted_cache) {
+          // Only when the free blocks fall short: the statistics walk the cache's blocks.
+          counted_cache = true;
+          const PrefixCacheStats cs = opt.prefix_cache->Stats();
+          for (const PrefixFormatStats& f : cs.by_format) {
+            // Entries quantized on store live in the cache's own pools: they free nothing here.
+            if (f.k_format != opt.pool->k_format().name() ||
+                f.v_format != opt.pool->v_format().name()) {
+              continue;
+            }
+            free_blocks += f.exclusive_bytes / opt.pool->layout().block_stride;
+          }
+        }
         if (need > free_blocks && !(running.empty() && admit.empty())) break;
         free_blocks -= std::min(need, free_blocks);
         admit.push_back(std::move(waiting.front()));
