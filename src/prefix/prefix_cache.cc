@@ -4,9 +4,11 @@
 #include "kvtier/prefix_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "base/sysinfo.h"
@@ -120,6 +122,9 @@ struct PrefixCache::Impl {
 };
 
 namespace {
+
+// Blocks read from the lower tier at once during a promotion.
+constexpr size_t kPromoteThreads = 4;
 
 Status CheckTokens(const char* op, std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -253,6 +258,26 @@ void PrefixCache::Impl::Promote(const ModelFingerprint& model, std::span<const i
     }
   }
   lock.unlock();
+  // Read the blocks, a few at a time: reading from disk waits, verifying is CPU work.
+  std::vector<uint8_t> read_ok(plan.steps.size(), 0);  // [chain blocks]
+  {
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      if (ids[i] >= 0) todo.push_back(i);
+    }
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t t; (t = next.fetch_add(1)) < todo.size();) {
+        const size_t i = todo[t];
+        read_ok[i] = lower.Load(best_ns, chain[i].key, *ns->pool, ids[i]).ok() ? 1 : 0;
+      }
+    };
+    const size_t n_threads = std::min<size_t>(kPromoteThreads, todo.size());
+    std::vector<std::thread> helpers;
+    for (size_t t = 1; t < n_threads; ++t) helpers.emplace_back(work);
+    work();
+    for (std::thread& h : helpers) h.join();
+  }
   size_t usable = 0;  // leading chain blocks that are in RAM or were read
   for (; usable < plan.steps.size(); ++usable) {
     if (ids[usable] < 0) {
@@ -260,7 +285,7 @@ void PrefixCache::Impl::Promote(const ModelFingerprint& model, std::span<const i
       if (k == PlanStep::kExisting || k == PlanStep::kMarker) continue;
       break;  // no block could be allocated
     }
-    if (!lower.Load(best_ns, chain[usable].key, *ns->pool, ids[usable]).ok()) break;
+    if (read_ok[usable] == 0) break;
   }
   lock.lock();
   auto release = [&] {
