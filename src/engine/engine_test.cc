@@ -32,12 +32,7 @@ struct BundledRef {
 BundledRef B() { return {testing::Bundled().model.get(), testing::Bundled().tokenizer.get()}; }
 
 std::shared_ptr<BlockPool> Pool(uint64_t blocks, uint32_t block_tokens = 16) {
-  BlockPoolOptions o;
-  o.shape = B().model->config().kv_shape();
-  o.block_tokens = block_tokens;
-  o.capacity_bytes =
-      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, block_tokens)->block_stride;
-  return BlockPool::Create(o).value();
+  return testing::BundledPool(blocks, block_tokens);
 }
 
 std::vector<int32_t> Prompt(int i) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "kvtier/block_pool.h"
 #include "kvtier/gguf.h"
 #include "kvtier/model.h"
 #include "kvtier/status.h"
@@ -31,6 +32,16 @@ inline Result<BundledModel> LoadBundledModel() {
 inline const BundledModel& Bundled() {
   static const BundledModel b = LoadBundledModel().value();
   return b;
+}
+
+// A pool of `blocks` blocks of `block_tokens` tokens in the bundled model's KV shape (f16).
+inline std::shared_ptr<BlockPool> BundledPool(uint64_t blocks, uint32_t block_tokens = 16) {
+  BlockPoolOptions o;
+  o.shape = Bundled().model->config().kv_shape();
+  o.block_tokens = block_tokens;
+  o.capacity_bytes =
+      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, block_tokens)->block_stride;
+  return BlockPool::Create(o).value();
 }
 
 }  // namespace kvtier::testing

@@ -23,12 +23,7 @@ using nlohmann::json;
 using testing::Bundled;
 
 std::shared_ptr<BlockPool> Pool(uint64_t blocks, uint32_t block_tokens = 16) {
-  BlockPoolOptions o;
-  o.shape = Bundled().model->config().kv_shape();
-  o.block_tokens = block_tokens;
-  o.capacity_bytes =
-      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, block_tokens)->block_stride;
-  return BlockPool::Create(o).value();
+  return testing::BundledPool(blocks, block_tokens);
 }
 
 // A server on a free port, with its engine and prefix cache, listening on its own thread.
