@@ -40,7 +40,8 @@ struct Server::Impl {
   };
 
   void Routes();
-  void Complete(Endpoint endpoint, const httplib::Request& req, httplib::Response& res);
+  void Complete(Endpoint endpoint, const httplib::Request& req, const std::string& body,
+                httplib::Response& res);
   // Prompt tokens of a parsed request, or an error (400 / 413).
   bool Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e) const;
   void Reply(httplib::Response& res, const std::string& endpoint, const ApiError& e);
@@ -141,7 +142,7 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
 }
 
 void Server::Impl::Complete(Endpoint endpoint, const httplib::Request& req,
-                            httplib::Response& res) {
+                            const std::string& body, httplib::Response& res) {
   const std::string ep = EndpointName(endpoint);
   auto flight = std::make_shared<InFlight>(this);
   if (draining) {
@@ -155,7 +156,7 @@ void Server::Impl::Complete(Endpoint endpoint, const httplib::Request& req,
   }
   ApiRequest r;
   ApiError e;
-  if (!server::ParseRequest(endpoint, req.body, &r, &e)) return Reply(res, ep, e);
+  if (!server::ParseRequest(endpoint, body, &r, &e)) return Reply(res, ep, e);
   if (!r.model.empty() && r.model != opt.model_id) {
     return Reply(res, ep,
                  Err(404, "model: the model '" + r.model + "' does not exist; this server has '" +
@@ -286,12 +287,35 @@ void Server::Impl::Complete(Endpoint endpoint, const httplib::Request& req,
 }
 
 void Server::Impl::Routes() {
-  http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& s) {
-    Complete(Endpoint::kChat, q, s);
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& s) {
-    Complete(Endpoint::kCompletion, q, s);
-  });
+  // Bodies are read here, not by cpp-httplib, so --max-body-mb also bounds chunked bodies
+  // (cpp-httplib checks only a Content-Length).
+  auto post = [this](Endpoint endpoint) {
+    return [this, endpoint](const httplib::Request& q, httplib::Response& s,
+                            const httplib::ContentReader& reader) {
+      std::string body;
+      bool too_big = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > opt.max_body_bytes) {
+          too_big = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (too_big || (!read && s.status == 413)) {
+        s.set_header("Connection", "close");
+        return Reply(s, EndpointName(endpoint),
+                     Err(413, "the request body is larger than " +
+                                  std::to_string(opt.max_body_bytes) + " bytes"));
+      }
+      if (!read) {
+        return Reply(s, EndpointName(endpoint), Err(400, "the request body could not be read"));
+      }
+      Complete(endpoint, q, body, s);
+    };
+  };
+  http.Post("/v1/chat/completions", post(Endpoint::kChat));
+  http.Post("/v1/completions", post(Endpoint::kCompletion));
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& s) {
     s.set_content(server::ModelsJson(opt.model_id, UnixNow()), "application/json");
     metrics.Request("models", 200);
@@ -426,7 +450,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   const uint32_t threads = s.opt.http_threads;
   s.http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.http.set_payload_max_length(s.opt.max_body_bytes);
-  s.http.set_keep_alive_timeout(30);
+  // Idle keep-alive connections hold an HTTP thread until this passes, shutdown included.
+  s.http.set_keep_alive_timeout(5);
   s.http.set_read_timeout(60);
   s.http.set_write_timeout(60);
   s.Routes();

@@ -188,6 +188,26 @@ TEST(Server, BadInputIsA4xxNamingTheProblemAndTheServerKeepsServing) {
   httplib::Result ok = s.Post(cmpl, Body(GreedyBody(kPrompt, 2)));
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
+  // The same limit for a chunked body (no Content-Length): 413 before it is all read.
+  const int fd = Connect(s.port);
+  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                           "chunked\r\nContent-Type: application/json\r\n\r\n";
+  ASSERT_GT(send(fd, head.data(), head.size(), MSG_NOSIGNAL), 0);
+  const std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n";
+  for (int i = 0; i < 64; ++i) {  // 4 MiB, the limit is 1 MiB; the server may stop reading
+    if (send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL) < 0) break;
+  }
+  std::string reply;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) {
+    reply.append(buf, static_cast<size_t>(n));
+    if (reply.find("\r\n\r\n") != std::string::npos && reply.find("}}") != std::string::npos) break;
+  }
+  close(fd);
+  EXPECT_EQ(reply.rfind("HTTP/1.1 413", 0), 0u) << reply.substr(0, 200);
+  ok = s.Post(cmpl, Body(GreedyBody(kPrompt, 2)));
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
 }
 
 TEST(Server, StreamsEqualAnswersAndStopStringsCutThem) {
