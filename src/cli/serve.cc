@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cli/flags.h"
+#include "base/sysinfo.h"
 #include "cli/model_session.h"
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
@@ -83,13 +84,20 @@ Status RunServe(const ServeConfig& c) {
   KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> pool,
                           MakeKvPool(mc, "--kv-cache-dtype", c.kv_cache_dtype, context,
                                      2 * c.max_num_seqs, c.block_tokens));
-  if (c.kv_pool_mb > 0) {
+  // Default: capped at a quarter of RAM (a long-context model's full contexts may not fit).
+  uint64_t pool_bytes = c.kv_pool_mb << 20;
+  if (pool_bytes == 0) {
+    Result<uint64_t> ram = TotalRamBytes();
+    const uint64_t full = pool->layout().block_stride * pool->capacity_blocks();
+    if (ram.ok() && full > *ram / 4) pool_bytes = *ram / 4;
+  }
+  if (pool_bytes > 0) {
     BlockPoolOptions po;
     po.shape = mc.kv_shape();
     po.k_format = pool->k_format();
     po.v_format = pool->v_format();
     po.block_tokens = c.block_tokens;
-    po.capacity_bytes = c.kv_pool_mb << 20;
+    po.capacity_bytes = pool_bytes;
     if (po.capacity_bytes < pool->layout().block_stride) {
       return Status::InvalidArgument("--kv-pool-mb: " + std::to_string(c.kv_pool_mb) +
                                      " MB is less than one KV block (" +
