@@ -4,7 +4,6 @@
 #include "cli/bench_ssd.h"
 
 #include <algorithm>
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -370,48 +369,6 @@ Status CheckConfig(const BenchSsdConfig& c, bool* throughput, bool* ttft) {
 }
 
 }  // namespace
-
-CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json) {
-  CLI::App* s = app.add_subcommand(
-      "bench-ssd",
-      "SSD tier: spill and reload throughput against a plain sequential write / read of the "
-      "same bytes, and time to first token of a long prompt served from SSD vs cold prefill");
-  s->add_option("--modes", c->modes, "Comma-separated: throughput (no model), ttft (a model)")
-      ->capture_default_str();
-  s->add_option("--kv-type", c->kv_type, "K/V format, K or K/V: " + ValidFormatsHelp())
-      ->capture_default_str();
-  s->add_option("--layers", c->layers, "throughput: layers of a block")->capture_default_str();
-  s->add_option("--kv-heads", c->kv_heads, "throughput: KV heads")->capture_default_str();
-  s->add_option("--head-dim", c->head_dim, "throughput: head dimension")->capture_default_str();
-  s->add_option("--block-tokens", c->block_tokens, "throughput: tokens per block")
-      ->capture_default_str();
-  s->add_option("--gb", c->gb, "throughput: block file bytes to spill, GB (1e9 bytes)")
-      ->capture_default_str();
-  s->add_option("--dir", c->dir,
-                "Existing directory to work in (a fresh subdirectory, removed at the end; "
-                "default /tmp)");
-  s->add_option("--writer-threads", c->writer_threads, "Tier writer threads (0: the tier's default)")
-      ->capture_default_str();
-  s->add_option("--repeats", c->repeats, "Runs of every measurement; the median counts")
-      ->capture_default_str();
-  s->add_flag("--no-cold", [c](int64_t) { c->cold = false; },
-              "Skip the reads with the page cache dropped");
-  s->add_option("--model", c->model, "ttft: GGUF model (default: the bundled model)");
-  s->add_option("--prompt-tokens", c->prompt_tokens, "ttft: prompt length")->capture_default_str();
-  s->add_option("--new-tokens", c->new_tokens, "ttft: tokens appended for the prefix hit")
-      ->capture_default_str();
-  s->add_option("--text", c->text,
-                "ttft: text the prompt is tokenized from (default data/corpus/eval.txt when "
-                "present, else random ids); 'random': seeded random token ids");
-  s->add_option("--ubatch", c->ubatch, "ttft: prompt tokens per forward call")->capture_default_str();
-  s->add_option("--cold-repeats", c->cold_repeats, "ttft: cold prefills; the median counts")
-      ->capture_default_str();
-  s->add_option("--threads", c->threads, "ttft: model threads (0: all cores)")->capture_default_str();
-  s->add_option("--seed", c->seed, "Seed of the random K/V, token ids and bytes")
-      ->capture_default_str();
-  s->add_flag("--json", *json, "Print one JSON object");
-  return s;
-}
 
 Result<BenchSsdReport> RunBenchSsd(const BenchSsdConfig& c,
                                    const std::function<void(int, int)>& progress) {

@@ -1,7 +1,6 @@
 // `kvtier cache ...` (cache_cmd.h): opens the SSD tier's directory through the real Env.
 #include "cli/cache_cmd.h"
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
@@ -174,24 +173,6 @@ Status Formats(const CacheCommand& c, std::ostream& out) {
 }
 
 }  // namespace
-
-CLI::App* AddCacheCommand(CLI::App& app, CacheCommand* cmd) {
-  CLI::App* c = app.add_subcommand("cache", "The SSD tier's directory: stats, verify, clear, formats");
-  c->require_subcommand(1);
-  for (const char* action : {"stats", "verify", "clear"}) {
-    const std::string help = std::string(action) == "stats"    ? "Blocks, bytes and namespaces on disk"
-                             : std::string(action) == "verify" ? "Read and check every block file"
-                                                               : "Remove every block file";
-    CLI::App* s = c->add_subcommand(action, help);
-    s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
-    s->add_flag("--json", cmd->json, "Print JSON");
-    s->callback([cmd, action] { cmd->action = action; });
-  }
-  CLI::App* f = c->add_subcommand("formats", "Every format the tier stores, checked now");
-  f->add_flag("--json", cmd->json, "Print JSON");
-  f->callback([cmd] { cmd->action = "formats"; });
-  return c;
-}
 
 Status RunCacheCommand(const CacheCommand& cmd, std::ostream& out) {
   if (cmd.action == "stats") return Stats(cmd, out);

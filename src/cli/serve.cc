@@ -5,7 +5,6 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -202,50 +201,6 @@ Status RunServe(const ServeConfig& c) {
   }
   LogLine("stopped");
   return listened;
-}
-
-CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c) {
-  CLI::App* s = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server over the tiered, quantized KV cache");
-  s->add_option("--model", c->model, "GGUF model (default: the bundled model)");
-  s->add_option("--host", c->host, "Address to listen on")->capture_default_str();
-  s->add_option("--port", c->port, "Port (0: any free port)")->capture_default_str();
-  s->add_option("--max-num-seqs", c->max_num_seqs, "Requests in the running batch at most")
-      ->capture_default_str();
-  s->add_option("--prefill-step-size", c->prefill_step,
-                "Prompt tokens per request per step (chunked prefill)")
-      ->capture_default_str();
-  s->add_option("--kv-cache-dtype", c->kv_cache_dtype,
-                "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>)")
-      ->capture_default_str();
-  s->add_flag("--kv-cache-quantization", c->kv_cache_quantization,
-              "Quantize prefix-cache entries on store (MLX affine)");
-  s->add_option("--kv-cache-quantization-bits", c->kv_quantization_bits, "8 or 4")
-      ->capture_default_str();
-  s->add_option("--kv-cache-quantization-group-size", c->kv_quantization_group, "32, 64 or 128")
-      ->capture_default_str();
-  s->add_option("--kv-cache-min-quantize-tokens", c->min_quantize_tokens,
-                "Entries shorter than this stay unquantized")
-      ->capture_default_str();
-  s->add_option("--cache-memory-mb", c->cache_memory_mb, "RAM prefix cache budget in MB");
-  s->add_option("--cache-memory-percent", c->cache_memory_percent,
-                "RAM prefix cache budget in percent of RAM (default 10 when neither is given)");
-  s->add_flag("--disable-prefix-cache", c->disable_prefix_cache, "No prefix cache (nor SSD tier)");
-  s->add_option("--ssd-cache-dir", c->ssd_cache_dir,
-                "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
-  s->add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
-      ->capture_default_str();
-  s->add_option("--threads", c->threads, "Compute threads (0: every core)")->capture_default_str();
-  s->add_option("--kv-pool-mb", c->kv_pool_mb,
-                "Active KV pool size in MB (default: two full contexts per --max-num-seqs)");
-  s->add_option("--max-model-len", c->max_model_len,
-                "Context length, prompt plus completion (default: the model's)");
-  s->add_option("--block-tokens", c->block_tokens, "Tokens per KV block")->capture_default_str();
-  s->add_option("--max-body-mb", c->max_body_mb, "Largest request body")->capture_default_str();
-  s->add_option("--drain-seconds", c->drain_seconds,
-                "On SIGTERM, how long requests in flight may take to finish")
-      ->capture_default_str();
-  return s;
 }
 
 }  // namespace kvtier::cli

@@ -1,0 +1,148 @@
+// The command-line flags of the subcommands that keep them beside their module (`kvtier
+// bench-ssd`, `cache`, `make-test-model`, `serve`): one translation unit with CLI11 besides
+// main.cc, because CLI11's header-only templates cost more to compile than the commands.
+#include <CLI/CLI.hpp>
+
+#include "cli/bench_ssd.h"
+#include "cli/cache_cmd.h"
+#include "cli/make_test_model.h"
+#include "cli/serve.h"
+#include "kvtier/format.h"
+
+namespace kvtier::cli {
+
+// bench_ssd.cc
+CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json) {
+  CLI::App* s = app.add_subcommand(
+      "bench-ssd",
+      "SSD tier: spill and reload throughput against a plain sequential write / read of the "
+      "same bytes, and time to first token of a long prompt served from SSD vs cold prefill");
+  s->add_option("--modes", c->modes, "Comma-separated: throughput (no model), ttft (a model)")
+      ->capture_default_str();
+  s->add_option("--kv-type", c->kv_type, "K/V format, K or K/V: " + ValidFormatsHelp())
+      ->capture_default_str();
+  s->add_option("--layers", c->layers, "throughput: layers of a block")->capture_default_str();
+  s->add_option("--kv-heads", c->kv_heads, "throughput: KV heads")->capture_default_str();
+  s->add_option("--head-dim", c->head_dim, "throughput: head dimension")->capture_default_str();
+  s->add_option("--block-tokens", c->block_tokens, "throughput: tokens per block")
+      ->capture_default_str();
+  s->add_option("--gb", c->gb, "throughput: block file bytes to spill, GB (1e9 bytes)")
+      ->capture_default_str();
+  s->add_option("--dir", c->dir,
+                "Existing directory to work in (a fresh subdirectory, removed at the end; "
+                "default /tmp)");
+  s->add_option("--writer-threads", c->writer_threads, "Tier writer threads (0: the tier's default)")
+      ->capture_default_str();
+  s->add_option("--repeats", c->repeats, "Runs of every measurement; the median counts")
+      ->capture_default_str();
+  s->add_flag("--no-cold", [c](int64_t) { c->cold = false; },
+              "Skip the reads with the page cache dropped");
+  s->add_option("--model", c->model, "ttft: GGUF model (default: the bundled model)");
+  s->add_option("--prompt-tokens", c->prompt_tokens, "ttft: prompt length")->capture_default_str();
+  s->add_option("--new-tokens", c->new_tokens, "ttft: tokens appended for the prefix hit")
+      ->capture_default_str();
+  s->add_option("--text", c->text,
+                "ttft: text the prompt is tokenized from (default data/corpus/eval.txt when "
+                "present, else random ids); 'random': seeded random token ids");
+  s->add_option("--ubatch", c->ubatch, "ttft: prompt tokens per forward call")->capture_default_str();
+  s->add_option("--cold-repeats", c->cold_repeats, "ttft: cold prefills; the median counts")
+      ->capture_default_str();
+  s->add_option("--threads", c->threads, "ttft: model threads (0: all cores)")->capture_default_str();
+  s->add_option("--seed", c->seed, "Seed of the random K/V, token ids and bytes")
+      ->capture_default_str();
+  s->add_flag("--json", *json, "Print one JSON object");
+  return s;
+}
+
+// cache_cmd.cc
+CLI::App* AddCacheCommand(CLI::App& app, CacheCommand* cmd) {
+  CLI::App* c = app.add_subcommand("cache", "The SSD tier's directory: stats, verify, clear, formats");
+  c->require_subcommand(1);
+  for (const char* action : {"stats", "verify", "clear"}) {
+    const std::string help = std::string(action) == "stats"    ? "Blocks, bytes and namespaces on disk"
+                             : std::string(action) == "verify" ? "Read and check every block file"
+                                                               : "Remove every block file";
+    CLI::App* s = c->add_subcommand(action, help);
+    s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
+    s->add_flag("--json", cmd->json, "Print JSON");
+    s->callback([cmd, action] { cmd->action = action; });
+  }
+  CLI::App* f = c->add_subcommand("formats", "Every format the tier stores, checked now");
+  f->add_flag("--json", cmd->json, "Print JSON");
+  f->callback([cmd] { cmd->action = "formats"; });
+  return c;
+}
+
+// make_test_model.cc
+CLI::App* AddMakeTestModel(CLI::App& app, MakeTestModelFlags* f) {
+  TestModelConfig& c = f->config;
+  CLI::App* m = app.add_subcommand(
+      "make-test-model",
+      "Write a seeded random llama/qwen2/qwen3 model as GGUF (llama.cpp names and keys, "
+      "byte-level BPE tokenizer); defaults: Qwen3-0.6B's shape");
+  m->add_option("--out", f->out, "Output GGUF file")->required();
+  m->add_option("--arch", c.arch, "llama, qwen2 or qwen3")->capture_default_str();
+  m->add_option("--hidden", c.hidden, "Embedding length")->capture_default_str();
+  m->add_option("--layers", c.layers, "Blocks")->capture_default_str();
+  m->add_option("--heads", c.heads, "Query heads")->capture_default_str();
+  m->add_option("--kv-heads", c.kv_heads, "KV heads")->capture_default_str();
+  m->add_option("--head-dim", c.head_dim, "Head dimension")->capture_default_str();
+  m->add_option("--ffn", c.ffn, "Feed-forward length")->capture_default_str();
+  m->add_option("--vocab", c.vocab, "Vocabulary size (at least 259)")->capture_default_str();
+  m->add_option("--ctx", c.ctx, "Context length")->capture_default_str();
+  m->add_option("--rope-theta", c.rope_theta, "RoPE base frequency")->capture_default_str();
+  m->add_option("--weight-type", f->weight_type, "f16, bf16, f32, q8_0 or q4_0")
+      ->capture_default_str();
+  m->add_flag("--tied", c.tied, "Output projection shares token_embd (default)");
+  m->add_flag("--no-tied", f->no_tied, "Write a separate output.weight");
+  m->add_option("--seed", c.seed, "Seed of the weights")->capture_default_str();
+  m->add_option("--name", c.name, "general.name (default kvtier-test-<arch>)");
+  return m;
+}
+
+// serve.cc
+CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c) {
+  CLI::App* s = app.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server over the tiered, quantized KV cache");
+  s->add_option("--model", c->model, "GGUF model (default: the bundled model)");
+  s->add_option("--host", c->host, "Address to listen on")->capture_default_str();
+  s->add_option("--port", c->port, "Port (0: any free port)")->capture_default_str();
+  s->add_option("--max-num-seqs", c->max_num_seqs, "Requests in the running batch at most")
+      ->capture_default_str();
+  s->add_option("--prefill-step-size", c->prefill_step,
+                "Prompt tokens per request per step (chunked prefill)")
+      ->capture_default_str();
+  s->add_option("--kv-cache-dtype", c->kv_cache_dtype,
+                "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>)")
+      ->capture_default_str();
+  s->add_flag("--kv-cache-quantization", c->kv_cache_quantization,
+              "Quantize prefix-cache entries on store (MLX affine)");
+  s->add_option("--kv-cache-quantization-bits", c->kv_quantization_bits, "8 or 4")
+      ->capture_default_str();
+  s->add_option("--kv-cache-quantization-group-size", c->kv_quantization_group, "32, 64 or 128")
+      ->capture_default_str();
+  s->add_option("--kv-cache-min-quantize-tokens", c->min_quantize_tokens,
+                "Entries shorter than this stay unquantized")
+      ->capture_default_str();
+  s->add_option("--cache-memory-mb", c->cache_memory_mb, "RAM prefix cache budget in MB");
+  s->add_option("--cache-memory-percent", c->cache_memory_percent,
+                "RAM prefix cache budget in percent of RAM (default 10 when neither is given)");
+  s->add_flag("--disable-prefix-cache", c->disable_prefix_cache, "No prefix cache (nor SSD tier)");
+  s->add_option("--ssd-cache-dir", c->ssd_cache_dir,
+                "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
+  s->add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
+      ->capture_default_str();
+  s->add_option("--threads", c->threads, "Compute threads (0: every core)")->capture_default_str();
+  s->add_option("--kv-pool-mb", c->kv_pool_mb,
+                "Active KV pool size in MB (default: two full contexts per --max-num-seqs)");
+  s->add_option("--max-model-len", c->max_model_len,
+                "Context length, prompt plus completion (default: the model's)");
+  s->add_option("--block-tokens", c->block_tokens, "Tokens per KV block")->capture_default_str();
+  s->add_option("--max-body-mb", c->max_body_mb, "Largest request body")->capture_default_str();
+  s->add_option("--drain-seconds", c->drain_seconds,
+                "On SIGTERM, how long requests in flight may take to finish")
+      ->capture_default_str();
+  return s;
+}
+
+}  // namespace kvtier::cli
