@@ -4,9 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
@@ -30,56 +27,6 @@ namespace kvtier::cli {
 namespace {
 
 constexpr uint32_t kMinQuantizeTokens = 256;
-
-// The token stream prompts are cut from, and where it came from.
-struct PromptSource {
-  std::vector<int32_t> stream;  // [>= the tokens asked for]
-  std::string description;
-  int32_t bos = -1;             // put first in every prompt when >= 0
-};
-
-Result<PromptSource> LoadPromptSource(const LoadedModel& lm, const std::string& text_flag,
-                                      uint64_t seed, size_t need) {
-  PromptSource s;
-  if (lm.tokenizer->add_bos_default()) s.bos = lm.tokenizer->bos_id();
-  const std::string path = text_flag.empty() ? DefaultPrefixText() : text_flag;
-  const bool random =
-      text_flag == "random" || (text_flag.empty() && !std::filesystem::exists(path));
-  if (random) {
-    std::mt19937_64 rng(seed);
-    const uint32_t n_vocab = lm.model->config().n_vocab;
-    s.stream.resize(need);
-    for (int32_t& t : s.stream) t = static_cast<int32_t>(rng() % n_vocab);
-    s.description = "seeded random token ids < " + std::to_string(n_vocab) + " (seed " +
-                    std::to_string(seed) + ")";
-    return s;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("--text: cannot open " + path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::vector<int32_t> ids = lm.tokenizer->Encode(text, false, false);
-  if (ids.empty()) return Status::InvalidArgument("--text: " + path + " has no tokens");
-  size_t copies = 0;
-  while (s.stream.size() < need) {
-    s.stream.insert(s.stream.end(), ids.begin(), ids.end());
-    ++copies;
-  }
-  s.description = path + " (" + std::to_string(ids.size()) + " tokens" +
-                  (copies > 1 ? ", repeated " + std::to_string(copies) + "x" : std::string()) +
-                  ")";
-  return s;
-}
-
-// n tokens: the BOS (if any), then stream[offset...].
-std::vector<int32_t> Window(const PromptSource& s, size_t offset, size_t n) {
-  std::vector<int32_t> p;
-  p.reserve(n);
-  if (s.bos >= 0 && n > 0) p.push_back(s.bos);
-  const size_t rest = n - p.size();
-  p.insert(p.end(), s.stream.begin() + static_cast<ptrdiff_t>(offset),
-           s.stream.begin() + static_cast<ptrdiff_t>(offset + rest));
-  return p;
-}
 
 struct StoreType {
   std::string name;             // "active" or the format's name
@@ -162,7 +109,8 @@ Result<BenchPrefixReport> RunBenchPrefix(const BenchPrefixConfig& c,
                  longest + c.new_tokens, mc.n_ctx_train);
   }
   KVTIER_ASSIGN_OR_RETURN(const PromptSource src,
-                          LoadPromptSource(lm, c.text, c.seed, longest + c.new_tokens));
+                          LoadPromptSource(lm, c.text, DefaultPrefixText(), c.seed,
+                                           longest + c.new_tokens));
   ThreadPool threads(c.threads);
   BenchPrefixReport r;
   r.model_name = mc.name;
@@ -181,8 +129,8 @@ Result<BenchPrefixReport> RunBenchPrefix(const BenchPrefixConfig& c,
   for (const uint32_t n : lengths) {
     BenchPrefixCase bc;
     bc.prompt_tokens = n;
-    const std::vector<int32_t> prompt = Window(src, 0, n);
-    const std::vector<int32_t> longer = Window(src, 0, n + c.new_tokens);
+    const std::vector<int32_t> prompt = PromptWindow(src, 0, n);
+    const std::vector<int32_t> longer = PromptWindow(src, 0, n + c.new_tokens);
     // Two rows: the cold sequence stays while a converted warm copy is built beside it.
     KVTIER_ASSIGN_OR_RETURN(auto pool,
                             MakeKvPool(mc, "--kv-type", c.kv_type, n + c.new_tokens + 64, 2));
@@ -348,7 +296,8 @@ Result<PrefixAgreementReport> RunPrefixAgreement(const PrefixAgreementConfig& c,
   std::vector<uint32_t> lens(c.prompts);
   size_t need = 0;
   for (uint32_t& l : lens) need += (l = len_dist(rng));
-  KVTIER_ASSIGN_OR_RETURN(const PromptSource src, LoadPromptSource(lm, c.text, c.seed + 1, need));
+  KVTIER_ASSIGN_OR_RETURN(const PromptSource src,
+                          LoadPromptSource(lm, c.text, DefaultPrefixText(), c.seed + 1, need));
   ThreadPool threads(c.threads);
   // Rows: the cold sequence (shared by entries stored in the active format), a warm copy.
   KVTIER_ASSIGN_OR_RETURN(
@@ -367,7 +316,7 @@ Result<PrefixAgreementReport> RunPrefixAgreement(const PrefixAgreementConfig& c,
   std::vector<double> prefix_sum(store_types.size(), 0.0);
   size_t offset = 0;
   for (uint32_t i = 0; i < c.prompts; ++i) {
-    const std::vector<int32_t> prompt = Window(src, offset, lens[i]);
+    const std::vector<int32_t> prompt = PromptWindow(src, offset, lens[i]);
     offset += lens[i];
     r.prompt_tokens_total += prompt.size();
     KVTIER_ASSIGN_OR_RETURN(engine::PrefillOutcome cold,

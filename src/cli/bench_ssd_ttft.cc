@@ -10,9 +10,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <random>
 
 #include "base/stats.h"
 #include "base/thread_pool.h"
@@ -105,35 +102,11 @@ struct Prompt {
 };
 
 // The BOS when the tokenizer adds one, then the text's tokens (repeated until long enough),
-// or seeded random ids below n_vocab.
+// or seeded random ids below n_vocab (LoadPromptSource).
 Result<Prompt> MakePrompt(const LoadedModel& lm, const BenchSsdConfig& c, size_t need) {
-  Prompt p;
-  if (lm.tokenizer->add_bos_default() && lm.tokenizer->bos_id() >= 0) {
-    p.tokens.push_back(lm.tokenizer->bos_id());
-  }
-  const std::string path = c.text.empty() ? std::string(KVTIER_SSD_TEXT) : c.text;
-  const bool random = c.text == "random" || (c.text.empty() && !std::filesystem::exists(path));
-  if (random) {
-    std::mt19937_64 rng(c.seed);
-    const uint32_t n_vocab = lm.model->config().n_vocab;
-    while (p.tokens.size() < need) p.tokens.push_back(static_cast<int32_t>(rng() % n_vocab));
-    p.source = "seeded random token ids < " + std::to_string(n_vocab);
-    return p;
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::InvalidArgument("--text: cannot open " + path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::vector<int32_t> ids = lm.tokenizer->Encode(text, false, false);
-  if (ids.empty()) return Status::InvalidArgument("--text: " + path + " has no tokens");
-  size_t copies = 0;
-  while (p.tokens.size() < need) {
-    const size_t n = std::min(ids.size(), need - p.tokens.size());
-    p.tokens.insert(p.tokens.end(), ids.begin(), ids.begin() + static_cast<ptrdiff_t>(n));
-    ++copies;
-  }
-  p.source = path + " (" + std::to_string(ids.size()) + " tokens" +
-             (copies > 1 ? ", repeated" : "") + ")";
-  return p;
+  KVTIER_ASSIGN_OR_RETURN(const PromptSource src,
+                          LoadPromptSource(lm, c.text, KVTIER_SSD_TEXT, c.seed, need));
+  return Prompt{PromptWindow(src, 0, need), src.description};
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "cli/make_test_model.h"
 #include "cli/bench_model.h"
 #include "cli/bench_prefix.h"
+#include "cli/bench_serve.h"
 #include "cli/bench_ssd.h"
 #include "cli/cache_cmd.h"
 #include "cli/generate.h"
@@ -248,12 +249,20 @@ int main(int argc, char** argv) {
   kvtier::cli::ServeConfig serve;
   CLI::App* srv = kvtier::cli::AddServeCommand(app, &serve);
 
+  kvtier::cli::BenchServeConfig bsv_config;
+  bool bsv_json = false;
+  CLI::App* bsv = kvtier::cli::AddBenchServe(app, &bsv_config, &bsv_json);
+
   CLI11_PARSE(app, argc, argv);
 
   if (srv->parsed()) {
     const kvtier::Status st = kvtier::cli::RunServe(serve);
     if (!st.ok()) return Fail("serve", st);
     return 0;
+  }
+
+  if (bsv->parsed()) {
+    return kvtier::cli::RunBenchServeCommand(bsv_config, bsv_json, ProgressBar("request"));
   }
 
   if (cache->parsed()) {
