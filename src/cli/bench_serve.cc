@@ -1,5 +1,5 @@
-// `kvtier bench-serve` (bench_serve.h): the child server, the streaming client, the metrics
-// poller, the workloads and the command's flags.
+// `kvtier bench-serve` (bench_serve.h): the child server, the metrics poller and the run; the
+// flags are in commands.cc.
 #include "cli/bench_serve.h"
 
 #include <fcntl.h>
@@ -12,7 +12,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -460,7 +459,8 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
           args.insert(args.end(), {"--max-num-seqs", std::to_string(seqs)});
         }
         KVTIER_ASSIGN_OR_RETURN(child, ServerChild::Start(args, c.timeout_s));
-        KVTIER_ASSIGN_OR_RETURN(const bench_serve::ParsedUrl u, bench_serve::ParseUrl(child->url()));
+        KVTIER_ASSIGN_OR_RETURN(const bench_serve::ParsedUrl u,
+                                bench_serve::ParseUrl(child->url()));
         ep.origin = u.origin;
         ep.base = u.base;
         run.server = child->Describe();
@@ -517,79 +517,6 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
     }
   }
   return report;
-}
-
-CLI::App* AddBenchServe(CLI::App& app, BenchServeConfig* c, bool* json_out) {
-  CLI::App* s = app.add_subcommand(
-      "bench-serve",
-      "End-to-end benchmark of an OpenAI-compatible server (kvtier serve started here, or "
-      "--url): TTFT, decode tokens/s, prefix-cache hits, KV bytes by tier, peak RSS");
-  s->add_option("--workload", c->workload,
-                "multiturn, two-round, batched-histories or concurrency")
-      ->capture_default_str();
-  s->add_option("--url", c->url,
-                "Drive this server (http://HOST:PORT) instead of starting kvtier serve");
-  s->add_option_function<std::vector<std::string>>(
-       "--server-arg",
-       [c](const std::vector<std::string>& v) {
-         c->server_args.insert(c->server_args.end(), v.begin(), v.end());
-       },
-       "An argument for the kvtier serve started here (repeatable; --server-arg=--flag=value), "
-       "or give them all after --")
-      ->allow_extra_args(false);
-  s->add_option_function<std::vector<std::string>>(
-      "server-args",
-      [c](const std::vector<std::string>& v) {
-        c->server_args.insert(c->server_args.end(), v.begin(), v.end());
-      },
-      "Arguments after --: for the kvtier serve started here");
-  s->add_option("--server-pid", c->server_pid, "With --url: the server's pid, for its peak RSS");
-  s->add_option("--api", c->api, "completions (/v1/completions) or chat (/v1/chat/completions)")
-      ->capture_default_str();
-  s->add_option("--model", c->model,
-                "GGUF model of the kvtier serve started here (default: the bundled model); "
-                "with --url, the requests' \"model\"");
-  s->add_option("--text", c->text,
-                "Text the prompts are cut from (default: data/corpus/eval.txt; 'random': "
-                "seeded random words)");
-  s->add_option("--conversations", c->conversations, "multiturn: conversations at once")
-      ->capture_default_str();
-  s->add_option("--rounds", c->rounds, "multiturn: rounds per conversation")
-      ->capture_default_str();
-  s->add_option("--system-tokens", c->system_tokens, "multiturn: shared system prompt")
-      ->capture_default_str();
-  s->add_option("--turn-tokens", c->turn_tokens, "Tokens of each new user turn")
-      ->capture_default_str();
-  s->add_option("--max-tokens", c->max_tokens, "Completion tokens per request")
-      ->capture_default_str();
-  s->add_option("--context-tokens", c->context_tokens, "two-round: round 1's prompt")
-      ->capture_default_str();
-  s->add_option("--batch", c->batch, "batched-histories: histories decoding together")
-      ->capture_default_str();
-  s->add_option("--history-tokens", c->history_tokens, "batched-histories: tokens per history")
-      ->capture_default_str();
-  s->add_option("--clients", c->clients, "concurrency: clients at once")->capture_default_str();
-  s->add_option("--requests-per-client", c->requests_per_client,
-                "concurrency: requests each client sends in turn")
-      ->capture_default_str();
-  s->add_option("--prompt-tokens", c->prompt_tokens, "concurrency: tokens per prompt")
-      ->capture_default_str();
-  s->add_option("--sweep-contexts", c->sweep_contexts,
-                "Comma-separated context lengths: one run each (two-round: --context-tokens, "
-                "batched-histories: --history-tokens)");
-  s->add_option("--sweep-formats", c->sweep_formats,
-                "Comma-separated KV formats: one run each, the server restarted with "
-                "--kv-cache-dtype FMT");
-  s->add_option("--plots", c->plots_dir,
-                "Folder for gnuplot data, scripts and PNGs of TTFT and decode tokens/s against "
-                "context length per KV format");
-  s->add_option("--timeout", c->timeout_s, "Seconds a request (or the server's start) may take")
-      ->capture_default_str();
-  s->add_option("--metrics-interval", c->metrics_interval_s, "Seconds between /metrics scrapes")
-      ->capture_default_str();
-  s->add_option("--seed", c->seed, "Seed of --text random")->capture_default_str();
-  s->add_flag("--json", *json_out, "Print one JSON object instead of the table");
-  return s;
 }
 
 int RunBenchServeCommand(const BenchServeConfig& c, bool json_out,

@@ -139,7 +139,7 @@ std::string FormatBenchServeJson(const BenchServeReport& r);
 // decode.png; *note says what was written (and that gnuplot is missing, if it is).
 Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, std::string* note);
 
-// Adds `bench-serve` and its flags (bound to *c and *json) to `app`.
+// Adds `bench-serve` and its flags (bound to *c and *json) to `app` (in commands.cc).
 CLI::App* AddBenchServe(CLI::App& app, BenchServeConfig* c, bool* json);
 // Runs the parsed command: the report on stdout, notes and errors on stderr. Returns the exit
 // status: 0, 2 for bad flags, 1 for other failures or when any request failed.

@@ -453,14 +453,18 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir,
     auto add = [](std::string* plot, const std::string& term) {
       *plot += (plot->empty() ? "plot " : ", \\\n     ") + term;
     };
+    auto line = [&](int column, const std::string& title) {
+      return "'" + file + "' using 1:" + std::to_string(column) + " with linespoints title '" +
+             name + " " + title + "'";
+    };
     if (two_round) {
-      add(&ttft_plot, "'" + file + "' using 1:3 with linespoints title '" + name + " round 1 (cold)'");
-      add(&ttft_plot, "'" + file + "' using 1:4 with linespoints title '" + name + " round 2 (warm)'");
+      add(&ttft_plot, line(3, "round 1 (cold)"));
+      add(&ttft_plot, line(4, "round 2 (warm)"));
     } else {
-      add(&ttft_plot, "'" + file + "' using 1:2 with linespoints title '" + name + " p50'");
+      add(&ttft_plot, line(2, "p50"));
     }
-    add(&decode_plot, "'" + file + "' using 1:5 with linespoints title '" + name + " per request (p50)'");
-    add(&decode_plot, "'" + file + "' using 1:6 with linespoints dashtype 2 title '" + name + " total'");
+    add(&decode_plot, line(5, "per request (p50)"));
+    add(&decode_plot, line(6, "total"));
   }
   const std::string workload = r.runs.empty() ? "" : r.runs[0].workload;
   auto script = [&](const std::string& name, const std::string& title, const std::string& ylabel,

@@ -1,8 +1,10 @@
 // The command-line flags of the subcommands that keep them beside their module (`kvtier
-// bench-ssd`, `cache`, `make-test-model`, `serve`): one translation unit with CLI11 besides
-// main.cc, because CLI11's header-only templates cost more to compile than the commands.
+// bench-ssd`, `bench-serve`, `cache`, `make-test-model`, `serve`): one translation unit with
+// CLI11 besides main.cc, because CLI11's header-only templates cost more to compile than the
+// commands.
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_serve.h"
 #include "cli/bench_ssd.h"
 #include "cli/cache_cmd.h"
 #include "cli/make_test_model.h"
@@ -142,6 +144,80 @@ CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c) {
   s->add_option("--drain-seconds", c->drain_seconds,
                 "On SIGTERM, how long requests in flight may take to finish")
       ->capture_default_str();
+  return s;
+}
+
+// bench_serve.cc
+CLI::App* AddBenchServe(CLI::App& app, BenchServeConfig* c, bool* json_out) {
+  CLI::App* s = app.add_subcommand(
+      "bench-serve",
+      "End-to-end benchmark of an OpenAI-compatible server (kvtier serve started here, or "
+      "--url): TTFT, decode tokens/s, prefix-cache hits, KV bytes by tier, peak RSS");
+  s->add_option("--workload", c->workload,
+                "multiturn, two-round, batched-histories or concurrency")
+      ->capture_default_str();
+  s->add_option("--url", c->url,
+                "Drive this server (http://HOST:PORT) instead of starting kvtier serve");
+  s->add_option_function<std::vector<std::string>>(
+       "--server-arg",
+       [c](const std::vector<std::string>& v) {
+         c->server_args.insert(c->server_args.end(), v.begin(), v.end());
+       },
+       "An argument for the kvtier serve started here (repeatable; --server-arg=--flag=value), "
+       "or give them all after --")
+      ->allow_extra_args(false);
+  s->add_option_function<std::vector<std::string>>(
+      "server-args",
+      [c](const std::vector<std::string>& v) {
+        c->server_args.insert(c->server_args.end(), v.begin(), v.end());
+      },
+      "Arguments after --: for the kvtier serve started here");
+  s->add_option("--server-pid", c->server_pid, "With --url: the server's pid, for its peak RSS");
+  s->add_option("--api", c->api, "completions (/v1/completions) or chat (/v1/chat/completions)")
+      ->capture_default_str();
+  s->add_option("--model", c->model,
+                "GGUF model of the kvtier serve started here (default: the bundled model); "
+                "with --url, the requests' \"model\"");
+  s->add_option("--text", c->text,
+                "Text the prompts are cut from (default: data/corpus/eval.txt; 'random': "
+                "seeded random words)");
+  s->add_option("--conversations", c->conversations, "multiturn: conversations at once")
+      ->capture_default_str();
+  s->add_option("--rounds", c->rounds, "multiturn: rounds per conversation")
+      ->capture_default_str();
+  s->add_option("--system-tokens", c->system_tokens, "multiturn: shared system prompt")
+      ->capture_default_str();
+  s->add_option("--turn-tokens", c->turn_tokens, "Tokens of each new user turn")
+      ->capture_default_str();
+  s->add_option("--max-tokens", c->max_tokens, "Completion tokens per request")
+      ->capture_default_str();
+  s->add_option("--context-tokens", c->context_tokens, "two-round: round 1's prompt")
+      ->capture_default_str();
+  s->add_option("--batch", c->batch, "batched-histories: histories decoding together")
+      ->capture_default_str();
+  s->add_option("--history-tokens", c->history_tokens, "batched-histories: tokens per history")
+      ->capture_default_str();
+  s->add_option("--clients", c->clients, "concurrency: clients at once")->capture_default_str();
+  s->add_option("--requests-per-client", c->requests_per_client,
+                "concurrency: requests each client sends in turn")
+      ->capture_default_str();
+  s->add_option("--prompt-tokens", c->prompt_tokens, "concurrency: tokens per prompt")
+      ->capture_default_str();
+  s->add_option("--sweep-contexts", c->sweep_contexts,
+                "Comma-separated context lengths: one run each (two-round: --context-tokens, "
+                "batched-histories: --history-tokens)");
+  s->add_option("--sweep-formats", c->sweep_formats,
+                "Comma-separated KV formats: one run each, the server restarted with "
+                "--kv-cache-dtype FMT");
+  s->add_option("--plots", c->plots_dir,
+                "Folder for gnuplot data, scripts and PNGs of TTFT and decode tokens/s against "
+                "context length per KV format");
+  s->add_option("--timeout", c->timeout_s, "Seconds a request (or the server's start) may take")
+      ->capture_default_str();
+  s->add_option("--metrics-interval", c->metrics_interval_s, "Seconds between /metrics scrapes")
+      ->capture_default_str();
+  s->add_option("--seed", c->seed, "Seed of --text random")->capture_default_str();
+  s->add_flag("--json", *json_out, "Print one JSON object instead of the table");
   return s;
 }
 
