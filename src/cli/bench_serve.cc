@@ -87,7 +87,7 @@ class ServerChild {
     auto s = std::unique_ptr<ServerChild>(new ServerChild());
     char exe[PATH_MAX];
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return Status::Internal("bench-serve: cannot read /proc/self/exe");
+    if (n <= 0) return Status::Internal("cannot read /proc/self/exe");
     exe[n] = '\0';
     std::vector<std::string> args = {exe, "serve"};
     if (!FindFlag(extra, "--port", nullptr)) args.insert(args.end(), {"--port", "0"});
@@ -96,12 +96,12 @@ class ServerChild {
     s->args_ = Join(std::vector<std::string>(args.begin() + 1, args.end()));
     char log_path[] = "/tmp/kvtier-bench-serve-XXXXXX.log";
     const int log_fd = mkstemps(log_path, 4);
-    if (log_fd < 0) return Status::IOError("bench-serve: cannot create a log file in /tmp");
+    if (log_fd < 0) return Status::IOError("cannot create a log file in /tmp");
     s->log_path_ = log_path;
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) {
       close(log_fd);
-      return Status::IOError("bench-serve: pipe failed");
+      return Status::IOError("pipe failed");
     }
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -118,7 +118,7 @@ class ServerChild {
     close(log_fd);
     if (pid < 0) {
       close(out[0]);
-      return Status::Internal("bench-serve: fork failed");
+      return Status::Internal("fork failed");
     }
     s->pid_ = pid;
     s->out_fd_ = out[0];
@@ -127,7 +127,7 @@ class ServerChild {
     const Clock::time_point t0 = Clock::now();
     while (line.find('\n') == std::string::npos) {
       if (MsSince(t0) > timeout_s * 1e3) {
-        return Status::Unavailable("bench-serve: `" + s->args_ + "` did not start within " +
+        return Status::Unavailable("`" + s->args_ + "` did not start within " +
                                    std::to_string(static_cast<int>(timeout_s)) + " s" +
                                    s->LogTail());
       }
@@ -141,8 +141,8 @@ class ServerChild {
         s->pid_ = -1;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         // A bad server flag is a bad bench-serve flag too.
-        const std::string msg = "bench-serve: `" + s->args_ + "` exited with status " +
-                                std::to_string(code) + " before listening" + s->LogTail();
+        const std::string msg = "`" + s->args_ + "` exited with status " + std::to_string(code) +
+                                " before listening" + s->LogTail();
         return code == 2 ? Status::InvalidArgument(msg) : Status::Unavailable(msg);
       }
       line.append(buf, static_cast<size_t>(got));
@@ -150,11 +150,11 @@ class ServerChild {
     line.resize(line.find('\n'));
     const size_t at = line.find("listening on ");
     if (at == std::string::npos) {
-      return Status::Internal("bench-serve: unexpected first line from kvtier serve: " + line);
+      return Status::Internal("unexpected first line from kvtier serve: " + line);
     }
     const size_t url_end = line.find(' ', at + 13);
-    s->url_ = line.substr(at + 13, url_end == std::string::npos ? std::string::npos
-                                                                : url_end - at - 13);
+    s->url_ =
+        line.substr(at + 13, url_end == std::string::npos ? std::string::npos : url_end - at - 13);
     const size_t m = line.find("model=");
     if (m != std::string::npos) s->model_id_ = line.substr(m + 6);
     return s;
@@ -189,13 +189,13 @@ class ServerChild {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
       pid_ = -1;
-      return Status::Unavailable("bench-serve: kvtier serve did not exit within " +
-                                 std::to_string(static_cast<int>(timeout_s)) +
-                                 " s of SIGTERM" + LogTail());
+      return Status::Unavailable("kvtier serve did not exit within " +
+                                 std::to_string(static_cast<int>(timeout_s)) + " s of SIGTERM" +
+                                 LogTail());
     }
     if (code != 0) {
-      return Status::Internal("bench-serve: kvtier serve exited with status " +
-                              std::to_string(code) + " after SIGTERM" + LogTail());
+      return Status::Internal("kvtier serve exited with status " + std::to_string(code) +
+                              " after SIGTERM" + LogTail());
     }
     return Status::OK();
   }
@@ -346,8 +346,10 @@ uint32_t LongestRequest(const BenchServeConfig& c) {
 
 Status CheckConfig(const BenchServeConfig& c) {
   if (std::find(Workloads().begin(), Workloads().end(), c.workload) == Workloads().end()) {
-    return Status::InvalidArgument("--workload: expected multiturn, two-round, "
-                                   "batched-histories or concurrency, got '" + c.workload + "'");
+    return Status::InvalidArgument(
+        "--workload: expected multiturn, two-round, "
+        "batched-histories or concurrency, got '" +
+        c.workload + "'");
   }
   if (c.api != "completions" && c.api != "chat") {
     return Status::InvalidArgument("--api: expected completions or chat, got '" + c.api + "'");
@@ -377,25 +379,29 @@ Status CheckConfig(const BenchServeConfig& c) {
   }
   const bool sweep = !c.sweep_contexts.empty() || !c.sweep_formats.empty();
   if (sweep && c.workload != "two-round" && c.workload != "batched-histories") {
-    return Status::InvalidArgument("--sweep-contexts / --sweep-formats: only with --workload "
-                                   "two-round or batched-histories, got " + c.workload);
+    return Status::InvalidArgument(
+        "--sweep-contexts / --sweep-formats: only with --workload "
+        "two-round or batched-histories, got " +
+        c.workload);
   }
   if (!c.sweep_formats.empty()) {
     if (!c.url.empty()) {
-      return Status::InvalidArgument("--sweep-formats: restarts the server with each format, "
-                                     "so it cannot be used with --url");
+      return Status::InvalidArgument(
+          "--sweep-formats: restarts the server with each format, "
+          "so it cannot be used with --url");
     }
     if (FindFlag(c.server_args, "--kv-cache-dtype", nullptr)) {
-      return Status::InvalidArgument("--sweep-formats: sets --kv-cache-dtype itself; leave it "
-                                     "out of the server arguments");
+      return Status::InvalidArgument(
+          "--sweep-formats: sets --kv-cache-dtype itself; leave it "
+          "out of the server arguments");
     }
     for (const std::string& f : SplitComma(c.sweep_formats)) {
       KVTIER_RETURN_IF_ERROR(ParseKvFormats("--sweep-formats", f).status());
     }
   }
   if (!c.sweep_contexts.empty()) {
-    KVTIER_RETURN_IF_ERROR(ParseUintList("--sweep-contexts", c.sweep_contexts, 1, kMaxTokens)
-                               .status());
+    KVTIER_RETURN_IF_ERROR(
+        ParseUintList("--sweep-contexts", c.sweep_contexts, 1, kMaxTokens).status());
   }
   return Status::OK();
 }
@@ -413,8 +419,8 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
 
   std::vector<uint32_t> contexts = {ContextOf(c)};
   if (!c.sweep_contexts.empty()) {
-    KVTIER_ASSIGN_OR_RETURN(contexts, ParseUintList("--sweep-contexts", c.sweep_contexts, 1,
-                                                    1u << 20));
+    KVTIER_ASSIGN_OR_RETURN(contexts,
+                            ParseUintList("--sweep-contexts", c.sweep_contexts, 1, 1u << 20));
   }
   std::vector<std::string> formats = {""};
   if (!c.sweep_formats.empty()) formats = SplitComma(c.sweep_formats);
@@ -451,8 +457,8 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
           const uint32_t need = (LongestRequest(rc) * 5 / 4 + 512 + 255) / 256 * 256;
           args.insert(args.end(), {"--max-model-len", std::to_string(need)});
         }
-        const uint32_t seqs = c.workload == "multiturn"  ? c.conversations
-                              : c.workload == "concurrency" ? c.clients
+        const uint32_t seqs = c.workload == "multiturn"           ? c.conversations
+                              : c.workload == "concurrency"       ? c.clients
                               : c.workload == "batched-histories" ? c.batch
                                                                   : 1;
         if (seqs > 8 && !FindFlag(args, "--max-num-seqs", nullptr)) {
@@ -480,11 +486,12 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
         bool calibrated = false;
         const BenchServeRequest cal = Calibrate(ep, text, run.context_tokens, &cpt, &calibrated);
         if (!cal.ok && cal.error.rfind("HTTP /", 0) == 0) {
-          return Status::Unavailable("bench-serve: cannot reach the server: " + cal.error);
+          return Status::Unavailable("cannot reach the server: " + cal.error);
         }
         if (!calibrated) {
-          std::fprintf(stderr, "bench-serve: note: no usage.prompt_tokens from the server (%s); "
-                               "assuming %.1f chars per token\n",
+          std::fprintf(stderr,
+                       "bench-serve: note: no usage.prompt_tokens from the server (%s); "
+                       "assuming %.1f chars per token\n",
                        cal.ok ? "no usage" : cal.error.c_str(), kDefaultCharsPerToken);
         }
         calibrations[run.context_tokens] = {cpt, calibrated};

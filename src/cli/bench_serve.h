@@ -49,44 +49,44 @@ class App;
 namespace kvtier::cli {
 
 struct BenchServeConfig {
-  std::string workload = "two-round";   // multiturn | two-round | batched-histories | concurrency
-  std::string url;                      // empty: start `kvtier serve` as a child process
+  std::string workload = "two-round";    // multiturn | two-round | batched-histories | concurrency
+  std::string url;                       // empty: start `kvtier serve` as a child process
   std::vector<std::string> server_args;  // --server-arg ..., and everything after --
-  int server_pid = 0;                   // with --url: the server's pid, for its peak RSS
-  std::string api = "completions";      // completions (/v1/completions) | chat
-  std::string model;                    // the requests' "model" (empty: left out)
-  std::string text;                     // prompt text file; empty: the corpus; "random"
-  uint32_t conversations = 4;           // multiturn
-  uint32_t rounds = 4;                  // multiturn
-  uint32_t system_tokens = 1000;        // multiturn: shared system prompt
-  uint32_t turn_tokens = 64;            // user turns (multiturn, two-round, batched-histories)
-  uint32_t max_tokens = 32;             // completion tokens per request
-  uint32_t context_tokens = 11000;      // two-round: round 1's prompt
-  uint32_t batch = 4;                   // batched-histories: B
-  uint32_t history_tokens = 4000;       // batched-histories: tokens per history
-  uint32_t clients = 4;                 // concurrency: C
-  uint32_t requests_per_client = 4;     // concurrency
-  uint32_t prompt_tokens = 512;         // concurrency: tokens per prompt
-  std::string sweep_contexts;           // "1000,2000": context_tokens / history_tokens per run
-  std::string sweep_formats;            // "f16,q4_0": --kv-cache-dtype per run (child only)
-  std::string plots_dir;                // --plots
-  double timeout_s = 600;               // per request (and for the child to start)
+  int server_pid = 0;                    // with --url: the server's pid, for its peak RSS
+  std::string api = "completions";       // completions (/v1/completions) | chat
+  std::string model;                     // child: serve --model; --url: the requests' "model"
+  std::string text;                      // prompt text file; empty: the corpus; "random"
+  uint32_t conversations = 4;            // multiturn
+  uint32_t rounds = 4;                   // multiturn
+  uint32_t system_tokens = 1000;         // multiturn: shared system prompt
+  uint32_t turn_tokens = 64;             // user turns (multiturn, two-round, batched-histories)
+  uint32_t max_tokens = 32;              // completion tokens per request
+  uint32_t context_tokens = 11000;       // two-round: round 1's prompt
+  uint32_t batch = 4;                    // batched-histories: B
+  uint32_t history_tokens = 4000;        // batched-histories: tokens per history
+  uint32_t clients = 4;                  // concurrency: C
+  uint32_t requests_per_client = 4;      // concurrency
+  uint32_t prompt_tokens = 512;          // concurrency: tokens per prompt
+  std::string sweep_contexts;            // "1000,2000": context_tokens / history_tokens per run
+  std::string sweep_formats;             // "f16,q4_0": --kv-cache-dtype per run (child only)
+  std::string plots_dir;                 // --plots
+  double timeout_s = 600;                // per request (and for the child to start)
   double metrics_interval_s = 0.5;
-  uint64_t seed = 0;                    // random text only
+  uint64_t seed = 0;  // random text only
 };
 
 // One streamed request as the client saw it.
 struct BenchServeRequest {
-  uint32_t group = 0;    // conversation, client or history row
-  uint32_t round = 1;    // 1-based round (concurrency: the client's request number)
+  uint32_t group = 0;  // conversation, client or history row
+  uint32_t round = 1;  // 1-based round (concurrency: the client's request number)
   bool ok = false;
   std::string error;
   uint32_t prompt_tokens = 0;
   uint32_t cached_tokens = 0;
   uint32_t completion_tokens = 0;
-  double start_ms = 0;   // since the run began
-  double ttft_ms = -1;   // first chunk with non-empty text
-  double total_ms = 0;   // start to the end of the stream
+  double start_ms = 0;    // since the run began
+  double ttft_ms = -1;    // first chunk with non-empty text
+  double total_ms = 0;    // start to the end of the stream
   double decode_tps = 0;  // (completion_tokens - 1) / (last text - first text); 0 if < 2 tokens
 };
 
@@ -103,11 +103,11 @@ struct BenchServeRun {
   std::string server;           // what was driven
   std::string prompt_source;
   double chars_per_token = 0;
-  bool calibrated = false;      // chars_per_token measured (else the 3.8 default)
+  bool calibrated = false;  // chars_per_token measured (else the 3.8 default)
   std::vector<BenchServeRequest> requests;
   std::vector<BenchServeKvBytes> kv_bytes;  // the largest value seen per series
-  bool metrics_seen = false;    // /metrics answered with kvtier_kv_bytes at least once
-  uint64_t peak_rss_bytes = 0;  // 0: unknown
+  bool metrics_seen = false;                // /metrics answered with kvtier_kv_bytes at least once
+  uint64_t peak_rss_bytes = 0;              // 0: unknown
   double wall_s = 0;
 };
 
@@ -121,7 +121,7 @@ struct BenchServeStats {
   uint32_t requests = 0, errors = 0;
   double ttft_p50 = 0, ttft_p90 = 0, ttft_p99 = 0;
   double decode_tps_p50 = 0, decode_tps_mean = 0;  // per request
-  double decode_tps_total = 0;  // completion tokens / (first start to last end)
+  double decode_tps_total = 0;                     // completion tokens / (first start to last end)
   uint64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
   double cached_ratio = 0;
 };
@@ -184,7 +184,6 @@ struct ParsedUrl {
 };
 Result<ParsedUrl> ParseUrl(const std::string& url);
 
-
 // --- The client side of a run (bench_serve_workloads.cc). ---
 
 constexpr double kDefaultCharsPerToken = 3.8;  // the bundled model's tokenizer on the novel
@@ -209,7 +208,7 @@ struct Endpoint {
   std::string origin;  // http://host:port
   std::string base;    // path prefix ("" or "/proxy")
   std::string api = "completions";
-  std::string model;   // the requests' "model" (empty: left out)
+  std::string model;  // the requests' "model" (empty: left out)
   double timeout_s = 600;
 };
 
@@ -239,8 +238,8 @@ struct WorkloadEnv {
   Endpoint ep;
   const TextSource* text = nullptr;
   double cpt = kDefaultCharsPerToken;
-  uint64_t run_id = 0;                  // makes the run's prompts unique
-  std::function<void()> step;           // after each request (thread-safe)
+  uint64_t run_id = 0;                       // makes the run's prompts unique
+  std::function<void()> step;                // after each request (thread-safe)
   std::chrono::steady_clock::time_point t0;  // the run's start
 };
 // The requests of c->workload, in the order of their groups and rounds.

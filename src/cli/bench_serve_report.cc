@@ -198,9 +198,9 @@ BenchServeStats SummarizeRun(const BenchServeRun& r, uint32_t round) {
   s.decode_tps_mean = tps.empty() ? 0 : sum / static_cast<double>(tps.size());
   s.decode_tps_total =
       last > first ? static_cast<double>(s.completion_tokens) * 1e3 / (last - first) : 0;
-  s.cached_ratio = s.prompt_tokens > 0 ? static_cast<double>(s.cached_tokens) /
-                                             static_cast<double>(s.prompt_tokens)
-                                       : 0;
+  s.cached_ratio = s.prompt_tokens > 0
+                       ? static_cast<double>(s.cached_tokens) / static_cast<double>(s.prompt_tokens)
+                       : 0;
   return s;
 }
 
@@ -258,8 +258,8 @@ json RunJson(const BenchServeRun& r) {
          {"requests", s.requests},
          {"errors", s.errors},
          {"wall_s", Round3(r.wall_s)},
-         {"ttft_ms", {{"p50", Round3(s.ttft_p50)}, {"p90", Round3(s.ttft_p90)},
-                      {"p99", Round3(s.ttft_p99)}}},
+         {"ttft_ms",
+          {{"p50", Round3(s.ttft_p50)}, {"p90", Round3(s.ttft_p90)}, {"p99", Round3(s.ttft_p99)}}},
          {"decode_tokens_per_s",
           {{"per_request_p50", Round3(s.decode_tps_p50)},
            {"per_request_mean", Round3(s.decode_tps_mean)},
@@ -367,9 +367,8 @@ std::string FormatBenchServeTable(const BenchServeReport& r) {
       << "  p99 " << Fixed(s.ttft_p99, 1) << "\n";
     o << "  decode tok/s    per request p50 " << Fixed(s.decode_tps_p50, 1) << " (mean "
       << Fixed(s.decode_tps_mean, 1) << "), total " << Fixed(s.decode_tps_total, 1) << "\n";
-    o << "  tokens          prompt " << s.prompt_tokens << ", cached " << s.cached_tokens
-      << " (" << Fixed(100 * s.cached_ratio, 1) << "%), completion " << s.completion_tokens
-      << "\n";
+    o << "  tokens          prompt " << s.prompt_tokens << ", cached " << s.cached_tokens << " ("
+      << Fixed(100 * s.cached_ratio, 1) << "%), completion " << s.completion_tokens << "\n";
     o << "  KV bytes (max)  ";
     if (!run.metrics_seen) {
       o << "n/a (no kvtier_kv_bytes in /metrics)";
@@ -390,8 +389,7 @@ std::string FormatBenchServeTable(const BenchServeReport& r) {
       if (!any) o << "0";
     }
     o << "\n  peak RSS        "
-      << (run.peak_rss_bytes > 0 ? Mib(static_cast<double>(run.peak_rss_bytes)) : "n/a")
-      << "\n";
+      << (run.peak_rss_bytes > 0 ? Mib(static_cast<double>(run.peak_rss_bytes)) : "n/a") << "\n";
     if (HasRounds(run)) {
       o << "  | round | requests | prompt tokens | cached tokens | TTFT ms (p50) | decode tok/s "
            "(p50) |\n  |---|---|---|---|---|---|\n";
@@ -406,8 +404,8 @@ std::string FormatBenchServeTable(const BenchServeReport& r) {
     }
     double speedup = 0, hit = 0;
     if (run.workload == "two-round" && TwoRoundFigures(run, &speedup, &hit)) {
-      o << "  round 2 TTFT speedup " << Fixed(speedup, 2) << "x, hit rate "
-        << Fixed(100 * hit, 1) << "%\n";
+      o << "  round 2 TTFT speedup " << Fixed(speedup, 2) << "x, hit rate " << Fixed(100 * hit, 1)
+        << "%\n";
     }
     if (const BenchServeRequest* e = FirstError(run)) o << "  first error: " << e->error << "\n";
     o << "\n";
@@ -415,8 +413,7 @@ std::string FormatBenchServeTable(const BenchServeReport& r) {
   return o.str();
 }
 
-Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir,
-                            std::string* note) {
+Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, std::string* note) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError("--plots: cannot create " + dir + ": " + ec.message());
@@ -431,8 +428,8 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir,
     });
     const std::string file = FileSafe(format) + ".dat";
     std::ofstream out(dir + "/" + file);
-    out << "# kvtier bench-serve " << (r.runs.empty() ? "" : r.runs[0].workload)
-        << ", KV format " << (format.empty() ? "?" : format) << "\n"
+    out << "# kvtier bench-serve " << (r.runs.empty() ? "" : r.runs[0].workload) << ", KV format "
+        << (format.empty() ? "?" : format) << "\n"
         << "# context_tokens ttft_p50_ms ttft_round1_ms ttft_round2_ms decode_tps_p50 "
            "decode_tps_total peak_rss_mib kv_active_mib kv_ram_mib errors\n";
     for (const BenchServeRun* run : runs) {
@@ -443,10 +440,10 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir,
         auto it = totals.find(t);
         return it == totals.end() ? 0.0 : it->second / (1 << 20);
       };
-      out << run->context_tokens << " " << s.ttft_p50 << " " << r1.ttft_p50 << " "
-          << r2.ttft_p50 << " " << s.decode_tps_p50 << " " << s.decode_tps_total << " "
-          << static_cast<double>(run->peak_rss_bytes) / (1 << 20) << " " << tier("active")
-          << " " << tier("ram") << " " << s.errors << "\n";
+      out << run->context_tokens << " " << s.ttft_p50 << " " << r1.ttft_p50 << " " << r2.ttft_p50
+          << " " << s.decode_tps_p50 << " " << s.decode_tps_total << " "
+          << static_cast<double>(run->peak_rss_bytes) / (1 << 20) << " " << tier("active") << " "
+          << tier("ram") << " " << s.errors << "\n";
     }
     if (!out) return Status::IOError("--plots: cannot write " + dir + "/" + file);
     const std::string name = format.empty() ? "?" : format;
@@ -483,8 +480,10 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir,
     return Status::IOError("--plots: cannot write the gnuplot scripts in " + dir);
   }
   if (!OnPath("gnuplot")) {
-    *note = "gnuplot not found (Debian: apt-get install gnuplot-nox): wrote the data files and "
-            "scripts to " + dir + "; make the PNGs there with `gnuplot ttft.gp decode.gp`";
+    *note =
+        "gnuplot not found (Debian: apt-get install gnuplot-nox): wrote the data files and "
+        "scripts to " +
+        dir + "; make the PNGs there with `gnuplot ttft.gp decode.gp`";
     return Status::OK();
   }
   const pid_t pid = fork();

@@ -237,8 +237,7 @@ TEST(BenchServeCli, BadFlagsExit2NamingTheFlag) {
   EXPECT_EQ(testing::RunKvtier("bench-serve --workload nope", &out), 2) << out;
   EXPECT_NE(out.find("--workload"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(testing::RunKvtier("bench-serve --workload concurrency --sweep-contexts 100", &out),
-            2)
+  EXPECT_EQ(testing::RunKvtier("bench-serve --workload concurrency --sweep-contexts 100", &out), 2)
       << out;
   EXPECT_NE(out.find("--sweep-contexts"), std::string::npos) << out;
   out.clear();

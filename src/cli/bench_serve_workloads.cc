@@ -275,8 +275,8 @@ std::vector<BenchServeRequest> Multiturn(const Env& e) {
     Conversation conv = system;
     std::string answer;
     for (uint32_t round = 1; round <= c.rounds; ++round) {
-      const size_t offset = e.Chars(c.system_tokens) + 4096 +
-                            (size_t(conv_i) * c.rounds + round) * (turn_chars + 64);
+      const size_t offset =
+          e.Chars(c.system_tokens) + 4096 + (size_t(conv_i) * c.rounds + round) * (turn_chars + 64);
       conv = e.With(conv, "user", "", offset, c.turn_tokens, false);
       per[conv_i].push_back(e.Do(conv, c.max_tokens, conv_i, round, &answer));
       conv.push_back({"assistant", answer});
@@ -334,9 +334,8 @@ std::vector<BenchServeRequest> Concurrency(const Env& e) {
 BenchServeRequest Calibrate(const Endpoint& ep, const TextSource& text, uint32_t tokens,
                             double* cpt, bool* measured) {
   const uint32_t n = std::clamp<uint32_t>(tokens, 200, kCalibrationTokens);
-  const Conversation conv{
-      {"system", "Calibration."},
-      {"user", text.Take(0, static_cast<size_t>(n * kDefaultCharsPerToken))}};
+  const Conversation conv{{"system", "Calibration."},
+                          {"user", text.Take(0, static_cast<size_t>(n * kDefaultCharsPerToken))}};
   std::string answer;
   const BenchServeRequest r = Send(ep, conv, 1, Clock::now(), &answer);
   *cpt = kDefaultCharsPerToken;
