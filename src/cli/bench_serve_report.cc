@@ -420,7 +420,10 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
   // One data file per format, one row per run sorted by context.
   std::map<std::string, std::vector<const BenchServeRun*>> by_format;
   for (const BenchServeRun& run : r.runs) by_format[run.kv_format].push_back(&run);
-  const bool two_round = !r.runs.empty() && r.runs[0].workload == "two-round";
+  const std::string workload0 = r.runs.empty() ? "" : r.runs[0].workload;
+  // Two-round and batched-histories plot their rounds apart (cold / warm, load / extend).
+  const bool two_round = workload0 == "two-round";
+  const bool by_round = two_round || workload0 == "batched-histories";
   std::string ttft_plot, decode_plot;
   for (auto& [format, runs] : by_format) {
     std::sort(runs.begin(), runs.end(), [](const BenchServeRun* a, const BenchServeRun* b) {
@@ -431,7 +434,8 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
     out << "# kvtier bench-serve " << (r.runs.empty() ? "" : r.runs[0].workload) << ", KV format "
         << (format.empty() ? "?" : format) << "\n"
         << "# context_tokens ttft_p50_ms ttft_round1_ms ttft_round2_ms decode_tps_p50 "
-           "decode_tps_total peak_rss_mib kv_active_mib kv_ram_mib errors\n";
+           "decode_tps_total"
+        << (by_round ? "_round2" : "") << " peak_rss_mib kv_active_mib kv_ram_mib errors\n";
     for (const BenchServeRun* run : runs) {
       const BenchServeStats s = SummarizeRun(*run);
       const BenchServeStats r1 = SummarizeRun(*run, 1), r2 = SummarizeRun(*run, 2);
@@ -441,9 +445,9 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
         return it == totals.end() ? 0.0 : it->second / (1 << 20);
       };
       out << run->context_tokens << " " << s.ttft_p50 << " " << r1.ttft_p50 << " " << r2.ttft_p50
-          << " " << s.decode_tps_p50 << " " << s.decode_tps_total << " "
-          << static_cast<double>(run->peak_rss_bytes) / (1 << 20) << " " << tier("active") << " "
-          << tier("ram") << " " << s.errors << "\n";
+          << " " << s.decode_tps_p50 << " " << (by_round ? r2.decode_tps_total : s.decode_tps_total)
+          << " " << static_cast<double>(run->peak_rss_bytes) / (1 << 20) << " " << tier("active")
+          << " " << tier("ram") << " " << s.errors << "\n";
     }
     if (!out) return Status::IOError("--plots: cannot write " + dir + "/" + file);
     const std::string name = format.empty() ? "?" : format;
@@ -454,14 +458,14 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
       return "'" + file + "' using 1:" + std::to_string(column) + " with linespoints title '" +
              name + " " + title + "'";
     };
-    if (two_round) {
-      add(&ttft_plot, line(3, "round 1 (cold)"));
-      add(&ttft_plot, line(4, "round 2 (warm)"));
+    if (by_round) {
+      add(&ttft_plot, line(3, two_round ? "round 1 (cold)" : "round 1 (load histories)"));
+      add(&ttft_plot, line(4, two_round ? "round 2 (warm)" : "round 2 (extend, decode together)"));
     } else {
       add(&ttft_plot, line(2, "p50"));
     }
     add(&decode_plot, line(5, "per request (p50)"));
-    add(&decode_plot, line(6, "total"));
+    add(&decode_plot, line(6, by_round ? "total, round 2" : "total"));
   }
   const std::string workload = r.runs.empty() ? "" : r.runs[0].workload;
   auto script = [&](const std::string& name, const std::string& title, const std::string& ylabel,
@@ -470,8 +474,7 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
     // reset: both scripts run in one gnuplot session.
     g << "reset\nset terminal png size 960,600\nset termoption noenhanced\nset output '" << name
       << ".png'\nset title 'kvtier bench-serve " << workload << ": " << title
-      << "'\nset xlabel 'context tokens'\nset ylabel '" << ylabel
-      << "'\nset grid\nset key outside right\n"
+      << "'\nset xlabel 'context tokens'\nset ylabel '" << ylabel << "'\nset grid\nset key below\n"
       << (logy ? "set logscale y\n" : "") << plot << "\n";
     return static_cast<bool>(g);
   };
