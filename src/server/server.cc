@@ -195,7 +195,7 @@ void Server::Impl::Complete(Endpoint endpoint, const httplib::Request& req,
   const int fd = server::FindConnection(req.local_addr, req.local_port, req.remote_addr,
                                         req.remote_port);
   // Called once the request has ended, whichever way.
-  auto finish_log = [this, ep, info, g, fd](bool client_gone) {
+  auto finish_log = [this, ep, info, g](bool client_gone) {
     metrics.TokenGaps(g->TakeTokenGaps());
     if (client_gone) metrics.Cancelled();
     metrics.Completion(g->prompt_tokens(), g->cached_tokens(), g->completion_tokens(),
