@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"

@@ -2,6 +2,7 @@
 // can run, for every format, source/destination dtype, head_dim and many kinds of data.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -115,6 +116,51 @@ TEST_P(QuantSimd, EveryFormatMatchesTheReferenceBitForBit) {
         ExpectSameAsRef(f, src_dtype, edge, rows, head_dim, what + " (edge rows)");
         if (HasFatalFailure()) return;
       }
+    }
+  }
+}
+
+// Half sources, whose AVX-512 min / max run on the raw bits with a fallback for batches that
+// hold a one-signed group or a NaN: runs of 32 values (a q4_0 block, half or a quarter of an
+// affine group) of mixed kinds, so batches mix the fast and the fallback cases.
+TEST_P(QuantSimd, HalfSourcesOfMixedSignsZerosAndNaNsMatchTheReference) {
+  std::mt19937_64 rng(GetParam() * 7 + 3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (const Format& f : AllFormats()) {
+    for (size_t head_dim : {32u, 64u, 128u, 256u}) {
+      if (!f.CheckHeadDim(head_dim).ok()) continue;
+      const size_t rows = 40;
+      std::vector<uint8_t> src(rows * head_dim * 2);
+      for (size_t run = 0; run < rows * head_dim / 32; ++run) {
+        const int kind = static_cast<int>(rng() % 8);
+        for (size_t j = 0; j < 32; ++j) {
+          const size_t i = run * 32 + j;
+          float x = nd(rng);
+          uint16_t h = 0;
+          bool raw = false;
+          switch (kind) {
+            case 0: break;                                           // mixed signs
+            case 1: x = std::fabs(x); break;                         // >= 0 only
+            case 2: x = -std::fabs(x); break;                        // <= 0 only
+            case 3: x = j % 5 == 0 ? std::fabs(x) : (rng() % 2 ? 0.0f : -0.0f); break;  // zeros, > 0
+            case 4: x = j % 5 == 0 ? -std::fabs(x) : (rng() % 2 ? 0.0f : -0.0f); break;  // zeros, < 0
+            case 5:  // one NaN (either sign, any payload) or infinity among mixed values
+              if (j == rng() % 32) {
+                raw = true;
+                const uint16_t specials[] = {0x7C00, 0xFC00, 0x7C01, 0xFC01, 0x7E00, 0xFFFF, 0x7FFF};
+                h = specials[rng() % 7];
+              }
+              break;
+            case 6: raw = true; h = static_cast<uint16_t>(rng()); break;  // any bits
+            default: x = (j % 2 ? -1.0f : 1.0f) * static_cast<float>(j % 4); break;  // ties
+          }
+          if (raw) std::memcpy(src.data() + 2 * i, &h, 2);
+          else StoreAs(DType::kF16, src.data(), i, x);
+        }
+      }
+      ExpectSameAsRef(f, DType::kF16, src, rows, head_dim,
+                      f.spec() + " from mixed f16 head_dim " + std::to_string(head_dim));
+      if (HasFatalFailure()) return;
     }
   }
 }
