@@ -20,9 +20,17 @@ StopText::Out StopText::Push(std::string_view piece) {
   std::string buf = std::move(held_);
   held_.clear();
   buf.append(piece);
-  // The earliest occurrence of any stop string ends the output.
-  size_t first = std::string::npos;
-  for (const std::string& s : stops_) first = std::min(first, buf.find(s));
+  // The stop string that is complete first ends the output (of those ending at the same
+  // place, the longest), whatever the pieces were.
+  size_t first = std::string::npos, end = std::string::npos;
+  for (const std::string& s : stops_) {
+    const size_t at = buf.find(s);
+    if (at == std::string::npos) continue;
+    if (at + s.size() < end || (at + s.size() == end && at < first)) {
+      first = at;
+      end = at + s.size();
+    }
+  }
   if (first != std::string::npos) {
     buf.resize(first);
     out.text = std::move(buf);

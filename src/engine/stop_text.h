@@ -1,7 +1,8 @@
 // Stop strings over streamed text: text arrives in pieces (one per generated token, already
 // whole UTF-8 characters); what could still be the start of a stop string is held back, so the
-// caller never shows text that a later piece turns into a stop. OpenAI semantics: generation
-// ends at the earliest occurrence of any stop string, which is not part of the output.
+// caller never shows text that a later piece turns into a stop. Generation ends as soon as a
+// stop string is complete (as OpenAI's and vLLM's servers do), and the output ends right
+// before it; of stop strings completed by the same character, the longest counts.
 //
 // Thread-compatible: one per request.
 #pragma once

@@ -8,15 +8,24 @@
 namespace kvtier::engine {
 namespace {
 
-// The model: the output is the text before the earliest occurrence of any stop string.
+// The model, one character at a time: the first character that completes a stop string ends
+// the output, which is the text before that stop string (the longest, if several end there).
 std::string Expected(const std::string& text, const std::vector<std::string>& stops,
                      bool* stopped) {
-  size_t first = std::string::npos;
-  for (const std::string& s : stops) {
-    if (!s.empty()) first = std::min(first, text.find(s));
+  for (size_t end = 1; end <= text.size(); ++end) {
+    size_t start = std::string::npos;
+    for (const std::string& s : stops) {
+      if (!s.empty() && s.size() <= end && text.compare(end - s.size(), s.size(), s) == 0) {
+        start = std::min(start, end - s.size());
+      }
+    }
+    if (start != std::string::npos) {
+      *stopped = true;
+      return text.substr(0, start);
+    }
   }
-  *stopped = first != std::string::npos;
-  return *stopped ? text.substr(0, first) : text;
+  *stopped = false;
+  return text;
 }
 
 TEST(StopText, CutsBeforeTheStopAcrossPieces) {
@@ -43,11 +52,17 @@ TEST(StopText, HeldTextComesBackWhenNoStopFollows) {
   EXPECT_FALSE(st.stopped());
 }
 
-TEST(StopText, EarliestOfSeveralStopsWins) {
+TEST(StopText, TheStopCompletedFirstWins) {
   StopText st({"cd", "b"});
   StopText::Out o = st.Push("abcd");
   EXPECT_TRUE(o.stopped);
   EXPECT_EQ(o.text, "a");
+  // "abc" starts first, but "b" is complete first.
+  StopText st2({"abc", "b"});
+  EXPECT_EQ(st2.Push("abc").text, "a");
+  // Both end at the same character: the longer one counts.
+  StopText st3({"c", "bc"});
+  EXPECT_EQ(st3.Push("abc").text, "a");
   EXPECT_TRUE(st.Push("more").stopped);
   EXPECT_EQ(st.Push("more").text, "");
 }
