@@ -3,6 +3,7 @@
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import http from "node:http";
+import { after, before } from "node:test";
 import OpenAI from "openai";
 
 export const TEST_TIMEOUT_MS = 120_000;
@@ -108,6 +109,19 @@ export function startServer(extraArgs = []) {
 // The official client; no retries, so a failure shows as itself.
 export function client(server, options = {}) {
   return new OpenAI({ baseURL: server.baseURL, apiKey: "none", maxRetries: 0, timeout: TEST_TIMEOUT_MS, ...options });
+}
+
+// One server for a test file: started before its tests (onReady(server, client) hands them
+// over), stopped after them.
+export function useServer(onReady, extraArgs = []) {
+  let server = null;
+  before(async () => {
+    server = await startServer(extraArgs);
+    onReady(server, client(server));
+  }, { timeout: TEST_TIMEOUT_MS });
+  after(async () => {
+    if (server) await server.stop();
+  }, { timeout: TEST_TIMEOUT_MS });
 }
 
 // Raw HTTP through node:http (no client-side checks, exact bytes). body: string | Buffer | null.

@@ -3,22 +3,17 @@
 // English-ish nonsense: only determinism, lengths and the protocol are asserted.
 // Run by src/server/e2e/run.sh (KVTIER_BIN=path/to/kvtier node --test server_e2e.test.mjs).
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
-import { TEST_TIMEOUT_MS, client, collectStream, getJson, rawRequest, startServer } from "./e2e_util.mjs";
+import { TEST_TIMEOUT_MS, collectStream, getJson, rawRequest, useServer } from "./e2e_util.mjs";
 
 const T = { timeout: TEST_TIMEOUT_MS };
 let server;
 let openai;
-
-before(async () => {
-  server = await startServer();
-  openai = client(server);
-}, T);
-
-after(async () => {
-  if (server) await server.stop();
-}, T);
+useServer((s, c) => {
+  server = s;
+  openai = c;
+});
 
 const CHAT = [
   { role: "system", content: "You are a letter writer of the last century." },

@@ -2,24 +2,19 @@
 // DELETE /v1/cache), 32 concurrent streams, and preemption in a tiny KV pool.
 // Run by src/server/e2e/run.sh (KVTIER_BIN=path/to/kvtier node --test server_e2e_cache.test.mjs).
 import assert from "node:assert/strict";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 
 import {
-  TEST_TIMEOUT_MS, cachedTokens, client, collectStream, getJson, longText, metrics, rawRequest, startServer,
+  TEST_TIMEOUT_MS, cachedTokens, client, collectStream, getJson, longText, metrics, rawRequest, startServer, useServer,
 } from "./e2e_util.mjs";
 
 const T = { timeout: TEST_TIMEOUT_MS };
 let server;
 let openai;
-
-before(async () => {
-  server = await startServer();
-  openai = client(server);
-}, T);
-
-after(async () => {
-  if (server) await server.stop();
-}, T);
+useServer((s, c) => {
+  server = s;
+  openai = c;
+});
 
 // ~1200 tokens of the bundled model's tokenizer (context 2048).
 const LONG = longText("Volume the first, by a lady of quality.", 900);

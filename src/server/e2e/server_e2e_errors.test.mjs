@@ -4,26 +4,21 @@
 // Run by src/server/e2e/run.sh (KVTIER_BIN=path/to/kvtier node --test server_e2e_errors.test.mjs).
 import assert from "node:assert/strict";
 import http from "node:http";
-import { after, afterEach, before, test } from "node:test";
+import { afterEach, test } from "node:test";
 
 import OpenAI from "openai";
 
 import {
-  TEST_TIMEOUT_MS, assertError, client, collectStream, longText, metrics, rawRequest, startServer,
+  TEST_TIMEOUT_MS, assertError, client, collectStream, longText, metrics, rawRequest, useServer,
 } from "./e2e_util.mjs";
 
 const T = { timeout: TEST_TIMEOUT_MS };
 let server;
 let openai;
-
-before(async () => {
-  server = await startServer();
-  openai = client(server);
-}, T);
-
-after(async () => {
-  if (server) await server.stop();
-}, T);
+useServer((s, c) => {
+  server = s;
+  openai = c;
+});
 
 // After every test: the server still serves a normal request.
 afterEach(async () => {
