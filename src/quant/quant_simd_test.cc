@@ -124,7 +124,7 @@ TEST_P(QuantSimd, EveryFormatMatchesTheReferenceBitForBit) {
 // hold a one-signed group or a NaN: runs of 32 values (a q4_0 block, half or a quarter of an
 // affine group) of mixed kinds, so batches mix the fast and the fallback cases.
 TEST_P(QuantSimd, HalfSourcesOfMixedSignsZerosAndNaNsMatchTheReference) {
-  std::mt19937_64 rng(GetParam() * 7 + 3);
+  std::mt19937_64 rng(static_cast<uint64_t>(GetParam()) * 7 + 3);  // a target bit: may be 2^62
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (const Format& f : AllFormats()) {
     for (size_t head_dim : {32u, 64u, 128u, 256u}) {
