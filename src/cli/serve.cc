@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -79,31 +80,28 @@ Status RunServe(const ServeConfig& c) {
                                                : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);
 
   // The active pool: --kv-pool-mb, or room for max-num-seqs full contexts twice over (the
-  // prefix cache keeps unquantized entries in this pool and gives blocks back on demand).
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> pool,
-                          MakeKvPool(mc, "--kv-cache-dtype", c.kv_cache_dtype, context,
-                                     2 * c.max_num_seqs, c.block_tokens));
-  // Default: capped at a quarter of RAM (a long-context model's full contexts may not fit).
-  uint64_t pool_bytes = c.kv_pool_mb << 20;
-  if (pool_bytes == 0) {
+  // prefix cache keeps unquantized entries in this pool and gives blocks back on demand),
+  // capped at a quarter of RAM (a long-context model's full contexts may not fit).
+  KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-cache-dtype", c.kv_cache_dtype));
+  KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
+                          KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens));
+  BlockPoolOptions pool_options;
+  pool_options.shape = mc.kv_shape();
+  pool_options.k_format = kv.k;
+  pool_options.v_format = kv.v;
+  pool_options.block_tokens = c.block_tokens;
+  pool_options.capacity_bytes = c.kv_pool_mb << 20;
+  if (c.kv_pool_mb == 0) {
+    const uint64_t blocks_per_row = (uint64_t{context} + c.block_tokens - 1) / c.block_tokens + 1;
+    pool_options.capacity_bytes = blocks_per_row * 2 * c.max_num_seqs * layout.block_stride;
     Result<uint64_t> ram = TotalRamBytes();
-    const uint64_t full = pool->layout().block_stride * pool->capacity_blocks();
-    if (ram.ok() && full > *ram / 4) pool_bytes = *ram / 4;
+    if (ram.ok()) pool_options.capacity_bytes = std::min(pool_options.capacity_bytes, *ram / 4);
+  } else if (pool_options.capacity_bytes < layout.block_stride) {
+    return Status::InvalidArgument("--kv-pool-mb: " + std::to_string(c.kv_pool_mb) +
+                                   " MB is less than one KV block (" +
+                                   std::to_string(layout.block_stride) + " bytes)");
   }
-  if (pool_bytes > 0) {
-    BlockPoolOptions po;
-    po.shape = mc.kv_shape();
-    po.k_format = pool->k_format();
-    po.v_format = pool->v_format();
-    po.block_tokens = c.block_tokens;
-    po.capacity_bytes = pool_bytes;
-    if (po.capacity_bytes < pool->layout().block_stride) {
-      return Status::InvalidArgument("--kv-pool-mb: " + std::to_string(c.kv_pool_mb) +
-                                     " MB is less than one KV block (" +
-                                     std::to_string(pool->layout().block_stride) + " bytes)");
-    }
-    KVTIER_ASSIGN_OR_RETURN(pool, BlockPool::Create(po));
-  }
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> pool, BlockPool::Create(pool_options));
 
   std::shared_ptr<SsdTier> ssd;
   if (!c.ssd_cache_dir.empty()) {
