@@ -17,6 +17,7 @@
 #include <cstring>
 #include <limits>
 
+#include "kernels/attention_int8.h"
 #include "kernels/attention_simd.h"
 #include "quant/quant_simd.h"
 #include "quant/simd_reduce-inl.h"
@@ -419,7 +420,9 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     const uint32_t nt = t1 - t0;
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
+    const NextTile next = PlanNextTile(kv, row, it, t1, hi, kTile);
     for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
+      PrefetchSlice(next, h - it.head_begin);
       const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * kv.k_token_stride +
                           h * kv.k_head_stride;
       const uint8_t* vb = kv.v_base + block * kv.block_stride + slot * kv.v_token_stride +
@@ -550,6 +553,10 @@ bool RunFast(const Job& job, const Item& it, float* partial) {
 }
 
 bool RunItemImpl(const Job& job, const Item& item, float* partial) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // AVX-512 targets: quantized K takes the int8 q.k path where the CPU has VNNI.
+  if (Int8QkEnabled() && RunItemInt8(job, item, partial)) return true;
+#endif
   switch (job.kv->head_dim) {
     case 64: return RunFast<64>(job, item, partial) || RunItemD<64>(job, item, partial);
     case 80: return RunItemD<80>(job, item, partial);
