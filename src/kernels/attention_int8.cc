@@ -26,8 +26,9 @@
 #define KVTIER_INT8_X86 1
 #if !defined(__clang__)
 // GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which
-// -Wmaybe-uninitialized reports once they are inlined here (Highway silences it the same way).
+// -W(maybe-)uninitialized reports once they are inlined here (Highway silences it the same way).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 #include <cpuid.h>
 #include <immintrin.h>
@@ -313,12 +314,39 @@ struct VDec<Fmt::kA4> {
   }
 };
 
+// Weighted V of one pass: acc[g] = acc[g] * corr[g] + sum_t p[4 t + g] * v_t over n rows from
+// vr (stride vs): 4 query vectors x 4 chunks per sweep over the rows. Not inlined, so that its
+// 16 accumulators get the registers to themselves.
+template <size_t kD, Fmt VF>
+__attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs, uint32_t n,
+                                                   const float* p, const float corr[4],
+                                                   float* const acc[4], const Geo& vg) {
+  constexpr size_t kCG = 4;  // V chunks (16 values) per sweep
+  for (size_t c0 = 0; c0 < kD / 16; c0 += kCG) {
+    __m512 o[4][kCG];
+    for (size_t g = 0; g < 4; ++g) {
+      const __m512 cg = _mm512_set1_ps(corr[g]);
+      for (size_t c = 0; c < kCG; ++c) o[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc[g] + (c0 + c) * 16), cg);
+    }
+    for (uint32_t t = 0; t < n; ++t) {
+      __m512 v[kCG];
+      for (size_t c = 0; c < kCG; c += 2) VDec<VF>::Pair(vr + t * vs, (c0 + c) / 2, vg, v[c], v[c + 1]);
+      for (size_t g = 0; g < 4; ++g) {
+        const __m512 pg = _mm512_set1_ps(p[4 * t + g]);
+        for (size_t c = 0; c < kCG; ++c) o[g][c] = _mm512_fmadd_ps(pg, v[c], o[g][c]);
+      }
+    }
+    for (size_t g = 0; g < 4; ++g) {
+      for (size_t c = 0; c < kCG; ++c) _mm512_storeu_ps(acc[g] + (c0 + c) * 16, o[g][c]);
+    }
+  }
+}
+
 template <size_t kD, Fmt KF, Fmt VF>
 KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   using KT = KTraits<KF>;
   constexpr size_t kSb = kD / 32;
   constexpr size_t kStride = kD + 2;
-  constexpr size_t kCG = 4;  // V chunks (16 values) per accumulator pass
   const PagedKvView& kv = *job.kv;
   const PagedKvRow& row = kv.rows[it.row];
   const uint32_t G = job.group;
@@ -505,29 +533,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           }
           acc_ptr[g] = st[g] ? st[g] + 2 : dummy;
         }
-        // Weighted V: 4 query vectors x kCG chunks per pass over the keys.
-        for (size_t c0 = 0; c0 < kD / 16; c0 += kCG) {
-          __m512 o[4][kCG];
-          for (size_t g = 0; g < 4; ++g) {
-            const __m512 cg = _mm512_set1_ps(corr[g]);
-            for (size_t c = 0; c < kCG; ++c) {
-              o[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc_ptr[g] + (c0 + c) * 16), cg);
-            }
-          }
-          for (uint32_t t = a; t < b; ++t) {
-            const uint8_t* vr = vb + (t - t0) * vs;
-            __m512 v[kCG];
-            for (size_t c = 0; c < kCG; c += 2) VDec<VF>::Pair(vr, (c0 + c) / 2, vg, v[c], v[c + 1]);
-            const float* pt = s + 4 * (t - t0);
-            for (size_t g = 0; g < 4; ++g) {
-              const __m512 pg = _mm512_set1_ps(pt[g]);
-              for (size_t c = 0; c < kCG; ++c) o[g][c] = _mm512_fmadd_ps(pg, v[c], o[g][c]);
-            }
-          }
-          for (size_t g = 0; g < 4; ++g) {
-            for (size_t c = 0; c < kCG; ++c) _mm512_storeu_ps(acc_ptr[g] + (c0 + c) * 16, o[g][c]);
-          }
-        }
+        AccumulateV<kD, VF>(vb + size_t{a - t0} * vs, vs, b - a, s + 4 * (a - t0), corr, acc_ptr, vg);
       }
     }
     t0 = t1;
