@@ -144,6 +144,11 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   // Appends `n` zeroed blocks, each with one reference from `owner`, to *out. All or nothing:
   // on ResourceExhausted nothing is allocated. `what` names the caller in the error.
   Status Allocate(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what);
+  // As Allocate, but a reused block keeps its former owner's bytes (no clearing pass). Only
+  // for a caller that writes every byte of each block before any other owner can see it,
+  // or gives the block back unseen (the SSD tier's Load: rows from the file, zeros between).
+  Status AllocateUncleared(size_t n, KvOwner owner, std::vector<BlockId>* out,
+                           const char* what);
   // Adds one reference from `owner` to each id. All or nothing: an id that is not a live
   // block of this pool is InvalidArgument and nothing changes.
   Status Ref(std::span<const BlockId> ids, KvOwner owner);
@@ -177,6 +182,8 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
             size_t map_bytes, uint8_t* base, uint32_t max_blocks);
   // Gives `ids` (free, not on any list) back to the OS and puts them on the cold list.
   void Release(std::span<const BlockId> ids);
+  Status AllocateImpl(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what,
+                      bool clear);
   std::string FullMessage(size_t n, const char* what, const char* limit, uint64_t free_bytes,
                           uint64_t cap_bytes) const;
 

@@ -108,7 +108,10 @@ class LowerTier {
   virtual std::vector<TierBlock> FindChain(const TierNamespace& ns,
                                            std::span<const int32_t> tokens) = 0;
   // Reads block `key` of `ns` into block `id` of `pool` (the namespace's shape and formats),
-  // verified first; a block that fails verification is put aside and reported as Corruption.
+  // verified; a block that fails verification is put aside and reported as Corruption. On OK
+  // every byte of block `id` is written (the rows, zeros elsewhere: it may come from
+  // BlockPool::AllocateUncleared); on error its contents are unspecified and the caller must
+  // give it back without using it.
   virtual Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
                       BlockId id) = 0;
 };

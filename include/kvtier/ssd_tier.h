@@ -1,20 +1,23 @@
 // SsdTier: the prefix cache's tier on disk. Blocks evicted from RAM are written, one file per
-// block (docs/formats/kv-block-file.md), by a writer thread with a bounded queue; a request
+// block (docs/formats/kv-block-file.md), by writer threads behind a bounded queue; a request
 // that RAM serves less of than the disk is promoted back (PrefixCache does the asking through
 // LowerTier). Files survive restarts: Open() rebuilds the index from the headers.
 //
 // Promises:
-//   - Exactly what RAM held: rows in their native format, bit for bit; a block is read into a
-//     pool only after its header and payload CRC-32C, key, namespace and size verify. A file
-//     that fails is moved to <dir>/quarantine/ with one log line and reported as a miss.
+//   - Exactly what RAM held: rows in their native format, bit for bit; Load reads the rows
+//     straight into the pool block and returns OK only after the header and payload CRC-32C,
+//     key, namespace and size verify (on an error the block is the caller's to discard). A
+//     file that fails is moved to <dir>/quarantine/ with one log line and reported as a miss.
 //   - Crash-safe: a block is written to a .tmp name, synced, renamed and its directory synced
-//     before the index lists it; .tmp files left by a crash are removed at Open().
+//     before the index lists it (a writer does this for a batch of blocks at once: all
+//     written, all synced, all renamed, each directory synced once); .tmp files left by a
+//     crash are removed at Open().
 //   - Bounded: the bytes of all block files never pass max_bytes; writes evict the least
 //     recently used blocks first (also at Open()).
 //   - Nothing dropped silently: when the queue is full the producer waits (or writes inline);
 //     a block that cannot be written (disk full, I/O error) is counted by reason.
 //
-// Thread-safe. The writer thread holds a kTier reference on each queued block.
+// Thread-safe. The writer threads hold a kTier reference on each queued block.
 #pragma once
 
 #include <array>
@@ -37,6 +40,12 @@ struct SsdTierOptions {
   // Writer threads: each block is its own synced file, and syncs of several files in flight
   // overlap (one thread reaches about 60-75% of a plain sequential write here, four 95%).
   uint32_t writer_threads = 4;
+  // Group commit: a writer takes up to batch_blocks queued blocks (and at most batch_bytes
+  // of block files, at least one block) at once, writes them all, then syncs them all, renames
+  // them all and syncs each of their directories once. Small blocks then share the syncs'
+  // latency; every block is still durable under its final name before it is indexed.
+  uint32_t batch_blocks = 16;
+  uint64_t batch_bytes = 16ull << 20;
   bool write_inline_when_full = false;   // else the producer waits for room
   Env* env = nullptr;                    // default Env::Default()
   // Blocks of other models than these (when non-empty) are removed at Open(); by default

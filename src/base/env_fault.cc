@@ -72,6 +72,8 @@ class FaultWritableFile final : public WritableFile {
   ~FaultWritableFile() override { (void)Close(); }
   Status Append(std::span<const uint8_t> data) override;
   Status Sync() override;
+  // A hint with no durability: not an operation (no fault, not counted), passed on.
+  Status StartSync() override { return base_->StartSync(); }
   Status Close() override;
 
  private:

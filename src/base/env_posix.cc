@@ -83,6 +83,17 @@ class PosixWritableFile final : public WritableFile {
     return Status::OK();
   }
 
+  Status StartSync() override {
+    if (fd_ < 0) return Status::IOError("sync " + path_ + ": file is closed");
+    KVTIER_RETURN_IF_ERROR(Flush());
+#ifdef __linux__
+    if (::sync_file_range(fd_, 0, 0, SYNC_FILE_RANGE_WRITE) != 0) {
+      return ErrnoStatus("sync_file_range", path_, errno);
+    }
+#endif
+    return Status::OK();
+  }
+
   Status Close() override {
     if (fd_ < 0) return Status::OK();
     Status s = Flush();

@@ -78,6 +78,22 @@ TEST_P(EnvConformance, CreateAppendRead) {
   }
 }
 
+TEST_P(EnvConformance, StartSyncIsAHintBeforeSync) {
+  auto f = env_->NewWritableFile(P("s"));
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_TRUE((*f)->Append(Bytes("started ")).ok());
+  Status s = (*f)->StartSync();
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_TRUE((*f)->Append(Bytes("then synced")).ok());
+  ASSERT_TRUE((*f)->StartSync().ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_TRUE((*f)->Close().ok());
+  if (GetParam() == "posix") {
+    EXPECT_FALSE((*f)->StartSync().ok());  // closed
+  }
+  EXPECT_EQ(ReadString(env_, P("s")), "started then synced");
+}
+
 TEST_P(EnvConformance, ManyAppendSizesReadBackExactly) {
   std::mt19937_64 rng(3);
   std::vector<uint8_t> want;
@@ -251,6 +267,18 @@ TEST_F(MemEnvCrash, UnsyncedBytesAndEntriesAreDropped) {
   EXPECT_EQ(ReadString(env_.get(), "/d/f"), "synced|");
   EXPECT_FALSE(env_->FileExists("/d/never_dir_synced"));
   EXPECT_EQ(env_->TotalBytes(), 7u);
+}
+
+TEST_F(MemEnvCrash, StartSyncMakesNothingDurable) {
+  auto f = env_->NewWritableFile("/d/f");
+  ASSERT_TRUE(f.ok());
+  ASSERT_TRUE((*f)->Append(Bytes("synced|")).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  ASSERT_TRUE((*f)->Append(Bytes("started")).ok());
+  ASSERT_TRUE((*f)->StartSync().ok());
+  ASSERT_TRUE(env_->SyncDir("/d").ok());
+  env_->SimulateCrash(CrashMode::kDropUnsynced);
+  EXPECT_EQ(ReadString(env_.get(), "/d/f"), "synced|");
 }
 
 TEST_F(MemEnvCrash, TornPrefixKeepsAPrefixOfWhatWasWritten) {

@@ -134,6 +134,16 @@ std::string BlockPool::FullMessage(size_t n, const char* what, const char* limit
 }
 
 Status BlockPool::Allocate(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what) {
+  return AllocateImpl(n, owner, out, what, /*clear=*/true);
+}
+
+Status BlockPool::AllocateUncleared(size_t n, KvOwner owner, std::vector<BlockId>* out,
+                                    const char* what) {
+  return AllocateImpl(n, owner, out, what, /*clear=*/false);
+}
+
+Status BlockPool::AllocateImpl(size_t n, KvOwner owner, std::vector<BlockId>* out,
+                               const char* what, bool clear) {
   if (n == 0) return Status::OK();
   const uint64_t stride = layout_.block_stride;
   const size_t o = static_cast<size_t>(owner);
@@ -178,7 +188,9 @@ Status BlockPool::Allocate(size_t n, KvOwner owner, std::vector<BlockId>* out, c
     owner_blocks_[o] += static_cast<uint32_t>(n);
   }
   // Warm blocks hold a former owner's bytes: clear them (they are ours alone now).
-  for (size_t i = 0; i < n_warm; ++i) std::memset(block_data((*out)[first + i]), 0, stride);
+  if (clear) {
+    for (size_t i = 0; i < n_warm; ++i) std::memset(block_data((*out)[first + i]), 0, stride);
+  }
   return Status::OK();
 }
 

@@ -252,7 +252,9 @@ void PrefixCache::Impl::Promote(const ModelFingerprint& model, std::span<const i
     const PlanStep::Kind k = plan.steps[i].kind;
     if (k == PlanStep::kNew || k == PlanStep::kUpgrade || k == PlanStep::kExtend) {
       std::vector<BlockId> one;
-      if (!ns->pool->Allocate(1, KvOwner::kTier, &one, "prefix cache promote").ok()) break;
+      // Uncleared: Load writes every byte of a block it returns OK for; a failed one goes
+      // back to the pool unseen (and is cleared when Allocate hands it out again).
+      if (!ns->pool->AllocateUncleared(1, KvOwner::kTier, &one, "prefix cache promote").ok()) break;
       ids[i] = one[0];
       loaded.push_back(one[0]);
     }

@@ -2,6 +2,7 @@
 // Stateless; thread-safe.
 #include "tier/block_file.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/crc32c.h"
@@ -57,9 +58,13 @@ Status CheckPool(const BlockFileHeader& h, const BlockPool& pool, const std::str
 
 std::string KeyName(const BlockKey& key) { return key.ToHex(); }
 
-uint32_t BlockFileHeader::header_bytes() const {
-  const size_t raw = kBlockFileFixedHeader + 4 * tokens.size() + 4 * ends.size() + 4;
+uint32_t BlockHeaderBytes(size_t n_tokens, size_t n_ends) {
+  const size_t raw = kBlockFileFixedHeader + 4 * n_tokens + 4 * n_ends + 4;
   return static_cast<uint32_t>((raw + 7) / 8 * 8);
+}
+
+uint32_t BlockFileHeader::header_bytes() const {
+  return BlockHeaderBytes(tokens.size(), ends.size());
 }
 
 uint64_t BlockFileHeader::payload_bytes() const {
@@ -69,11 +74,20 @@ uint64_t BlockFileHeader::payload_bytes() const {
 
 Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool,
                                              BlockId id) {
+  std::vector<uint8_t> out;
+  KVTIER_RETURN_IF_ERROR(EncodeBlockFile(h, pool, id, &out));
+  return out;
+}
+
+Status EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool, BlockId id,
+                       std::vector<uint8_t>* out_bytes) {
   KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, "EncodeBlockFile"));
   KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
   const uint32_t hb = h.header_bytes();
-  std::vector<uint8_t> out(h.file_bytes(), 0);
+  std::vector<uint8_t>& out = *out_bytes;
+  out.resize(h.file_bytes());
   uint8_t* p = out.data();
+  std::memset(p, 0, hb);  // the header's padding
   std::memcpy(p, kMagic, 8);
   PutLe32(p + 8, kBlockFileVersion);
   PutLe32(p + 12, hb);
@@ -104,7 +118,7 @@ Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const Blo
                   rows += n;
                 });
   PutLe32(rows, Crc32c({p + hb, static_cast<size_t>(h.payload_bytes())}));
-  return out;
+  return Status::OK();
 }
 
 Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint64_t file_size,
@@ -213,6 +227,64 @@ Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, 
                   std::memcpy(block + dst, rows, len);
                   rows += len;
                 });
+  return Status::OK();
+}
+
+Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, BlockPool& pool,
+                     BlockId id, const std::string& name) {
+  KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, name));
+  KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
+  if (file.size() != h.file_bytes()) {
+    return Bad(name, "file is " + std::to_string(file.size()) + " bytes, expected " +
+                         std::to_string(h.file_bytes()));
+  }
+  // The rows' destinations, adjacent runs merged (a full block without row padding is one).
+  struct Run {
+    size_t dst, len;
+  };
+  std::vector<Run> runs;
+  ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
+                [&](size_t dst, size_t len) {
+                  if (!runs.empty() && runs.back().dst + runs.back().len == dst) {
+                    runs.back().len += len;
+                  } else {
+                    runs.push_back({dst, len});
+                  }
+                });
+  // Read in pieces small enough that the CRC finds them still in cache.
+  constexpr size_t kPiece = 256u << 10;
+  uint8_t* block = pool.block_data(id);
+  uint64_t off = h.header_bytes();
+  uint32_t got = 0;
+  for (const Run& r : runs) {
+    for (size_t done = 0; done < r.len;) {
+      const size_t n = std::min(kPiece, r.len - done);
+      uint8_t* dst = block + r.dst + done;
+      KVTIER_ASSIGN_OR_RETURN(const size_t read, file.Read(off, n, dst));
+      if (read != n) {
+        return Bad(name, "file ended at byte " + std::to_string(off + read) + " of " +
+                             std::to_string(h.file_bytes()));
+      }
+      got = Crc32c({dst, n}, got);
+      off += n;
+      done += n;
+    }
+  }
+  uint8_t crc[4];
+  KVTIER_ASSIGN_OR_RETURN(const size_t read, file.Read(off, 4, crc));
+  if (read != 4) return Bad(name, "file ended before the payload CRC-32C");
+  const uint32_t want = GetLe32(crc);
+  if (want != got) {
+    return Bad(name, "payload CRC-32C is " + Hex32(got) + ", expected " + Hex32(want));
+  }
+  // Zero what the rows leave: row padding and the rows of tokens past the block's end.
+  size_t end = 0;
+  for (const Run& r : runs) {
+    if (r.dst > end) std::memset(block + end, 0, r.dst - end);
+    end = r.dst + r.len;
+  }
+  const size_t stride = pool.layout().block_stride;
+  if (stride > end) std::memset(block + end, 0, stride - end);
   return Status::OK();
 }
 

@@ -1,6 +1,6 @@
 // The SSD tier's block file (docs/formats/kv-block-file.md): encoding a pool block with its
-// identity, and decoding and verifying it back. Pure functions over bytes and pool blocks;
-// thread-safe for distinct blocks.
+// identity, and decoding and verifying it back. Pure functions over bytes, files and pool
+// blocks; thread-safe for distinct blocks.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,7 @@
 
 #include "kvtier/block_key.h"
 #include "kvtier/block_pool.h"
+#include "kvtier/env.h"
 #include "kvtier/format.h"
 #include "kvtier/kv_types.h"
 #include "kvtier/status.h"
@@ -18,6 +19,9 @@ namespace kvtier::tier {
 
 inline constexpr uint32_t kBlockFileVersion = 1;
 inline constexpr size_t kBlockFileFixedHeader = 128;  // bytes before the tokens
+
+// Bytes of the header of a block of n_tokens tokens and n_ends entry ends.
+uint32_t BlockHeaderBytes(size_t n_tokens, size_t n_ends);
 
 // Everything a block file says about its block, but the rows.
 struct BlockFileHeader {
@@ -40,6 +44,9 @@ struct BlockFileHeader {
 // The file for block `id` of `pool` (whose formats and shape must be the header's).
 Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool,
                                              BlockId id);
+// The same into *out (resized to the file's bytes; its capacity is reused).
+Status EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool, BlockId id,
+                       std::vector<uint8_t>* out);
 
 // Decodes and verifies a header from the first bytes of a file (at least header_bytes of
 // them; `file_size` is the whole file's). `name` goes in errors. Corruption names the field.
@@ -51,6 +58,16 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
 // as it is). Nothing is written to the block unless the file verifies.
 Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file,
                        BlockPool& pool, BlockId id, const std::string& name);
+
+// Reads the rows of a block file whose header `h` was decoded from it straight into block
+// `id` of `pool` (formats and shape must be the header's), verifying the payload CRC-32C over
+// the block's bytes as they arrive, and zeroes every byte of the block the rows do not cover:
+// on OK every byte of the block is written, so it may come from AllocateUncleared. One pass
+// over the bytes (the read), the CRC while they are in cache; no copy of the file in memory.
+// On error (Corruption for a short file or a bad CRC, the Env's error for a failed read) the
+// block's contents are unspecified: the caller gives it back unseen.
+Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, BlockPool& pool,
+                     BlockId id, const std::string& name);
 
 // "<32 hex digits>": the key as file names spell it.
 std::string KeyName(const BlockKey& key);

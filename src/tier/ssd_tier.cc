@@ -1,6 +1,6 @@
-// SsdTier (kvtier/ssd_tier.h): the index of block files, the writer thread, reload with
-// verification, quarantine, the size cap, and the startup scan. One mutex guards the index
-// and the queue; file I/O runs outside it.
+// SsdTier (kvtier/ssd_tier.h): the index of block files, the writer threads (group commit),
+// reload with verification, quarantine, the size cap, and the startup scan. One mutex guards
+// the index and the queue; file I/O runs outside it.
 #include "kvtier/ssd_tier.h"
 
 #include <algorithm>
@@ -75,8 +75,11 @@ struct SsdTier::Impl {
 
   Status Scan();
   void WriterLoop();
-  // Encodes and publishes one job (no lock held); returns the skip reason or -1.
-  int Write(Job& job, std::unique_lock<std::mutex>& lock);
+  // Writes and publishes a batch of jobs (group commit): room for each, then every file
+  // written to its temporary name, every file synced, every rename, each directory synced
+  // once; a block is indexed only after its directory sync. Requires mu (released for the
+  // I/O); counts every job as spilled or skipped.
+  void WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mutex>& lock);
 
   const SsdTierOptions opt;
   Env* const env;
@@ -244,61 +247,125 @@ Status SsdTier::Impl::Scan() {
   return Status::OK();
 }
 
-int SsdTier::Impl::Write(Job& job, std::unique_lock<std::mutex>& lock) {
-  const BlockKey key = job.header.key;
-  const uint64_t size = job.header.file_bytes();
-  if (!MakeRoom(size, lock)) {
-    lock.unlock();
-    job.pool->Unref({&job.block, 1}, KvOwner::kTier);
-    lock.lock();
-    return static_cast<int>(SpillSkip::kTooLarge);
+void SsdTier::Impl::WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mutex>& lock) {
+  // One job's way through the batch; `s` is its first error.
+  struct Slot {
+    uint64_t size = 0;
+    bool room = false;
+    Status s;
+    std::string dir, path, tmp;
+    std::unique_ptr<WritableFile> file;
+    bool renamed = false;
+  };
+  std::vector<Slot> slots(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Slot& sl = slots[i];
+    sl.size = jobs[i].header.file_bytes();
+    sl.room = MakeRoom(sl.size, lock);
+    if (sl.room) reserved += sl.size;
   }
-  reserved += size;
   lock.unlock();
-  Result<std::vector<uint8_t>> bytes_r = tier::EncodeBlockFile(job.header, *job.pool, job.block);
-  job.pool->Unref({&job.block, 1}, KvOwner::kTier);
-  Status s = bytes_r.status();
-  const std::string dir = SubDir(key), path = PathOf(key), tmp = dir + "/" + KeyName(key) + kTmpSuffix;
-  if (s.ok()) s = env->CreateDirs(dir);
-  if (s.ok()) {
-    Result<std::unique_ptr<WritableFile>> f = env->NewWritableFile(tmp);
-    s = f.status();
-    if (s.ok()) s = (*f)->Append(*bytes_r);
-    if (s.ok()) s = (*f)->Sync();
-    if (f.ok()) {
-      Status c = (*f)->Close();
-      if (s.ok()) s = c;
+  // Write every file, unsynced; ask for their writeback to start.
+  std::vector<uint8_t> bytes;
+  std::string made_dir;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job& job = jobs[i];
+    Slot& sl = slots[i];
+    if (!sl.room) {
+      job.pool->Unref({&job.block, 1}, KvOwner::kTier);
+      continue;
+    }
+    const BlockKey key = job.header.key;
+    sl.dir = SubDir(key);
+    sl.path = PathOf(key);
+    sl.tmp = sl.dir + "/" + KeyName(key) + kTmpSuffix;
+    sl.s = tier::EncodeBlockFile(job.header, *job.pool, job.block, &bytes);
+    job.pool->Unref({&job.block, 1}, KvOwner::kTier);
+    if (sl.s.ok() && sl.dir != made_dir) {
+      sl.s = env->CreateDirs(sl.dir);
+      if (sl.s.ok()) made_dir = sl.dir;
+    }
+    if (sl.s.ok()) {
+      Result<std::unique_ptr<WritableFile>> f = env->NewWritableFile(sl.tmp);
+      sl.s = f.status();
+      if (f.ok()) sl.file = std::move(*f);
+    }
+    if (sl.s.ok()) sl.s = sl.file->Append(bytes);
+    if (sl.s.ok() && jobs.size() > 1) sl.s = sl.file->StartSync();
+  }
+  // Make every file durable, then give each its final name.
+  for (Slot& sl : slots) {
+    if (!sl.room || !sl.s.ok()) continue;
+    sl.s = sl.file->Sync();
+    Status c = sl.file->Close();
+    if (sl.s.ok()) sl.s = c;
+  }
+  for (Slot& sl : slots) {
+    if (sl.room && sl.s.ok()) sl.s = env->RenameFile(sl.tmp, sl.path);
+    sl.renamed = sl.room && sl.s.ok();
+    if (sl.room && !sl.s.ok()) {
+      sl.file.reset();
+      (void)env->RemoveFile(sl.tmp);
     }
   }
-  if (s.ok()) s = env->RenameFile(tmp, path);
-  if (s.ok()) s = env->SyncDir(dir);
-  if (!s.ok()) (void)env->RemoveFile(tmp);
-  lock.lock();
-  reserved -= size;
-  if (!s.ok()) {
-    return static_cast<int>(s.code() == StatusCode::kResourceExhausted ? SpillSkip::kDiskFull
-                                                                       : SpillSkip::kIoError);
+  // One sync per directory; a block whose directory did not sync is not indexed, and its
+  // file (durable, but not promised to survive) is removed so the cap counts every file.
+  std::vector<std::string> dirs;
+  for (const Slot& sl : slots) {
+    if (sl.renamed && std::find(dirs.begin(), dirs.end(), sl.dir) == dirs.end()) {
+      dirs.push_back(sl.dir);
+    }
   }
-  AddEntry(job.header, size);
-  ++stats.spilled_blocks;
-  stats.spilled_bytes += size;
-  return -1;
+  for (const std::string& d : dirs) {
+    Status ds = env->SyncDir(d);
+    if (ds.ok()) continue;
+    for (Slot& sl : slots) {
+      if (!sl.renamed || sl.dir != d) continue;
+      sl.s = ds;
+      (void)env->RemoveFile(sl.path);
+    }
+  }
+  lock.lock();
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Slot& sl = slots[i];
+    if (!sl.room) {
+      ++stats.skipped[static_cast<int>(SpillSkip::kTooLarge)];
+      continue;
+    }
+    reserved -= sl.size;
+    if (!sl.s.ok()) {
+      ++stats.skipped[static_cast<int>(sl.s.code() == StatusCode::kResourceExhausted
+                                           ? SpillSkip::kDiskFull
+                                           : SpillSkip::kIoError)];
+      continue;
+    }
+    AddEntry(jobs[i].header, sl.size);
+    ++stats.spilled_blocks;
+    stats.spilled_bytes += sl.size;
+  }
 }
 
 void SsdTier::Impl::WriterLoop() {
   std::unique_lock<std::mutex> lock(mu);
+  std::vector<Job> batch;
   for (;;) {
     cv_work.wait(lock, [&] { return stop || !queue.empty(); });
     if (queue.empty()) return;  // stop requested and nothing left
-    Job job = std::move(queue.front());
-    queue.pop_front();
-    ++writing;
-    cv_room.notify_one();
-    const BlockKey key = job.header.key;
-    const int skip = Write(job, lock);
-    if (skip >= 0) ++stats.skipped[skip];
-    pending.erase(key);
-    --writing;
+    // Up to batch_blocks jobs and batch_bytes of files (at least one job).
+    batch.clear();
+    uint64_t batch_bytes = 0;
+    while (!queue.empty() && batch.size() < opt.batch_blocks) {
+      const uint64_t b = queue.front().header.file_bytes();
+      if (!batch.empty() && batch_bytes + b > opt.batch_bytes) break;
+      batch_bytes += b;
+      batch.push_back(std::move(queue.front()));
+      queue.pop_front();
+    }
+    writing += static_cast<int>(batch.size());
+    cv_room.notify_all();
+    WriteBatch(batch, lock);
+    for (const Job& job : batch) pending.erase(job.header.key);
+    writing -= static_cast<int>(batch.size());
     if (queue.empty() && writing == 0) cv_idle.notify_all();
   }
 }
@@ -310,6 +377,9 @@ Result<std::shared_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   if (options.max_bytes == 0) return Status::InvalidArgument("ssd tier: max_bytes must be > 0");
   if (options.queue_blocks == 0) {
     return Status::InvalidArgument("ssd tier: queue_blocks must be > 0");
+  }
+  if (options.batch_blocks == 0 || options.batch_bytes == 0) {
+    return Status::InvalidArgument("ssd tier: batch_blocks and batch_bytes must be > 0");
   }
   if (options.writer_threads == 0 || options.writer_threads > 64) {
     return Status::InvalidArgument("ssd tier: writer_threads must be in [1, 64], got " +
@@ -369,8 +439,9 @@ void SsdTier::Spill(const EvictedBlock& b) {
   if (m.queue.size() >= m.opt.queue_blocks) {
     if (m.opt.write_inline_when_full) {
       ++m.stats.inline_writes;
-      const int skip = m.Write(job, lock);
-      if (skip >= 0) ++m.stats.skipped[skip];
+      std::vector<Job> one;
+      one.push_back(std::move(job));
+      m.WriteBatch(one, lock);
       m.pending.erase(b.key);
       return;
     }
@@ -446,28 +517,41 @@ std::vector<TierBlock> SsdTier::FindChain(const TierNamespace& ns,
 Status SsdTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool, BlockId id) {
   Impl& m = *impl_;
   const std::string path = m.PathOf(key);
+  uint32_t header_bytes;
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    if (!m.blocks.contains(key)) return Status::NotFound("ssd tier: no block " + KeyName(key));
+    auto it = m.blocks.find(key);
+    if (it == m.blocks.end()) return Status::NotFound("ssd tier: no block " + KeyName(key));
+    header_bytes = tier::BlockHeaderBytes(it->second.tokens.size(), it->second.ends.size());
     m.Touch(key);
   }
-  Result<std::vector<uint8_t>> file = m.env->ReadFile(path);
+  // The header (its size is known from the index), then the rows straight into the block.
+  Result<std::unique_ptr<RandomAccessFile>> file = m.env->NewRandomAccessFile(path);
   Status s = file.status();
+  uint64_t size = 0;
   Result<BlockFileHeader> h = Status::OK();
   if (s.ok()) {
-    h = tier::DecodeBlockHeader(*file, file->size(), path);
-    s = h.status();
+    size = (*file)->size();
+    std::vector<uint8_t> head(std::min<uint64_t>(header_bytes, size));
+    Result<size_t> n = (*file)->Read(0, head.size(), head.data());
+    s = n.status();
+    if (s.ok()) {
+      head.resize(*n);
+      h = tier::DecodeBlockHeader(head, size, path);
+      s = h.status();
+    }
   }
   if (s.ok() && !(h->key == key && h->namespace_key == ns.key)) {
     s = Status::Corruption(path + ": holds block " + KeyName(h->key) + " of namespace " +
                            KeyName(h->namespace_key) + ", expected " + KeyName(key) + " of " +
                            KeyName(ns.key));
   }
-  if (s.ok()) s = tier::DecodeBlockRows(*h, *file, pool, id, path);
+  if (s.ok()) s = tier::ReadBlockRows(*h, **file, pool, id, path);
+  if (file.ok()) file->reset();  // closed before a quarantine renames it
   if (s.ok()) {
     std::lock_guard<std::mutex> lock(m.mu);
     ++m.stats.loaded_blocks;
-    m.stats.loaded_bytes += file->size();
+    m.stats.loaded_bytes += size;
     return s;
   }
   if (s.code() == StatusCode::kInvalidArgument) return s;  // the caller's pool, not the file

@@ -5,71 +5,24 @@
 #include <cstring>
 #include <random>
 
-#include "prefix/prefix_test_util.h"
+#include "tier/tier_test_util.h"
 
 namespace kvtier {
 namespace {
 
-using testing::Encoded;
-using testing::Expected;
 using testing::kModelA;
 using testing::MakePool;
 using testing::Range;
 using testing::SeqOf;
 
-constexpr KvShape kShape{2, 2, 64};
-constexpr uint32_t kBt = 4;
+using testing::FetchChecked;
+using testing::MakeRig;
+using testing::OpenTier;
+using testing::Rig;
+using testing::StoreAndSpill;
 
-struct Rig {
-  std::shared_ptr<BlockPool> pool;
-  std::shared_ptr<SsdTier> tier;
-  std::unique_ptr<PrefixCache> cache;
-};
-
-Result<std::shared_ptr<SsdTier>> OpenTier(Env* env, uint64_t max_bytes = 1ull << 30,
-                                          uint32_t queue = 8) {
-  SsdTierOptions o;
-  o.dir = "/ssd";
-  o.env = env;
-  o.max_bytes = max_bytes;
-  o.queue_blocks = queue;
-  o.log = false;
-  return SsdTier::Open(std::move(o));
-}
-
-Rig MakeRig(Env* env, Format k, Format v, uint64_t budget_blocks, uint64_t max_bytes = 1ull << 30) {
-  Rig r;
-  r.pool = MakePool(kShape, k, v, kBt, 64 << 20);
-  Result<std::shared_ptr<SsdTier>> t = OpenTier(env, max_bytes);
-  EXPECT_TRUE(t.ok()) << t.status().ToString();
-  if (!t.ok()) return r;
-  r.tier = *t;
-  PrefixCacheOptions o;
-  o.memory_budget_bytes = budget_blocks * r.pool->layout().block_stride;
-  o.lower_tier = r.tier;
-  r.cache = PrefixCache::Create(std::move(o)).value();
-  return r;
-}
-
-void StoreAndSpill(Rig& r, const std::vector<std::vector<int32_t>>& entries) {
-  for (const auto& t : entries) {
-    Result<PrefixStoreResult> s = r.cache->Store(kModelA, t, SeqOf(r.pool, t));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-  }
-  r.cache->Evict(UINT64_MAX);
-  r.tier->Flush();
-}
-
-// A fetch of `t` must reuse exactly the rows of its tokens; returns the count reused.
-uint32_t FetchChecked(Rig& r, const std::vector<int32_t>& t) {
-  Result<PrefixFetchResult> f = r.cache->Fetch(kModelA, t, r.pool);
-  EXPECT_TRUE(f.ok()) << f.status().ToString();
-  if (!f.ok()) return 0;
-  const uint32_t n = f->reused_tokens;
-  EXPECT_EQ(Encoded(f->sequence, n), Expected(r.pool, r.pool, r.pool, t, n));
-  EXPECT_TRUE(r.cache->CheckInvariants().ok()) << r.cache->CheckInvariants().ToString();
-  return n;
-}
+constexpr KvShape kShape = testing::kTierShape;
+constexpr uint32_t kBt = testing::kTierBt;
 
 const std::vector<std::vector<int32_t>> kEntries = {Range(1, 19), Range(500, 13),
                                                     testing::Concat(Range(1, 8), {9, 9, 9})};
