@@ -123,9 +123,13 @@ void Quantize(const float* const qv[4], float scale, const Geo& kg, QPack<kD>* p
   std::memset(static_cast<void*>(p), 0, sizeof(*p));
   for (size_t g = 0; g < 4; ++g) {
     for (size_t b = 0; b < QPack<kD>::kSb; ++b) {
+      // One scale per K scale group for affine (its sub-blocks then add up as integers),
+      // per 32 values otherwise.
+      const size_t span = T::kAffine ? size_t{1} << kg.group_shift : 32;
+      const size_t first = 32 * b / span * span;
       float amax = 0;
       if (qv[g] != nullptr) {
-        for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(qv[g][32 * b + i]));
+        for (size_t i = first; i < first + span; ++i) amax = std::max(amax, std::fabs(qv[g][i]));
       }
       // q = sq * (high + low / 256): high = round(q / sq), low = round(256 * remainder).
       const double inv = amax > 0 ? 127.0 / amax : 0.0;
@@ -314,6 +318,28 @@ struct VDec<Fmt::kA4> {
   }
 };
 
+// The 4 rows' code bytes of sub-block sb paired with the query's lo / hi planes (q4_0 and
+// affine4: low / high nibbles of 16 bytes; q8_0: xor 0x80 makes the codes unsigned).
+template <Fmt F>
+KV_INL void LoadCodes(const uint8_t* const r[4], size_t sb, __m512i low4, __m512i flip,
+                      __m512i& lo, __m512i& hi) {
+  using T = KTraits<F>;
+  (void)low4;
+  (void)flip;
+  if constexpr (T::kNibble) {
+    const __m512i x = Load4(r, T::PieceOff(sb, 0));
+    lo = _mm512_and_si512(x, low4);
+    hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
+  } else {
+    lo = Load4(r, T::PieceOff(sb, 0));
+    hi = Load4(r, T::PieceOff(sb, 1));
+    if constexpr (F == Fmt::kQ8_0) {
+      lo = _mm512_xor_si512(lo, flip);
+      hi = _mm512_xor_si512(hi, flip);
+    }
+  }
+}
+
 // Weighted V of one pass: acc[g] = acc[g] * corr[g] + sum_t p[4 t + g] * v_t over n rows from
 // vr (stride vs): 4 query vectors x 4 chunks per sweep over the rows. Not inlined, so that its
 // 16 accumulators get the registers to themselves.
@@ -472,38 +498,46 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           }
           }
           __m512 sc = _mm512_setzero_ps();
-          for (size_t sb = 0; sb < kSb; ++sb) {
-            __m512i lo, hi;
-            if constexpr (KT::kNibble) {
-              const __m512i x = Load4(r, KT::PieceOff(sb, 0));
-              lo = _mm512_and_si512(x, low4);
-              hi = _mm512_and_si512(_mm512_srli_epi16(x, 4), low4);
-            } else {
-              lo = Load4(r, KT::PieceOff(sb, 0));
-              hi = Load4(r, KT::PieceOff(sb, 1));
-              if constexpr (KF == Fmt::kQ8_0) {
-                lo = _mm512_xor_si512(lo, flip);
-                hi = _mm512_xor_si512(hi, flip);
-              }
-            }
-            // 256 x (codes . high plane) + codes . low plane, offsets included.
+          // Sub-blocks sharing a K scale (affine groups) add up as integers before the
+          // reduction; q8_0 / q4_0 blocks are one sub-block each.
+          const size_t span = KT::kAffine ? size_t{1} << (kg.group_shift - 5) : 1;
+          for (size_t sb0 = 0; sb0 < kSb; sb0 += span) {
             __m512i acc[4];
-            for (size_t g = 0; g < 4; ++g) {
-              acc[g] = _mm512_dpbusd_epi32(_mm512_load_si512(qp.bias[sb][g]), lo,
-                                           _mm512_load_si512(qp.q[sb][0][0][g]));
-              acc[g] = _mm512_dpbusd_epi32(acc[g], hi, _mm512_load_si512(qp.q[sb][0][1][g]));
-              acc[g] = _mm512_slli_epi32(acc[g], 8);
-              acc[g] = _mm512_dpbusd_epi32(acc[g], lo, _mm512_load_si512(qp.q[sb][1][0][g]));
-              acc[g] = _mm512_dpbusd_epi32(acc[g], hi, _mm512_load_si512(qp.q[sb][1][1][g]));
+            if (span == 1) {
+              __m512i lo, hi;
+              LoadCodes<KF>(r, sb0, low4, flip, lo, hi);
+              // 256 x (codes . high plane) + codes . low plane, offsets included.
+              for (size_t g = 0; g < 4; ++g) {
+                acc[g] = _mm512_dpbusd_epi32(_mm512_load_si512(qp.bias[sb0][g]), lo,
+                                             _mm512_load_si512(qp.q[sb0][0][0][g]));
+                acc[g] = _mm512_dpbusd_epi32(acc[g], hi, _mm512_load_si512(qp.q[sb0][0][1][g]));
+                acc[g] = _mm512_slli_epi32(acc[g], 8);
+                acc[g] = _mm512_dpbusd_epi32(acc[g], lo, _mm512_load_si512(qp.q[sb0][1][0][g]));
+                acc[g] = _mm512_dpbusd_epi32(acc[g], hi, _mm512_load_si512(qp.q[sb0][1][1][g]));
+              }
+            } else {  // affine: no code offset
+              __m512i ah[4], al[4];
+              for (size_t g = 0; g < 4; ++g) ah[g] = al[g] = _mm512_setzero_si512();
+              for (size_t sb = sb0; sb < sb0 + span; ++sb) {
+                __m512i lo, hi;
+                LoadCodes<KF>(r, sb, low4, flip, lo, hi);
+                for (size_t g = 0; g < 4; ++g) {
+                  ah[g] = _mm512_dpbusd_epi32(ah[g], lo, _mm512_load_si512(qp.q[sb][0][0][g]));
+                  ah[g] = _mm512_dpbusd_epi32(ah[g], hi, _mm512_load_si512(qp.q[sb][0][1][g]));
+                  al[g] = _mm512_dpbusd_epi32(al[g], lo, _mm512_load_si512(qp.q[sb][1][0][g]));
+                  al[g] = _mm512_dpbusd_epi32(al[g], hi, _mm512_load_si512(qp.q[sb][1][1][g]));
+                }
+              }
+              for (size_t g = 0; g < 4; ++g) acc[g] = _mm512_add_epi32(_mm512_slli_epi32(ah[g], 8), al[g]);
             }
-            const __m512i isum = _mm512_add_epi32(Reduce4(acc[0], acc[1], acc[2], acc[3]),
-                                                  _mm512_load_si512(qp.bias_low[sb]));
-            const uint32_t e = KT::kAffine ? static_cast<uint32_t>((32 * sb) >> kg.group_shift)
-                                           : static_cast<uint32_t>(sb);
+            __m512i isum = Reduce4(acc[0], acc[1], acc[2], acc[3]);
+            if constexpr (!KT::kAffine) isum = _mm512_add_epi32(isum, _mm512_load_si512(qp.bias_low[sb0]));
+            const uint32_t e = KT::kAffine ? static_cast<uint32_t>((32 * sb0) >> kg.group_shift)
+                                           : static_cast<uint32_t>(sb0);
             const __m512 d = _mm512_permutexvar_ps(
                 _mm512_add_epi32(_mm512_slli_epi32(lane_j, 2), _mm512_set1_epi32(static_cast<int32_t>(e % 4))),
                 dm[e / 4]);
-            sc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_load_ps(qp.sq[sb])), sc);
+            sc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(d, _mm512_load_ps(qp.sq[sb0])), sc);
           }
           if constexpr (KT::kAffine) {
             for (uint32_t gr = 0; gr < kg.n_groups; ++gr) {
