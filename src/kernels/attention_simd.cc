@@ -420,9 +420,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     const uint32_t nt = t1 - t0;
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
-    const NextTile next = PlanNextTile(kv, row, it, t1, hi, kTile);
     for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
-      PrefetchSlice(next, h - it.head_begin);
       const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * kv.k_token_stride +
                           h * kv.k_head_stride;
       const uint8_t* vb = kv.v_base + block * kv.block_stride + slot * kv.v_token_stride +
