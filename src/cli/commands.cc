@@ -99,6 +99,9 @@ CLI::App* AddMakeTestModel(CLI::App& app, MakeTestModelFlags* f) {
   m->add_flag("--no-tied", f->no_tied, "Write a separate output.weight");
   m->add_option("--seed", c.seed, "Seed of the weights")->capture_default_str();
   m->add_option("--name", c.name, "general.name (default kvtier-test-<arch>)");
+  m->add_flag("--text-fillers", c.text_fillers,
+              "Filler tokens are user-defined, so the random model's answers render as text "
+              "('<|filler_N|>'; default: control tokens, rendered as nothing)");
   return m;
 }
 

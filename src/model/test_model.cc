@@ -307,7 +307,7 @@ Result<GgufWriter> BuildTestModel(const TestModelConfig& c) {
   const uint32_t first_special = c.vocab - 3;
   for (uint32_t i = 256; i < first_special; ++i) {
     tokens.push_back(std::string("<|filler_") + std::to_string(i) + "|>");
-    types.push_back(3);  // control
+    types.push_back(c.text_fillers ? 4 : 3);  // user-defined : control
   }
   for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
     tokens.emplace_back(s);

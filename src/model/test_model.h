@@ -6,8 +6,9 @@
 // chosen weight type (q8_0 / q4_0 through kvtier's quantizers, byte-identical to ggml); norm
 // weights are 1.0, biases normal(0, 0.02), both f32.
 // Tokenizer: the 256 byte tokens in GPT-2's bytes_to_unicode order (ids 0..255), control
-// fillers "<|filler_N|>" up to vocab - 3, then "<|endoftext|>" (bos, eos), "<|im_start|>",
-// "<|im_end|>"; no merges.
+// fillers "<|filler_N|>" up to vocab - 3 (user-defined instead with `text_fillers`, so that
+// detokenizers render them), then "<|endoftext|>" (bos, eos), "<|im_start|>", "<|im_end|>"; no
+// merges.
 //
 // Thread safety: pure functions of their arguments; thread-safe.
 #pragma once
@@ -39,6 +40,10 @@ struct TestModelConfig {
   GgmlType weight_type = GgmlType::kF16;  // f32, f16, bf16, q8_0, q4_0
   bool tied = true;  // no output.weight: the output projection is token_embd
   uint64_t seed = 0;
+  // Fillers as user-defined tokens (rendered as their text) rather than control tokens
+  // (rendered as nothing): a random model almost always samples a filler, so without this its
+  // answers are empty text, and a client cannot time its first token or its decode.
+  bool text_fillers = false;
 };
 
 // "f16" -> kF16; the weight types make-test-model writes (f32, f16, bf16, q8_0, q4_0).

@@ -190,6 +190,26 @@ TEST(TestModel, SeedsAreReproducible) {
   EXPECT_NE(a->Serialize(), d->Serialize());
 }
 
+TEST(TestModel, TextFillersAreUserDefinedTokens) {
+  for (const bool text : {false, true}) {
+    TestModelConfig c = Tiny("qwen3", GgmlType::kQ8_0);
+    c.text_fillers = text;
+    auto w = BuildTestModel(c);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    const std::vector<uint8_t> bytes = w->Serialize();
+    auto f = GgufFile::FromMemory(bytes, "tiny");
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const auto tokens = *(*f)->GetStringArray("tokenizer.ggml.tokens");
+    const auto types = *(*f)->GetIntArray("tokenizer.ggml.token_type");
+    ASSERT_EQ(types.size(), c.vocab);
+    EXPECT_EQ(tokens[256], "<|filler_256|>");
+    for (uint32_t i = 0; i < c.vocab; ++i) {
+      const int want = i < 256 ? 1 : (i < c.vocab - 3 && text) ? 4 : 3;
+      ASSERT_EQ(types[i], want) << "token " << i << " text_fillers " << text;
+    }
+  }
+}
+
 TEST(TestModel, ByteTokensCoverEveryByteOnce) {
   std::vector<uint8_t> bytes;
   const std::vector<std::string> t = ByteLevelBpeTokens(&bytes);
