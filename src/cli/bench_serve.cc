@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <tuple>
@@ -40,7 +41,7 @@ using Clock = std::chrono::steady_clock;
 
 using bench_serve::Calibrate;
 using bench_serve::Endpoint;
-using bench_serve::kCalibrationTokens;
+using bench_serve::kCalibrationChars;
 using bench_serve::kDefaultCharsPerToken;
 using bench_serve::TextSource;
 
@@ -341,7 +342,8 @@ uint32_t ContextOf(const BenchServeConfig& c) {
 uint32_t LongestRequest(const BenchServeConfig& c) {
   uint32_t n = ContextOf(c) + c.max_tokens;
   if (c.workload == "two-round" || c.workload == "batched-histories") n += c.turn_tokens + 32;
-  return std::max(n, kCalibrationTokens);
+  // The calibration request is at most ~1 token per char (byte-level vocabularies).
+  return std::max(n, static_cast<uint32_t>(kCalibrationChars) + 64);
 }
 
 Status CheckConfig(const BenchServeConfig& c) {
@@ -367,6 +369,10 @@ Status CheckConfig(const BenchServeConfig& c) {
   KVTIER_RETURN_IF_ERROR(CheckRange("--requests-per-client", c.requests_per_client, 1, 1 << 16));
   KVTIER_RETURN_IF_ERROR(CheckRange("--prompt-tokens", c.prompt_tokens, 1, kMaxTokens));
   if (!(c.timeout_s > 0)) return Status::InvalidArgument("--timeout: expected more than 0");
+  if (!(c.chars_per_token >= 0) || c.chars_per_token > 1000) {
+    return Status::InvalidArgument("--chars-per-token: expected 0 (calibrate) to 1000, got " +
+                                   std::to_string(c.chars_per_token));
+  }
   if (!(c.metrics_interval_s > 0)) {
     return Status::InvalidArgument("--metrics-interval: expected more than 0");
   }
@@ -431,7 +437,14 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
 
   BenchServeReport report;
   report.sweep = !c.sweep_contexts.empty() || !c.sweep_formats.empty();
-  std::map<uint32_t, std::pair<double, bool>> calibrations;  // context -> chars/token, measured
+  // One calibration for the whole invocation: the tokenizer is the same for every run (a sweep
+  // restarts the same model with other KV formats).
+  std::optional<bench_serve::Calibration> calibration;
+  if (c.chars_per_token > 0) {
+    calibration.emplace();
+    calibration->chars_per_token = c.chars_per_token;
+    calibration->method = "given";
+  }
   for (const std::string& format : formats) {
     for (const uint32_t context : contexts) {
       BenchServeConfig rc = c;
@@ -481,22 +494,22 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
         run.server = c.url + (c.server_pid > 0 ? " (pid " + std::to_string(c.server_pid) + ")"
                                                : std::string());
       }
-      if (calibrations.count(run.context_tokens) == 0) {
-        double cpt = 0;
-        bool calibrated = false;
-        const BenchServeRequest cal = Calibrate(ep, text, run.context_tokens, &cpt, &calibrated);
-        if (!cal.ok && cal.error.rfind("HTTP /", 0) == 0) {
+      if (!calibration) {
+        calibration = Calibrate(ep, text);
+        const BenchServeRequest& cal = calibration->request;
+        if (!calibration->measured && !cal.ok && cal.error.rfind("HTTP /", 0) == 0) {
           return Status::Unavailable("cannot reach the server: " + cal.error);
         }
-        if (!calibrated) {
+        if (!calibration->measured) {
           std::fprintf(stderr,
-                       "bench-serve: note: no usage.prompt_tokens from the server (%s); "
-                       "assuming %.1f chars per token\n",
+                       "bench-serve: note: no /tokenize and no usage.prompt_tokens from the "
+                       "server (%s); assuming %.1f chars per token\n",
                        cal.ok ? "no usage" : cal.error.c_str(), kDefaultCharsPerToken);
         }
-        calibrations[run.context_tokens] = {cpt, calibrated};
       }
-      std::tie(run.chars_per_token, run.calibrated) = calibrations[run.context_tokens];
+      run.chars_per_token = calibration->chars_per_token;
+      run.calibrated = calibration->measured;
+      run.calibration = calibration->method;
 
       bench_serve::WorkloadEnv env;
       env.c = &rc;

@@ -18,8 +18,10 @@
 //   concurrency        C clients at once, each sending several requests in turn.
 // Prompts are text cut from --text (default data/corpus/eval.txt, the corpus the setup
 // fetches; seeded random words when absent), sized in tokens through a chars-per-token ratio
-// measured once with a max_tokens 1 request (the server's usage.prompt_tokens). Every run's
-// prompts start with a run-unique line, so nothing from an earlier run is a cache hit.
+// found once per invocation (--chars-per-token; else the server's POST /tokenize, which
+// llama-server has and which prefills nothing; else one max_tokens 1 request of
+// kCalibrationChars characters and its usage.prompt_tokens). Every run's prompts start with a
+// run-unique line, so nothing from an earlier run is a cache hit.
 //
 // Reported per run: TTFT p50/p90/p99, decode tokens/s per request ((tokens - 1) / time after
 // the first) and in total, cached / prompt tokens, KV bytes by tier and format (the largest of
@@ -72,7 +74,8 @@ struct BenchServeConfig {
   std::string plots_dir;                 // --plots
   double timeout_s = 600;                // per request (and for the child to start)
   double metrics_interval_s = 0.5;
-  uint64_t seed = 0;  // random text only
+  uint64_t seed = 0;           // random text only
+  double chars_per_token = 0;  // > 0: prompts sized with this ratio, no calibration
 };
 
 // One streamed request as the client saw it.
@@ -103,7 +106,8 @@ struct BenchServeRun {
   std::string server;           // what was driven
   std::string prompt_source;
   double chars_per_token = 0;
-  bool calibrated = false;  // chars_per_token measured (else the 3.8 default)
+  bool calibrated = false;  // chars_per_token measured (else given or the 3.8 default)
+  std::string calibration;  // how: "tokenize", "request", "given" or "assumed"
   std::vector<BenchServeRequest> requests;
   std::vector<BenchServeKvBytes> kv_bytes;  // the largest value seen per series
   bool metrics_seen = false;                // /metrics answered with kvtier_kv_bytes at least once
@@ -187,7 +191,13 @@ Result<ParsedUrl> ParseUrl(const std::string& url);
 // --- The client side of a run (bench_serve_workloads.cc). ---
 
 constexpr double kDefaultCharsPerToken = 3.8;  // the bundled model's tokenizer on the novel
+// The calibration samples: for /tokenize, ~kCalibrationTokens tokens of the bundled model's
+// tokenizer (free: nothing is prefilled); for the max_tokens 1 request, kCalibrationChars
+// characters (a prefill of at most ~that many tokens: ~270 for the bundled model, 1,024 for
+// a byte-level vocabulary such as make-test-model's, where 2,000 tokens sized at 3.8 chars
+// per token were 7,600 tokens of prefill: minutes on a Qwen3-0.6B shape with 2 threads).
 constexpr uint32_t kCalibrationTokens = 2000;
+constexpr size_t kCalibrationChars = 1024;
 
 // The text prompts are cut from, read circularly. Cuts start after a space and end on a
 // UTF-8 character boundary, so every piece is valid UTF-8.
@@ -225,13 +235,18 @@ std::string RenderCompletion(const Conversation& conv);
 BenchServeRequest Send(const Endpoint& ep, const Conversation& conv, uint32_t max_tokens,
                        std::chrono::steady_clock::time_point t0, std::string* answer);
 
-// Chars per token of the server's tokenizer over the prompt text: one max_tokens 1 request of
-// ~min(tokens, kCalibrationTokens) tokens of the text the run's first prompt starts with
-// (offset 0; the ratio varies by +-8% between 600-token windows of the novel), behind a first
-// line that no workload prompt shares. *cpt is kDefaultCharsPerToken when the server gives no
-// usage.prompt_tokens.
-BenchServeRequest Calibrate(const Endpoint& ep, const TextSource& text, uint32_t tokens,
-                            double* cpt, bool* measured);
+// Chars per token of the server's tokenizer over the prompt text (from offset 0, where the
+// run's first prompt starts; the ratio varies by +-8% between 600-token windows of the novel):
+// POST /tokenize {"content"} -> {"tokens":[...]} over ~kCalibrationTokens * 3.8 chars when the
+// server has it (llama-server); else one max_tokens 1 request of kCalibrationChars chars
+// behind a first line that no workload prompt shares, counted by its usage.prompt_tokens.
+struct Calibration {
+  double chars_per_token = kDefaultCharsPerToken;
+  bool measured = false;
+  std::string method;         // "tokenize", "request", or "assumed" (neither answered)
+  BenchServeRequest request;  // the request's, when one was sent
+};
+Calibration Calibrate(const Endpoint& ep, const TextSource& text);
 
 struct WorkloadEnv {
   const BenchServeConfig* c = nullptr;  // the workload and its sizes

@@ -255,6 +255,7 @@ json RunJson(const BenchServeRun& r) {
          {"prompt_source", r.prompt_source},
          {"chars_per_token", Round3(r.chars_per_token)},
          {"chars_per_token_measured", r.calibrated},
+         {"chars_per_token_source", r.calibration},
          {"requests", s.requests},
          {"errors", s.errors},
          {"wall_s", Round3(r.wall_s)},
@@ -360,7 +361,12 @@ std::string FormatBenchServeTable(const BenchServeReport& r) {
       << (run.kv_format.empty() ? "?" : run.kv_format) << ")\n";
     o << "  server          " << run.server << "\n";
     o << "  prompts         " << run.prompt_source << "; " << Fixed(run.chars_per_token, 2)
-      << " chars/token (" << (run.calibrated ? "measured" : "assumed") << ")\n";
+      << " chars/token ("
+      << (run.calibration == "tokenize"  ? "measured by /tokenize"
+          : run.calibration == "request" ? "measured by a request"
+          : run.calibration == "given"   ? "--chars-per-token"
+                                         : "assumed")
+      << ")\n";
     o << "  requests        " << s.requests << ", errors " << s.errors << ", wall "
       << Fixed(run.wall_s, 2) << " s\n";
     o << "  TTFT ms         p50 " << Fixed(s.ttft_p50, 1) << "  p90 " << Fixed(s.ttft_p90, 1)

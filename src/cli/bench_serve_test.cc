@@ -1,17 +1,21 @@
 // `kvtier bench-serve`: the pure parts (SSE split anywhere, percentiles against a sorted-array
-// model, Prometheus kvtier_kv_bytes, URLs, the two-round JSON shape), and real runs of the
+// model, Prometheus kvtier_kv_bytes, URLs, the two-round JSON shape), the calibration against
+// fake servers (/tokenize when there is one, else one short request), and real runs of the
 // binary against the bundled model (two-round hits the prefix cache; concurrency has no
 // errors).
 #include "cli/bench_serve.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/cli_test_util.h"
@@ -19,6 +23,9 @@
 namespace kvtier::cli {
 namespace {
 
+using bench_serve::Calibrate;
+using bench_serve::Endpoint;
+using bench_serve::kCalibrationChars;
 using bench_serve::ParseKvBytes;
 using bench_serve::ParsePrometheus;
 using bench_serve::ParseUrl;
@@ -136,6 +143,90 @@ TEST(BenchServeUrl, OriginAndBase) {
   EXPECT_FALSE(ParseUrl("localhost:8000").ok());
 }
 
+// An httplib server on a free port of 127.0.0.1, run on its own thread until destroyed.
+class FakeServer {
+ public:
+  explicit FakeServer(const std::function<void(httplib::Server&)>& routes) {
+    routes(srv_);
+    port_ = srv_.bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { srv_.listen_after_bind(); });
+    while (!srv_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ~FakeServer() {
+    srv_.stop();
+    thread_.join();
+  }
+  Endpoint ep() const {
+    Endpoint e;
+    e.origin = "http://127.0.0.1:" + std::to_string(port_);
+    e.timeout_s = 10;
+    return e;
+  }
+
+ private:
+  httplib::Server srv_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// A server with /tokenize (llama-server's shape) is asked there, and no completion is sent.
+TEST(BenchServeCalibrate, UsesTokenizeWhenTheServerHasIt) {
+  int completions = 0;
+  size_t content_chars = 0;
+  FakeServer fake([&](httplib::Server& s) {
+    s.Post("/tokenize", [&](const httplib::Request& q, httplib::Response& r) {
+      const json j = json::parse(q.body);
+      content_chars = j["content"].get<std::string>().size();
+      r.set_content(json{{"tokens", std::vector<int>(content_chars / 2, 7)}}.dump(),
+                    "application/json");
+    });
+    s.Post("/v1/completions", [&](const httplib::Request&, httplib::Response& r) {
+      ++completions;
+      r.status = 500;
+    });
+  });
+  const bench_serve::TextSource text(std::string(100000, 'a') + " b");
+  const bench_serve::Calibration c = Calibrate(fake.ep(), text);
+  EXPECT_TRUE(c.measured);
+  EXPECT_EQ(c.method, "tokenize");
+  EXPECT_NEAR(c.chars_per_token, 2.0, 0.01);
+  EXPECT_GT(content_chars, 5000u);  // ~2,000 tokens at 3.8 chars: free with /tokenize
+  EXPECT_EQ(completions, 0);
+}
+
+// Without /tokenize: one max_tokens 1 request of about kCalibrationChars characters, however
+// many tokens they turn out to be (a byte-level vocabulary: one per byte), counted by usage.
+TEST(BenchServeCalibrate, OneShortRequestWithoutTokenize) {
+  std::vector<json> bodies;
+  FakeServer fake([&](httplib::Server& s) {
+    s.Post("/v1/completions", [&](const httplib::Request& q, httplib::Response& r) {
+      bodies.push_back(json::parse(q.body));
+      const size_t tokens = bodies.back()["prompt"].get<std::string>().size();  // 1 per byte
+      const json usage{{"prompt_tokens", tokens}, {"completion_tokens", 1}};
+      r.set_content("data: {\"choices\":[{\"text\":\"x\"}]}\n\ndata: " +
+                        json{{"choices", json::array()}, {"usage", usage}}.dump() +
+                        "\n\ndata: [DONE]\n\n",
+                    "text/event-stream");
+    });
+  });
+  const bench_serve::TextSource text(std::string(100000, 'a') + " b");
+  const bench_serve::Calibration c = Calibrate(fake.ep(), text);
+  ASSERT_EQ(bodies.size(), 1u);
+  EXPECT_EQ(bodies[0]["max_tokens"], 1);
+  EXPECT_LE(bodies[0]["prompt"].get<std::string>().size(), kCalibrationChars + 64);
+  EXPECT_TRUE(c.measured);
+  EXPECT_EQ(c.method, "request");
+  EXPECT_DOUBLE_EQ(c.chars_per_token, 1.0);
+}
+
+TEST(BenchServeCalibrate, NothingAnswersAssumesTheDefault) {
+  FakeServer fake([](httplib::Server&) {});
+  const bench_serve::Calibration c = Calibrate(fake.ep(), bench_serve::TextSource("a b c"));
+  EXPECT_FALSE(c.measured);
+  EXPECT_EQ(c.method, "assumed");
+  EXPECT_EQ(c.chars_per_token, bench_serve::kDefaultCharsPerToken);
+}
+
 TEST(BenchServeReport, TwoRoundJsonShape) {
   BenchServeRun run;
   run.workload = "two-round";
@@ -245,6 +336,9 @@ TEST(BenchServeCli, BadFlagsExit2NamingTheFlag) {
             2)
       << out;
   EXPECT_NE(out.find("--sweep-formats"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(testing::RunKvtier("bench-serve --chars-per-token -1", &out), 2) << out;
+  EXPECT_NE(out.find("--chars-per-token"), std::string::npos) << out;
   out.clear();
   // A bad server flag stops the child with exit 2; bench-serve says so, with the child's log.
   EXPECT_EQ(testing::RunKvtier("bench-serve --max-tokens 2 -- --kv-cache-dtype q7_1", &out), 2)

@@ -331,20 +331,42 @@ std::vector<BenchServeRequest> Concurrency(const Env& e) {
 
 }  // namespace
 
-BenchServeRequest Calibrate(const Endpoint& ep, const TextSource& text, uint32_t tokens,
-                            double* cpt, bool* measured) {
-  const uint32_t n = std::clamp<uint32_t>(tokens, 200, kCalibrationTokens);
-  const Conversation conv{{"system", "Calibration."},
-                          {"user", text.Take(0, static_cast<size_t>(n * kDefaultCharsPerToken))}};
-  std::string answer;
-  const BenchServeRequest r = Send(ep, conv, 1, Clock::now(), &answer);
-  *cpt = kDefaultCharsPerToken;
-  *measured = false;
-  if (r.ok && r.prompt_tokens > 0) {
-    *cpt = static_cast<double>(RenderCompletion(conv).size()) / r.prompt_tokens;
-    *measured = true;
+Calibration Calibrate(const Endpoint& ep, const TextSource& text) {
+  Calibration cal;
+  {
+    // llama-server's tokenizer route: counts without a prefill.
+    const std::string sample = RenderCompletion(
+        {{"system", "Calibration."},
+         {"user", text.Take(0, static_cast<size_t>(kCalibrationTokens * kDefaultCharsPerToken))}});
+    httplib::Client cli(ep.origin);
+    cli.set_connection_timeout(10);
+    cli.set_read_timeout(static_cast<time_t>(std::max(1.0, ep.timeout_s)));
+    const json body{{"content", sample}, {"add_special", false}};
+    const httplib::Result res =
+        cli.Post((ep.base + "/tokenize").c_str(),
+                 body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    if (res && res->status == 200) {
+      const json j = json::parse(res->body, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.contains("tokens") && j["tokens"].is_array() &&
+          !j["tokens"].empty()) {
+        cal.chars_per_token = static_cast<double>(sample.size()) / j["tokens"].size();
+        cal.measured = true;
+        cal.method = "tokenize";
+        return cal;
+      }
+    }
   }
-  return r;
+  const Conversation conv{{"system", "Calibration."}, {"user", text.Take(0, kCalibrationChars)}};
+  std::string answer;
+  cal.request = Send(ep, conv, 1, Clock::now(), &answer);
+  cal.method = "assumed";
+  if (cal.request.ok && cal.request.prompt_tokens > 0) {
+    cal.chars_per_token =
+        static_cast<double>(RenderCompletion(conv).size()) / cal.request.prompt_tokens;
+    cal.measured = true;
+    cal.method = "request";
+  }
+  return cal;
 }
 
 std::vector<BenchServeRequest> RunWorkload(const WorkloadEnv& w) {

@@ -215,6 +215,10 @@ CLI::App* AddBenchServe(CLI::App& app, BenchServeConfig* c, bool* json_out) {
   s->add_option("--plots", c->plots_dir,
                 "Folder for gnuplot data, scripts and PNGs of TTFT and decode tokens/s against "
                 "context length per KV format");
+  s->add_option("--chars-per-token", c->chars_per_token,
+                "Size prompts with this many characters per token instead of calibrating "
+                "(0: calibrate through the server's /tokenize, else one short request)")
+      ->capture_default_str();
   s->add_option("--timeout", c->timeout_s, "Seconds a request (or the server's start) may take")
       ->capture_default_str();
   s->add_option("--metrics-interval", c->metrics_interval_s, "Seconds between /metrics scrapes")
