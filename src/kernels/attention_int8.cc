@@ -421,6 +421,12 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     q4_words[w] = static_cast<int16_t>(32 * j + 9 * b);
   }
   const __m512i q4_idx = _mm512_load_si512(q4_words);
+  // q8_0 scales (bytes 34 b of a row, b < 4) as dwords of its first 128 bytes (lo: 0..63, hi:
+  // 64..127): 0 and 8 of lo, 1 and 9 of hi; odd blocks' scales are the dword's high half.
+  const __m512i q8_idx = kD == 64 ? _mm512_setr_epi32(0, 8, 8, 8, 0, 8, 8, 8, 0, 8, 8, 8, 0, 8, 8, 8)
+                                  : _mm512_setr_epi32(0, 8, 17, 25, 0, 8, 17, 25, 0, 8, 17, 25,
+                                                      0, 8, 17, 25);
+  const __m512i q8_shift = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
 
@@ -479,6 +485,16 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
             const __m512i w23 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[2]), q4_idx,
                                                           _mm512_loadu_si512(r[3]));
             dm[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, w01, w23)));
+          } else if (KF == Fmt::kQ8_0 && kD <= 128) {
+            // One permute per row (its scales into lanes 4 j + b), merged into row j's lanes.
+            __m512i x = _mm512_setzero_si512();
+            for (uint32_t j = 0; j < 4; ++j) {
+              const __m512i lo = _mm512_loadu_si512(r[j]);
+              const __m512i y = kD == 64 ? _mm512_permutexvar_epi32(q8_idx, lo)
+                                         : _mm512_permutex2var_epi32(lo, q8_idx, _mm512_loadu_si512(r[j] + 64));
+              x = _mm512_mask_mov_epi32(x, static_cast<__mmask16>(0xF << (4 * j)), y);
+            }
+            dm[0] = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srlv_epi32(x, q8_shift)));
           } else if (KT::kAffine && n_ent == 4) {
             // Two scales and two biases, 8 contiguous bytes per row.
             const size_t so = kg.scales_off;
