@@ -7,9 +7,14 @@
 //   - a file's creation, rename or removal is durable once SyncDir() of its directory returns
 //     OK;
 //   - a crash may keep any prefix of the unsynced bytes of a file (a torn write), and undoes
-//     directory changes that were not synced.
+//     directory changes that were not synced;
+//   - FilesystemSync::Sync() (syncfs) makes all of the above durable at once for the whole
+//     filesystem: every byte written to a closed (or flushed) file and every creation, rename
+//     and removal, of every directory, made before it started.
 // So the crash-safe way to publish a file is: write to a temporary name, Sync(), Close(),
-// RenameFile() to the final name, SyncDir().
+// RenameFile() to the final name, SyncDir(). For a batch of files on one filesystem:
+// write and Close() every temporary, FilesystemSync::Sync(), rename every one,
+// FilesystemSync::Sync() again (two device cache flushes instead of two per file).
 //
 // Paths are plain strings ('/'-separated). Errors name the path and the operation, and carry
 // the errno text for PosixEnv ("open /x/y.tmp: No space left on device").
@@ -55,6 +60,22 @@ class RandomAccessFile {
   virtual uint64_t size() const = 0;
 };
 
+// A handle on the filesystem holding a directory, to make all of it durable at once (Linux
+// syncfs(2) on a descriptor of the directory). Open it BEFORE the writes it must cover: on
+// Linux, syncfs reports a write-back error of the filesystem that happened at any time after
+// the handle was opened (to this handle, whoever else saw it first) and may miss one from
+// before. It is coarse: it also writes back (and reports errors of) every other file and
+// process on that filesystem.
+class FilesystemSync {
+ public:
+  virtual ~FilesystemSync() = default;
+  // Makes every byte written to the filesystem (by anyone; bytes still buffered in a
+  // WritableFile object are not written yet: Close() or StartSync() first) and every
+  // directory change made before the call durable. On error nothing is promised: data or
+  // entries may or may not be durable, as after a failed Sync() or SyncDir().
+  virtual Status Sync() = 0;
+};
+
 struct DirEntry {
   std::string name;     // no directory part
   bool is_dir = false;
@@ -88,6 +109,10 @@ class Env {
   virtual bool FileExists(const std::string& path) = 0;
   // Bytes free for an unprivileged user on the filesystem holding `path` (statvfs).
   virtual Result<uint64_t> FreeBytes(const std::string& path) = 0;
+  // A FilesystemSync for the filesystem holding the directory `dir` (open(O_DIRECTORY)).
+  // The handle is owned by the caller, used by one thread at a time, and fails after a
+  // simulated crash (MemEnv, FaultInjectionEnv) like file objects do.
+  virtual Result<std::unique_ptr<FilesystemSync>> NewFilesystemSync(const std::string& dir) = 0;
 
   // Reads a whole file.
   Result<std::vector<uint8_t>> ReadFile(const std::string& path);
@@ -100,7 +125,9 @@ class Env {
   static Env* Default();
 };
 
-// An in-memory filesystem with the durability model above. SimulateCrash() drops what a
+// An in-memory filesystem with the durability model above (the whole tree is one filesystem:
+// FilesystemSync::Sync() makes every file's bytes and every directory's entries durable).
+// SimulateCrash() drops what a
 // power cut would: unsynced bytes (keeping a random prefix of them, seeded, so torn writes
 // happen) and unsynced directory changes. Open file objects of the old "boot" fail after it.
 // NewWritableFile over an existing file empties it at once, durably (the harsh but possible
@@ -134,13 +161,17 @@ class FaultInjectionEnv : public Env {
   enum class Op : uint8_t {
     kOpenWrite, kAppend, kSync, kClose, kOpenRead, kRead, kRename, kRemove, kCreateDirs,
     kRemoveDir, kSyncDir, kList, kFileSize, kFreeBytes,
+    kSyncFs,     // FilesystemSync::Sync() (NewFilesystemSync() itself counts as kOpenRead);
+                 // a fault (EIO, ENOSPC, crash) makes nothing durable: the base's Sync()
+                 // is not called
   };
   // What happens to one operation.
   enum class Fault : uint8_t {
     kNone = 0,
     kEio,        // the operation fails with IOError "... (injected EIO)"
     kEnospc,     // an operation that writes (OpenWrite, Append, Sync, Close, Rename,
-                 // CreateDirs, SyncDir) fails with ResourceExhausted "... (injected ENOSPC)";
+                 // CreateDirs, SyncDir, SyncFs) fails with ResourceExhausted
+                 // "... (injected ENOSPC)";
                  // on a read-only operation it acts as kEio
     kTornWrite,  // Append writes a strict prefix of the data, then fails with IOError
                  // "(injected torn write)"; on any other operation it acts as kEio

@@ -31,6 +31,7 @@ std::string_view OpName(Op op) {
     case Op::kList: return "opendir";
     case Op::kFileSize: return "stat";
     case Op::kFreeBytes: return "statvfs";
+    case Op::kSyncFs: return "syncfs";
   }
   return "op";
 }
@@ -38,7 +39,7 @@ std::string_view OpName(Op op) {
 bool Writes(Op op) {
   switch (op) {
     case Op::kOpenWrite: case Op::kAppend: case Op::kSync: case Op::kClose: case Op::kRename:
-    case Op::kCreateDirs: case Op::kSyncDir:
+    case Op::kCreateDirs: case Op::kSyncDir: case Op::kSyncFs:
       return true;
     default:
       return false;
@@ -95,6 +96,22 @@ class FaultRandomAccessFile final : public RandomAccessFile {
  private:
   FaultEnvImpl* const env_;
   const std::unique_ptr<RandomAccessFile> base_;
+  const std::string path_;
+  const uint64_t epoch_;
+};
+
+// Sync() is the injectable kSyncFs: on any fault the base's Sync() is not called (a failed
+// syncfs makes nothing durable that was not already).
+class FaultFilesystemSync final : public FilesystemSync {
+ public:
+  FaultFilesystemSync(FaultEnvImpl* env, std::unique_ptr<FilesystemSync> base, std::string path,
+                      uint64_t epoch)
+      : env_(env), base_(std::move(base)), path_(std::move(path)), epoch_(epoch) {}
+  Status Sync() override;
+
+ private:
+  FaultEnvImpl* const env_;
+  const std::unique_ptr<FilesystemSync> base_;
   const std::string path_;
   const uint64_t epoch_;
 };
@@ -189,6 +206,13 @@ class FaultEnvImpl final : public FaultInjectionEnv {
     Decision d = Decide(Op::kSyncDir, path);
     return d.error.ok() ? base_->SyncDir(path) : d.error;
   }
+  Result<std::unique_ptr<FilesystemSync>> NewFilesystemSync(const std::string& dir) override {
+    Decision d = Decide(Op::kOpenRead, dir);
+    if (!d.error.ok()) return d.error;
+    KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<FilesystemSync> fs, base_->NewFilesystemSync(dir));
+    return std::unique_ptr<FilesystemSync>(
+        std::make_unique<FaultFilesystemSync>(this, std::move(fs), dir, d.epoch));
+  }
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     Decision d = Decide(Op::kList, path);
     if (!d.error.ok()) return d.error;
@@ -273,6 +297,11 @@ Status FaultWritableFile::Close() {
   Decision d = env_->Decide(Op::kClose, path_, epoch_);
   Status s = base_->Close();  // the descriptor is released whatever was injected
   return d.error.ok() ? s : d.error;
+}
+
+Status FaultFilesystemSync::Sync() {
+  Decision d = env_->Decide(Op::kSyncFs, path_, epoch_);
+  return d.error.ok() ? base_->Sync() : d.error;
 }
 
 Result<size_t> FaultRandomAccessFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {

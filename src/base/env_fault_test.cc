@@ -81,6 +81,10 @@ TEST_F(FaultEnvTest, EioFailsEachKindOfOperation) {
       {Op::kList, [&] { return env_->ListDir("/d").status(); }},
       {Op::kFileSize, [&] { return env_->FileSize("/d/f").status(); }},
       {Op::kFreeBytes, [&] { return env_->FreeBytes("/d").status(); }},
+      {Op::kSyncFs, [&] {
+         KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<FilesystemSync> fs, env_->NewFilesystemSync("/d"));
+         return fs->Sync();
+       }},
   };
   uint64_t faults = 0;
   for (const Case& c : cases) {
@@ -192,6 +196,36 @@ TEST_F(FaultEnvTest, CrashFailsEverythingUntilRestart) {
   EXPECT_EQ(ReadString(env_.get(), "/d/durable"), "safe");
   EXPECT_FALSE(env_->FileExists("/d/volatile"));  // its entry was never dir-synced
   EXPECT_EQ((*f)->Append(Bytes("x")).code(), StatusCode::kIOError);  // an old handle
+}
+
+// A failed or crashed syncfs makes nothing durable; one that succeeds makes everything
+// durable; opening the handle is a kOpenRead; a handle of an earlier epoch fails.
+TEST_F(FaultEnvTest, FilesystemSyncFaultsMakeNothingDurable) {
+  for (Fault fault : {Fault::kEio, Fault::kEnospc, Fault::kCrash}) {
+    env_->Restart(CrashMode::kDropUnsynced);
+    env_->SetRule(nullptr);
+    auto fs = env_->NewFilesystemSync("/d");
+    ASSERT_TRUE(fs.ok());
+    ASSERT_TRUE(WriteString(env_.get(), "/d/f", "unsynced", /*sync=*/false).ok());
+    env_->SetRule(On(Op::kSyncFs, fault));
+    Status s = (*fs)->Sync();
+    EXPECT_EQ(s.code(), fault == Fault::kEnospc ? StatusCode::kResourceExhausted
+                                                : StatusCode::kIOError) << s.ToString();
+    EXPECT_TRUE(Contains(s.message(), "syncfs /d")) << s.ToString();
+    env_->SetRule(nullptr);
+    EXPECT_EQ(env_->crashed(), fault == Fault::kCrash);
+    env_->Restart(CrashMode::kDropUnsynced);
+    EXPECT_FALSE(env_->FileExists("/d/f")) << static_cast<int>(fault);
+  }
+  auto fs = env_->NewFilesystemSync("/d");
+  ASSERT_TRUE(fs.ok());
+  ASSERT_TRUE(WriteString(env_.get(), "/d/g", "synced by syncfs", /*sync=*/false).ok());
+  ASSERT_TRUE((*fs)->Sync().ok());
+  env_->Restart(CrashMode::kTornGarbage);
+  EXPECT_EQ(ReadString(env_.get(), "/d/g"), "synced by syncfs");
+  EXPECT_EQ((*fs)->Sync().code(), StatusCode::kIOError);  // opened before the restart
+  env_->SetRule(On(Op::kOpenRead, Fault::kEio));
+  EXPECT_EQ(env_->NewFilesystemSync("/d").status().code(), StatusCode::kIOError);
 }
 
 TEST(FaultEnvPosix, WrapsTheRealFilesystem) {

@@ -2,9 +2,10 @@
 // can crash it at any point. Each file is an inode (bytes + how many of them are synced);
 // each directory has a "current" namespace (what calls see) and a "durable" one (what a
 // crash leaves), SyncDir() copying the changed entries of one directory from the first to
-// the second. SimulateCrash() resets every directory to its durable entries and cuts every
-// surviving file to its synced bytes plus, in the torn modes, a seeded random prefix of the
-// rest. A boot counter makes file objects of an earlier boot fail.
+// the second; a FilesystemSync makes every directory and every file's bytes durable at once.
+// SimulateCrash() resets every directory to its durable entries and cuts every surviving file
+// to its synced bytes plus, in the torn modes, a seeded random prefix of the rest. A boot
+// counter makes file objects of an earlier boot fail.
 // Thread-safe: one mutex guards the whole tree; file objects take it for every call.
 #include <cstring>
 #include <limits>
@@ -45,6 +46,18 @@ std::string NoEntry(const std::string& context) {
 }
 
 class MemEnvImpl;
+
+class MemFilesystemSync final : public FilesystemSync {
+ public:
+  MemFilesystemSync(MemEnvImpl* env, uint64_t boot, std::string path)
+      : env_(env), boot_(boot), path_(std::move(path)) {}
+  Status Sync() override;
+
+ private:
+  MemEnvImpl* const env_;
+  const uint64_t boot_;
+  const std::string path_;
+};
 
 class MemWritableFile final : public WritableFile {
  public:
@@ -191,6 +204,13 @@ class MemEnvImpl final : public MemEnv {
     return Status::OK();
   }
 
+  Result<std::unique_ptr<FilesystemSync>> NewFilesystemSync(const std::string& dir) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    KVTIER_ASSIGN_OR_RETURN(Node node, Lookup(dir, "open"));
+    if (!node.dir) return Status::IOError("open " + dir + ": Not a directory");
+    return std::unique_ptr<FilesystemSync>(std::make_unique<MemFilesystemSync>(this, boot_, dir));
+  }
+
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     std::lock_guard<std::mutex> lock(mu_);
     KVTIER_ASSIGN_OR_RETURN(Node node, Lookup(path, "opendir"));
@@ -247,6 +267,21 @@ class MemEnvImpl final : public MemEnv {
  private:
   friend class MemWritableFile;
   friend class MemRandomAccessFile;
+  friend class MemFilesystemSync;
+
+  // Every directory's entries and every file's bytes below `dir` (current view) made
+  // durable.
+  static void SyncTreeLocked(Dir* dir, std::unordered_set<const void*>* seen) {
+    if (!seen->insert(dir).second) return;
+    SyncDirLocked(dir);
+    for (const auto& [name, child] : dir->current) {
+      if (child.dir) {
+        SyncTreeLocked(child.dir.get(), seen);
+      } else {
+        child.file->synced = child.file->data.size();
+      }
+    }
+  }
 
   // Path components, "." dropped and ".." applied; relative paths start at the root.
   static Result<std::vector<std::string>> Split(const std::string& path, const char* op) {
@@ -435,6 +470,14 @@ Status MemWritableFile::Close() {
   if (closed_) return Status::OK();
   closed_ = true;
   return env_->CheckBoot(boot_, "close", path_);
+}
+
+Status MemFilesystemSync::Sync() {
+  std::lock_guard<std::mutex> lock(env_->mu_);
+  KVTIER_RETURN_IF_ERROR(env_->CheckBoot(boot_, "syncfs", path_));
+  std::unordered_set<const void*> seen;
+  MemEnvImpl::SyncTreeLocked(env_->root_.get(), &seen);
+  return Status::OK();
 }
 
 Result<size_t> MemRandomAccessFile::Read(uint64_t offset, size_t n, uint8_t* dst) const {

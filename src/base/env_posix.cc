@@ -1,5 +1,5 @@
 // PosixEnv: Env::Default(), the real filesystem through POSIX calls (open, write, pread,
-// fdatasync, rename, unlink, mkdir, opendir, statvfs). Every descriptor is O_CLOEXEC; calls
+// fdatasync, rename, unlink, mkdir, opendir, statvfs, syncfs). Every descriptor is O_CLOEXEC; calls
 // interrupted by a signal are retried; short writes continue. Errors are "op path: strerror"
 // with ENOENT -> NotFound, ENOSPC / EDQUOT -> ResourceExhausted, anything else -> IOError.
 // The env itself is stateless and thread-safe; a file object is used by one thread at a time.
@@ -146,6 +146,27 @@ class PosixRandomAccessFile final : public RandomAccessFile {
   const uint64_t size_;
 };
 
+// A descriptor of a directory, opened when the handle is made (so syncfs reports every
+// write-back error of the filesystem from then on), closed by the destructor.
+class PosixFilesystemSync final : public FilesystemSync {
+ public:
+  PosixFilesystemSync(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixFilesystemSync() override { ::close(fd_); }
+
+  Status Sync() override {
+#ifdef __linux__
+    if (::syncfs(fd_) != 0) return ErrnoStatus("syncfs", path_, errno);
+#else
+    ::sync();  // no syncfs: the whole system (reports no errors)
+#endif
+    return Status::OK();
+  }
+
+ private:
+  const std::string path_;
+  const int fd_;
+};
+
 class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
@@ -220,6 +241,15 @@ class PosixEnv final : public Env {
   }
 
   Status SyncDir(const std::string& path) override { return FsyncDir(path); }
+
+  Result<std::unique_ptr<FilesystemSync>> NewFilesystemSync(const std::string& dir) override {
+    int fd;
+    do {
+      fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    } while (fd < 0 && errno == EINTR);
+    if (fd < 0) return ErrnoStatus("open", dir, errno);
+    return std::unique_ptr<FilesystemSync>(std::make_unique<PosixFilesystemSync>(dir, fd));
+  }
 
   Result<std::vector<DirEntry>> ListDir(const std::string& path) override {
     DIR* dir = ::opendir(path.c_str());

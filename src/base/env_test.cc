@@ -223,6 +223,18 @@ TEST_P(EnvConformance, SyncDirFreeBytesAndWriteFileDurably) {
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
 }
 
+TEST_P(EnvConformance, FilesystemSyncOfADirectory) {
+  ASSERT_TRUE(WriteString(env_, P("a.tmp"), "bytes", /*sync=*/false).ok());
+  auto fs = env_->NewFilesystemSync(root_);
+  ASSERT_TRUE(fs.ok()) << fs.status().ToString();
+  EXPECT_TRUE((*fs)->Sync().ok());
+  ASSERT_TRUE(env_->RenameFile(P("a.tmp"), P("a")).ok());
+  EXPECT_TRUE((*fs)->Sync().ok());  // a handle syncs as often as asked
+  EXPECT_EQ(ReadString(env_, P("a")), "bytes");
+  EXPECT_EQ(env_->NewFilesystemSync(P("missing")).status().code(), StatusCode::kNotFound);
+  EXPECT_FALSE(env_->NewFilesystemSync(P("a")).ok());  // a file, not a directory
+}
+
 INSTANTIATE_TEST_SUITE_P(Envs, EnvConformance, ::testing::Values("posix", "mem"),
                          [](const auto& info) { return info.param; });
 
@@ -279,6 +291,32 @@ TEST_F(MemEnvCrash, StartSyncMakesNothingDurable) {
   ASSERT_TRUE(env_->SyncDir("/d").ok());
   env_->SimulateCrash(CrashMode::kDropUnsynced);
   EXPECT_EQ(ReadString(env_.get(), "/d/f"), "synced|");
+}
+
+TEST_F(MemEnvCrash, FilesystemSyncMakesEveryFileAndEveryDirectoryDurable) {
+  ASSERT_TRUE(env_->CreateDirs("/e/sub").ok());
+  ASSERT_TRUE(WriteString(env_.get(), "/d/old", "old", /*sync=*/true).ok());
+  ASSERT_TRUE(env_->SyncDir("/d").ok());
+  auto fs = env_->NewFilesystemSync("/d");
+  ASSERT_TRUE(fs.ok());
+  auto open = env_->NewWritableFile("/e/sub/open");  // still open at the sync
+  ASSERT_TRUE(open.ok());
+  ASSERT_TRUE((*open)->Append(Bytes("open bytes")).ok());
+  ASSERT_TRUE(WriteString(env_.get(), "/d/a.tmp", "renamed", /*sync=*/false).ok());
+  ASSERT_TRUE(env_->RenameFile("/d/a.tmp", "/d/a").ok());
+  ASSERT_TRUE(env_->RemoveFile("/d/old").ok());
+  ASSERT_TRUE(WriteString(env_.get(), "/e/b", "other dir", /*sync=*/false).ok());
+  ASSERT_TRUE((*fs)->Sync().ok());
+  ASSERT_TRUE((*open)->Append(Bytes(" after")).ok());  // after the sync: not durable
+  ASSERT_TRUE(WriteString(env_.get(), "/d/late", "late", /*sync=*/true).ok());
+  env_->SimulateCrash(CrashMode::kDropUnsynced);
+  EXPECT_EQ(ReadString(env_.get(), "/d/a"), "renamed");
+  EXPECT_FALSE(env_->FileExists("/d/a.tmp"));
+  EXPECT_FALSE(env_->FileExists("/d/old"));
+  EXPECT_EQ(ReadString(env_.get(), "/e/b"), "other dir");
+  EXPECT_EQ(ReadString(env_.get(), "/e/sub/open"), "open bytes");
+  EXPECT_FALSE(env_->FileExists("/d/late"));  // created after the sync, never dir-synced
+  EXPECT_EQ((*fs)->Sync().code(), StatusCode::kIOError);  // a handle of the old boot
 }
 
 TEST_F(MemEnvCrash, TornPrefixKeepsAPrefixOfWhatWasWritten) {

@@ -28,6 +28,8 @@ namespace {
 
 using ssd_bench::DropPageCache;
 using ssd_bench::OpenBenchTier;
+using ssd_bench::ParseSyncMode;
+using ssd_bench::SyncModeName;
 using ssd_bench::ResidentPct;
 
 constexpr uint32_t kEntryBlocks = 64;  // blocks per synthetic entry (2,048 tokens of 32)
@@ -168,11 +170,12 @@ struct ReloadTimes {
 
 // Reopens the tier in `dir`, fetches every entry through a fresh cache (promotion), then
 // times SsdTier::Load of every block into one scratch block (page cache state as it is).
-Result<ReloadTimes> Reload(const Synth& s, const std::string& dir, uint32_t writers, bool cold) {
+Result<ReloadTimes> Reload(const Synth& s, const std::string& dir, const BenchSsdConfig& c,
+                           bool cold) {
   ReloadTimes r;
   if (cold) DropPageCache(dir);
   Timer to;
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenBenchTier(dir, writers));
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenBenchTier(dir, c));
   r.open_ms = to.Millis();
   if (tier->Stats().found_blocks != s.blocks) {
     return Status::Internal("bench-ssd: reopened tier found " +
@@ -233,7 +236,7 @@ Result<RepeatTimes> OneRepeat(const Synth& s, const BenchSsdConfig& c, const std
   const std::string plain = root + "/plain" + std::to_string(rep) + ".bin";
   const bool ours_first = rep % 2 == 1;  // alternate which side goes first
   {
-    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenBenchTier(dir, c.writer_threads));
+    KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenBenchTier(dir, c));
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PrefixCache> cache, MakeCache(s, tier));
     Timer tf;
     KVTIER_RETURN_IF_ERROR(Fill(s, *cache));
@@ -264,7 +267,7 @@ Result<RepeatTimes> OneRepeat(const Synth& s, const BenchSsdConfig& c, const std
     if (cold) DropPageCache(plain);
     rt.resident[cold] = ResidentPct(plain);
     auto ours = [&]() -> Status {
-      KVTIER_ASSIGN_OR_RETURN(rt.reload[cold], Reload(s, dir, c.writer_threads, cold != 0));
+      KVTIER_ASSIGN_OR_RETURN(rt.reload[cold], Reload(s, dir, c, cold != 0));
       return Status::OK();
     };
     auto theirs = [&]() -> Status {
@@ -294,6 +297,7 @@ Result<BenchSsdThroughput> RunThroughput(const BenchSsdConfig& c, const std::str
   r.entries = s.entries.size();
   r.total_bytes = s.total_bytes;
   r.writer_threads = c.writer_threads > 0 ? c.writer_threads : SsdTierOptions{}.writer_threads;
+  r.ssd_sync = c.ssd_sync.empty() ? SyncModeName(SsdTierOptions{}.sync_mode) : c.ssd_sync;
   r.repeats = c.repeats;
   std::vector<uint8_t> buf(s.file_full);  // one block file's bytes: the baselines' I/O size
   std::mt19937_64 rng(c.seed + 1);
@@ -360,6 +364,7 @@ Status CheckConfig(const BenchSsdConfig& c, bool* throughput, bool* ttft) {
     return Status::InvalidArgument("--dir: expected an existing directory, got '" + c.dir + "'");
   }
   KVTIER_RETURN_IF_ERROR(CheckRange("--writer-threads", c.writer_threads, 0, 64));
+  if (!c.ssd_sync.empty()) KVTIER_RETURN_IF_ERROR(ParseSyncMode(c.ssd_sync).status());
   KVTIER_RETURN_IF_ERROR(CheckRange("--repeats", c.repeats, 1, 1000));
   KVTIER_RETURN_IF_ERROR(CheckRange("--prompt-tokens", c.prompt_tokens, 2, 1 << 20));
   KVTIER_RETURN_IF_ERROR(CheckRange("--new-tokens", c.new_tokens, 1, 4096));
@@ -404,7 +409,8 @@ std::string FormatBenchSsdTable(const BenchSsdReport& r) {
     o << "throughput: " << t.blocks << " blocks of " << t.shape << ", " << t.block_tokens
       << " tokens, K/V " << t.kv_type << " (" << GroupDigits(t.file_bytes_per_block)
       << " B per block file), " << t.entries << " entries, " << DescribeBytes(t.total_bytes)
-      << " per repeat; " << t.writer_threads << " writer threads; medians of " << t.repeats
+      << " per repeat; " << t.writer_threads << " writer threads, sync " << t.ssd_sync
+      << "; medians of " << t.repeats
       << "\n";
     std::snprintf(line, sizeof line,
                   "spill (evict all + flush)  %9.1f ms %7.3f GB/s | plain write + fdatasync "
@@ -470,6 +476,7 @@ std::string FormatBenchSsdJson(const BenchSsdReport& r) {
                          {"entries", t.entries},
                          {"total_bytes", t.total_bytes},
                          {"writer_threads", t.writer_threads},
+                         {"ssd_sync", t.ssd_sync},
                          {"repeats", t.repeats},
                          {"fill_ms", t.fill_ms},
                          {"spill_ms", t.spill_ms},

@@ -42,6 +42,7 @@ struct BenchSsdConfig {
   double gb = 2.0;                  // block file bytes to spill, in GB (1e9 bytes)
   std::string dir;                  // parent of the run's directory; empty: /tmp
   uint32_t writer_threads = 0;      // 0: the tier's default
+  std::string ssd_sync;             // "per-file" or "syncfs" (SsdSyncMode); empty: the default
   int repeats = 3;                  // the median counts
   bool cold = true;                 // also measure reads with the page cache dropped
   // ttft
@@ -75,6 +76,7 @@ struct BenchSsdThroughput {
   uint64_t blocks = 0, entries = 0;
   uint64_t total_bytes = 0;         // block file bytes written per repeat
   uint32_t writer_threads = 0;
+  std::string ssd_sync;             // the writers' SsdSyncMode: "per-file" or "syncfs"
   int repeats = 0;
   double fill_ms = 0;               // filling the pool (quantizing random K/V), median
   double spill_ms = 0, spill_gbps = 0;

@@ -53,7 +53,7 @@ TEST_F(BenchSsdBinary, ThroughputReportsPositiveRatiosWarmAndCold) {
   std::string out;
   ASSERT_EQ(RunKvtier("bench-ssd --modes throughput --layers 2 --kv-heads 2 --head-dim 64"
                       " --block-tokens 16 --kv-type q8_0/q4_0 --gb 0.003 --repeats 2"
-                      " --writer-threads 2 --dir " + Work() + " --json",
+                      " --writer-threads 2 --ssd-sync per-file --dir " + Work() + " --json",
                       &out),
             0)
       << out;
@@ -70,6 +70,7 @@ TEST_F(BenchSsdBinary, ThroughputReportsPositiveRatiosWarmAndCold) {
   }
   EXPECT_EQ(t["kv_type"], "q8_0/q4_0");
   EXPECT_EQ(t["writer_threads"], 2);
+  EXPECT_EQ(t["ssd_sync"], "per-file");
   EXPECT_GE(t["total_bytes"].get<uint64_t>(), 3000000u);
   EXPECT_EQ(t["skipped"], 0);
   EXPECT_GT(t["spill_gbps"].get<double>(), 0.0);
@@ -130,6 +131,7 @@ TEST_F(BenchSsdBinary, BadFlagsNameTheFlag) {
                         Case{"--layers 0", "--layers: expected 1..1024, got 0"},
                         Case{"--modes throughput,fast", "--modes: expected 'throughput', 'ttft' or both, got 'fast'"},
                         Case{"--kv-type q9", "--kv-type"},
+                        Case{"--ssd-sync fsync", "--ssd-sync: expected per-file or syncfs, got 'fsync'"},
                         Case{"--dir /nonexistent/kvtier", "--dir: expected an existing directory"}}) {
     std::string out;
     EXPECT_EQ(RunKvtier(std::string("bench-ssd ") + c.args, &out), 2) << c.args;

@@ -86,12 +86,26 @@ double ResidentPct(const std::string& path) {
   return pct;
 }
 
-Result<std::shared_ptr<SsdTier>> OpenBenchTier(const std::string& dir, uint32_t writer_threads) {
+Result<std::shared_ptr<SsdTier>> OpenBenchTier(const std::string& dir, const BenchSsdConfig& c) {
   SsdTierOptions o;
   o.dir = dir;
   o.max_bytes = 1ull << 50;
-  if (writer_threads > 0) o.writer_threads = writer_threads;
+  if (c.writer_threads > 0) o.writer_threads = c.writer_threads;
+  if (!c.ssd_sync.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(o.sync_mode, ParseSyncMode(c.ssd_sync));
+  }
   return SsdTier::Open(std::move(o));
+}
+
+const char* SyncModeName(SsdSyncMode mode) {
+  return mode == SsdSyncMode::kPerFile ? "per-file" : "syncfs";
+}
+
+Result<SsdSyncMode> ParseSyncMode(const std::string& name) {
+  for (SsdSyncMode m : {SsdSyncMode::kPerFile, SsdSyncMode::kFilesystem}) {
+    if (name == SyncModeName(m)) return m;
+  }
+  return Status::InvalidArgument("--ssd-sync: expected per-file or syncfs, got '" + name + "'");
 }
 
 namespace {
@@ -164,7 +178,7 @@ Result<BenchSsdTtft> RunTtft(const BenchSsdConfig& c, const std::string& root,
     o.lower_tier = tier;
     return PrefixCache::Create(std::move(o));
   };
-  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenBenchTier(dir, c.writer_threads));
+  KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenBenchTier(dir, c));
   {
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PrefixCache> cache, make_cache(tier));
     KVTIER_RETURN_IF_ERROR(cache->Store(m.fingerprint(), prompt, std::move(cold)).status());
@@ -192,7 +206,7 @@ Result<BenchSsdTtft> RunTtft(const BenchSsdConfig& c, const std::string& root,
           if (restart) {
             tier.reset();
             Timer to;
-            KVTIER_ASSIGN_OR_RETURN(tier, OpenBenchTier(dir, c.writer_threads));
+            KVTIER_ASSIGN_OR_RETURN(tier, OpenBenchTier(dir, c));
             open.push_back(to.Millis());
           }
           KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<PrefixCache> cache, make_cache(tier));

@@ -36,8 +36,12 @@ void DropPageCache(const std::string& path);
 double ResidentPct(const std::string& path);
 
 // SsdTier::Open on `dir` (created if missing) through Env::Default(), a cap far above what the
-// benchmark writes, quarantine logging on. writer_threads 0: the tier's default.
-Result<std::shared_ptr<SsdTier>> OpenBenchTier(const std::string& dir, uint32_t writer_threads);
+// benchmark writes, quarantine logging on; c.writer_threads (0: the tier's default) and
+// c.ssd_sync (empty: the tier's default).
+Result<std::shared_ptr<SsdTier>> OpenBenchTier(const std::string& dir, const BenchSsdConfig& c);
+// "per-file" / "syncfs" for a mode; the mode of a --ssd-sync value (InvalidArgument if unknown).
+const char* SyncModeName(SsdSyncMode mode);
+Result<SsdSyncMode> ParseSyncMode(const std::string& name);
 
 // The TTFT half (bench_ssd_ttft.cc): its progress steps, and the run in <root>/ttft.
 int TtftSteps(const BenchSsdConfig& c);

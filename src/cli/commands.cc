@@ -35,6 +35,9 @@ CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json) {
                 "default /tmp)");
   s->add_option("--writer-threads", c->writer_threads, "Tier writer threads (0: the tier's default)")
       ->capture_default_str();
+  s->add_option("--ssd-sync", c->ssd_sync,
+                "How writers make a batch durable: per-file (fdatasync each file, fsync each "
+                "directory) or syncfs (two syncfs per batch); default: the tier's (syncfs)");
   s->add_option("--repeats", c->repeats, "Runs of every measurement; the median counts")
       ->capture_default_str();
   s->add_flag("--no-cold", [c](int64_t) { c->cold = false; },

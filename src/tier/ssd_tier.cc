@@ -77,7 +77,8 @@ struct SsdTier::Impl {
   void WriterLoop();
   // Writes and publishes a batch of jobs (group commit): room for each, then every file
   // written to its temporary name, every file synced, every rename, each directory synced
-  // once; a block is indexed only after its directory sync. Requires mu (released for the
+  // once (SsdSyncMode::kFilesystem: all written and closed, one syncfs, every rename, one
+  // syncfs); a block is indexed only after its rename is durable. Requires mu (released for the
   // I/O); counts every job as spilled or skipped.
   void WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mutex>& lock);
 
@@ -265,9 +266,18 @@ void SsdTier::Impl::WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mut
     if (sl.room) reserved += sl.size;
   }
   lock.unlock();
+  // SsdSyncMode::kFilesystem: the handle is opened before the writes its syncs must cover (a
+  // write-back error after the open is reported to it); if it cannot be, per-file syncs.
+  std::unique_ptr<FilesystemSync> fs;
+  const size_t with_room = static_cast<size_t>(
+      std::count_if(slots.begin(), slots.end(), [](const Slot& sl) { return sl.room; }));
+  if (opt.sync_mode == SsdSyncMode::kFilesystem && with_room > 0 &&
+      with_room >= opt.filesystem_sync_min_blocks) {
+    Result<std::unique_ptr<FilesystemSync>> h = env->NewFilesystemSync(opt.dir);
+    if (h.ok()) fs = std::move(*h);
+  }
   // Write every file, unsynced; ask for their writeback to start.
   std::vector<uint8_t> bytes;
-  std::string made_dir;
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job& job = jobs[i];
     Slot& sl = slots[i];
@@ -281,24 +291,36 @@ void SsdTier::Impl::WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mut
     sl.tmp = sl.dir + "/" + KeyName(key) + kTmpSuffix;
     sl.s = tier::EncodeBlockFile(job.header, *job.pool, job.block, &bytes);
     job.pool->Unref({&job.block, 1}, KvOwner::kTier);
-    if (sl.s.ok() && sl.dir != made_dir) {
-      sl.s = env->CreateDirs(sl.dir);
-      if (sl.s.ok()) made_dir = sl.dir;
-    }
     if (sl.s.ok()) {
+      // The subdirectory is created (durably) only when the file cannot be: most exist.
       Result<std::unique_ptr<WritableFile>> f = env->NewWritableFile(sl.tmp);
+      if (f.status().code() == StatusCode::kNotFound) {
+        const Status d = env->CreateDirs(sl.dir);
+        f = d.ok() ? env->NewWritableFile(sl.tmp) : Result<std::unique_ptr<WritableFile>>(d);
+      }
       sl.s = f.status();
       if (f.ok()) sl.file = std::move(*f);
     }
     if (sl.s.ok()) sl.s = sl.file->Append(bytes);
     if (sl.s.ok() && jobs.size() > 1) sl.s = sl.file->StartSync();
+    if (sl.s.ok() && fs != nullptr) sl.s = sl.file->Close();  // its bytes reach the kernel
   }
-  // Make every file durable, then give each its final name.
-  for (Slot& sl : slots) {
-    if (!sl.room || !sl.s.ok()) continue;
-    sl.s = sl.file->Sync();
-    Status c = sl.file->Close();
-    if (sl.s.ok()) sl.s = c;
+  // Make every file durable (one syncfs, or each file's fdatasync), then give each its
+  // final name; a file that failed is removed under its temporary name.
+  if (fs != nullptr) {
+    const bool any = std::any_of(slots.begin(), slots.end(),
+                                 [](const Slot& sl) { return sl.room && sl.s.ok(); });
+    const Status ss = any ? fs->Sync() : Status::OK();
+    for (Slot& sl : slots) {
+      if (sl.room && sl.s.ok()) sl.s = ss;
+    }
+  } else {
+    for (Slot& sl : slots) {
+      if (!sl.room || !sl.s.ok()) continue;
+      sl.s = sl.file->Sync();
+      Status c = sl.file->Close();
+      if (sl.s.ok()) sl.s = c;
+    }
   }
   for (Slot& sl : slots) {
     if (sl.room && sl.s.ok()) sl.s = env->RenameFile(sl.tmp, sl.path);
@@ -308,21 +330,31 @@ void SsdTier::Impl::WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mut
       (void)env->RemoveFile(sl.tmp);
     }
   }
-  // One sync per directory; a block whose directory did not sync is not indexed, and its
-  // file (durable, but not promised to survive) is removed so the cap counts every file.
-  std::vector<std::string> dirs;
-  for (const Slot& sl : slots) {
-    if (sl.renamed && std::find(dirs.begin(), dirs.end(), sl.dir) == dirs.end()) {
-      dirs.push_back(sl.dir);
-    }
-  }
-  for (const std::string& d : dirs) {
-    Status ds = env->SyncDir(d);
-    if (ds.ok()) continue;
+  // Make the renames durable: one more syncfs, or one fsync per directory. A block whose
+  // rename was not made durable is not indexed, and its file (durable, but not promised to
+  // survive) is removed so the cap counts every file.
+  auto fail_renamed = [&](const Status& s, const std::string* dir) {
     for (Slot& sl : slots) {
-      if (!sl.renamed || sl.dir != d) continue;
-      sl.s = ds;
+      if (!sl.renamed || (dir != nullptr && sl.dir != *dir)) continue;
+      sl.s = s;
       (void)env->RemoveFile(sl.path);
+    }
+  };
+  if (fs != nullptr) {
+    const bool any =
+        std::any_of(slots.begin(), slots.end(), [](const Slot& sl) { return sl.renamed; });
+    const Status ss = any ? fs->Sync() : Status::OK();
+    if (!ss.ok()) fail_renamed(ss, nullptr);
+  } else {
+    std::vector<std::string> dirs;
+    for (const Slot& sl : slots) {
+      if (sl.renamed && std::find(dirs.begin(), dirs.end(), sl.dir) == dirs.end()) {
+        dirs.push_back(sl.dir);
+      }
+    }
+    for (const std::string& d : dirs) {
+      const Status ds = env->SyncDir(d);
+      if (!ds.ok()) fail_renamed(ds, &d);
     }
   }
   lock.lock();
@@ -380,6 +412,10 @@ Result<std::shared_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   }
   if (options.batch_blocks == 0 || options.batch_bytes == 0) {
     return Status::InvalidArgument("ssd tier: batch_blocks and batch_bytes must be > 0");
+  }
+  if (options.sync_mode != SsdSyncMode::kPerFile &&
+      options.sync_mode != SsdSyncMode::kFilesystem) {
+    return Status::InvalidArgument("ssd tier: unknown sync_mode");
   }
   if (options.writer_threads == 0 || options.writer_threads > 64) {
     return Status::InvalidArgument("ssd tier: writer_threads must be in [1, 64], got " +
