@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "kernels/attention_int8.h"
+#include "kernels/attention_prefill-inl.h"
 #include "kernels/attention_simd.h"
 #include "quant/quant_simd.h"
 #include "quant/simd_reduce-inl.h"
@@ -401,6 +402,15 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
   const RowCtx kc = MakeRowCtx(kv.k_format, kD), vc = MakeRowCtx(kv.v_format, kD);
+  if constexpr (N >= 8) {
+    // Prefill items: all query vectors in the lanes of one vector, each tile decoded once
+    // (attention_prefill-inl.h).
+    if (UsePrefillKernel(df, job, it)) {
+      constexpr size_t kBlk = N >= 16 ? 16 : 8;  // score tokens / V dims per register block
+      RunItemPrefill<kD, kTile, kBlk, kBlk, KDec, VDec>(df, job, it, partial, kc, vc);
+      return;
+    }
+  }
 
   ItemQueries qs;
   PrepareItem(job, it, kD, partial, &qs);

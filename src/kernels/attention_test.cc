@@ -191,6 +191,44 @@ TEST_P(AttentionTargets, MasksWindowsSoftcapAndScales) {
   }
 }
 
+// Prefill chunks with 8..16 query vectors per item (the prefill micro-kernel on targets with
+// 8 or 16 float lanes): plain formats, every fast head_dim, GQA 2 / 4 / 8, partial tiles
+// (block sizes not multiples of the tile), windows, soft-cap and K/V 4x larger.
+TEST_P(AttentionTargets, PrefillChunksMatchTheReference) {
+  ThreadPool pool(2);
+  struct Shape {
+    Format k, v;
+    uint32_t head_dim, group, block_tokens, window;
+    float softcap, kv_scale;
+  };
+  const Shape shapes[] = {
+      {Format::F16(), Format::F16(), 128, 4, 48, 0, 0.0f, 1.0f},
+      {Format::F16(), Format::F16(), 128, 4, 32, 29, 4.0f, 1.0f},
+      {Format::F16(), Format::F16(), 64, 8, 16, 0, 0.0f, 4.0f},
+      {Format::F16(), Format::F16(), 256, 2, 16, 40, 0.0f, 1.0f},
+      {Format::BF16(), Format::BF16(), 128, 8, 48, 13, 0.0f, 1.0f},
+      {Format::BF16(), Format::BF16(), 64, 4, 32, 0, 5.0f, 4.0f},
+      {Format::F32(), Format::F32(), 256, 4, 48, 0, 0.0f, 1.0f},
+      {Format::Q8_0(), Format::Q4_0(), 128, 2, 16, 29, 0.0f, 1.0f},
+  };
+  uint64_t seed = 300;
+  for (const Shape& sh : shapes) {
+    Case c;
+    c.k = sh.k;
+    c.v = sh.v;
+    c.head_dim = sh.head_dim;
+    c.group = sh.group;
+    c.lengths = {150, 19};
+    c.q_lens = {70, 19};
+    c.block_tokens = sh.block_tokens;
+    c.window = sh.window;
+    c.softcap = sh.softcap;
+    c.kv_scale = sh.kv_scale;
+    c.seed = ++seed;
+    EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, AttentionTargets,
                          ::testing::ValuesIn(QuantAvailableSimdTargets()),
                          [](const ::testing::TestParamInfo<long long>& info) {
