@@ -207,14 +207,22 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
   return h;
 }
 
-Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, BlockPool& pool,
-                       BlockId id, const std::string& name) {
+// What DecodeBlockRows and ReadBlockRows check before they write block `id`: the pool matches
+// the header, the block exists, and the file has the size the header says.
+static Status CheckRowsTarget(const BlockFileHeader& h, size_t file_size, BlockPool& pool,
+                              BlockId id, const std::string& name) {
   KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, name));
   KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
-  if (file.size() != h.file_bytes()) {
-    return Bad(name, "file is " + std::to_string(file.size()) + " bytes, expected " +
+  if (file_size != h.file_bytes()) {
+    return Bad(name, "file is " + std::to_string(file_size) + " bytes, expected " +
                          std::to_string(h.file_bytes()));
   }
+  return Status::OK();
+}
+
+Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, BlockPool& pool,
+                       BlockId id, const std::string& name) {
+  KVTIER_RETURN_IF_ERROR(CheckRowsTarget(h, file.size(), pool, id, name));
   const uint8_t* rows = file.data() + h.header_bytes();
   const size_t n = static_cast<size_t>(h.payload_bytes());
   const uint32_t want = GetLe32(rows + n), got = Crc32c({rows, n});
@@ -232,12 +240,7 @@ Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, 
 
 Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, BlockPool& pool,
                      BlockId id, const std::string& name) {
-  KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, name));
-  KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
-  if (file.size() != h.file_bytes()) {
-    return Bad(name, "file is " + std::to_string(file.size()) + " bytes, expected " +
-                         std::to_string(h.file_bytes()));
-  }
+  KVTIER_RETURN_IF_ERROR(CheckRowsTarget(h, file.size(), pool, id, name));
   // The rows' destinations, adjacent runs merged (a full block without row padding is one).
   struct Run {
     size_t dst, len;
