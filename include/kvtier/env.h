@@ -183,7 +183,8 @@ class FaultInjectionEnv : public Env {
   };
   // rule(op, op_index, path) -> fault. op_index counts every operation from 0 (FileExists
   // and RandomAccessFile::size are not operations). `path` is the file or directory operated
-  // on; for kRename, the source.
+  // on; for kRename, the source. The rule is called once at a time, never concurrently, so it
+  // may keep unsynchronized state; it must not call into this Env.
   using Rule = std::function<Fault(Op op, uint64_t op_index, const std::string& path)>;
 
   static std::unique_ptr<FaultInjectionEnv> Create(Env* base);

@@ -142,7 +142,13 @@ class FaultEnvImpl final : public FaultInjectionEnv {
       rule = rule_;
     }
     if (rule == nullptr || !*rule) return d;
-    Fault f = (*rule)(op, d.index, path);
+    Fault f;
+    {
+      // One rule call at a time: rules may keep unsynchronized state (a test's RNG) while the
+      // tier calls in from several threads (writers, parallel promotion).
+      std::lock_guard<std::mutex> lock(rule_mu_);
+      f = (*rule)(op, d.index, path);
+    }
     if (f == Fault::kEnospc && !Writes(op)) f = Fault::kEio;
     if (f == Fault::kTornWrite && op != Op::kAppend) f = Fault::kEio;
     if (f == Fault::kBitFlip && op != Op::kAppend && op != Op::kRead) f = Fault::kNone;
@@ -261,6 +267,7 @@ class FaultEnvImpl final : public FaultInjectionEnv {
   Env* const base_;
   MemEnv* const mem_;  // base_ when it is a MemEnv, else null
   mutable std::mutex mu_;
+  std::mutex rule_mu_;  // serializes rule calls (never held with mu_)
   std::shared_ptr<const Rule> rule_;
   uint64_t ops_ = 0;
   uint64_t faults_ = 0;
