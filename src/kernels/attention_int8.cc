@@ -169,6 +169,12 @@ void Quantize(const float* const qv[4], float scale, const Geo& kg, QPack<kD>* p
   }
 }
 
+// The f16 at p (any alignment), as f32 in every lane.
+KV_INL __m512 BroadcastF16(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits)));
+}
 KV_INL __m512i Load4(const uint8_t* const r[4], size_t o) {
   __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + o)));
   x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + o)), 1);
@@ -264,9 +270,7 @@ template <>
 struct VDec<Fmt::kQ4_0> {
   static KV_INL void Pair(const uint8_t* row, size_t p, const Geo&, __m512& a, __m512& b) {
     const uint8_t* blk = row + 18 * p;
-    uint16_t bits;
-    std::memcpy(&bits, blk, 2);
-    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits)));
+    const __m512 d = BroadcastF16(blk);
     const __m512 table = _mm512_mul_ps(
         _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7), d);
     const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
@@ -278,9 +282,7 @@ template <>
 struct VDec<Fmt::kQ8_0> {
   static KV_INL void Pair(const uint8_t* row, size_t p, const Geo&, __m512& a, __m512& b) {
     const uint8_t* blk = row + 34 * p;
-    uint16_t bits;
-    std::memcpy(&bits, blk, 2);
-    const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bits)));
+    const __m512 d = BroadcastF16(blk);
     const __m128i* c = reinterpret_cast<const __m128i*>(blk + 2);
     a = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c))), d);
     b = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c + 1))), d);
@@ -288,11 +290,8 @@ struct VDec<Fmt::kQ8_0> {
 };
 KV_INL void AffineScale(const uint8_t* row, size_t p, const Geo& g, __m512& s, __m512& bi) {
   const size_t gr = (32 * p) >> g.group_shift;
-  uint16_t sb, bb;
-  std::memcpy(&sb, row + g.scales_off + 2 * gr, 2);
-  std::memcpy(&bb, row + g.biases_off + 2 * gr, 2);
-  s = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(sb)));
-  bi = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(bb)));
+  s = BroadcastF16(row + g.scales_off + 2 * gr);
+  bi = BroadcastF16(row + g.biases_off + 2 * gr);
 }
 template <>
 struct VDec<Fmt::kA8> {
