@@ -13,6 +13,12 @@
 
 namespace avx512 {
 
+// The per-batch parameter lambdas are inlined into their loops: as calls, each batch paid a
+// vzeroupper, spills and reloads of the loop's vector constants.
+#ifndef KVTIER_QUANT_INLINE_LAMBDA
+#define KVTIER_QUANT_INLINE_LAMBDA __attribute__((always_inline))
+#endif
+
 constexpr size_t kWide = 16;  // groups or blocks per batch: one result per float lane
 
 // A transposed reduction of 16 vectors a[0..15] to one whose lane j = op over the lanes of
@@ -254,7 +260,7 @@ void QuantizeAffine16(const Format& f, const AffineRowLayout& l, size_t row_byte
     }
   }
   // Parameters of the 16 groups from g0: scales and biases stored, bias / inv_scale kept.
-  auto params = [&](size_t g0, Batch& p) {
+  auto params = [&](size_t g0, Batch& p) KVTIER_QUANT_INLINE_LAMBDA {
     __m512 lo, hi;
     MinMax16Any<kSrc, kGroup>(src, g0 * kGroup, lo, hi);
     VF s, b;
@@ -352,7 +358,7 @@ void QuantizeQ4_0x16(const void* src, size_t b_begin, size_t b_end, uint8_t* dst
   const __m512i fifteen = _mm512_set1_epi8(15);
   // Dwords 4k (block A's bytes 4k..4k+3) then 4k + 2 (block B's): see below.
   const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
-  auto params = [&](size_t b0, Batch& p) {
+  auto params = [&](size_t b0, Batch& p) KVTIER_QUANT_INLINE_LAMBDA {
     HWY_ALIGN float w_max[kWide], w_min[kWide], max[kWide];
     __m512 lo, hi;
     MinMax16Any<kSrc, 32>(src, b0 * 32, lo, hi);
@@ -413,6 +419,52 @@ void QuantizeQ4_0x16(const void* src, size_t b_begin, size_t b_end, uint8_t* dst
   }
 }
 
+// Lane b = max |x| over the 32 values of block b (b < 16) from element `first`, NaN ignored
+// (the reference's std::max(amax, fabs(x)); maxps returns the running second operand).
+template <DType kSrc>
+HWY_INLINE __m512 MaxAbs16(const void* src, size_t first) {
+  const DF df;
+  __m512 q[4];
+  for (size_t m = 0; m < 4; ++m) {
+    __m512 amax[4];
+    for (size_t k = 0; k < 4; ++k) {
+      const size_t b = m + 4 * k;
+      __m512 mx = _mm512_setzero_ps();
+      for (size_t j = 0; j < 32; j += 16) {
+        const __m512 v = LoadF<kSrc>(df, src, first + b * 32 + j).raw;
+        mx = _mm512_max_ps(_mm512_abs_ps(v), mx);
+      }
+      amax[k] = mx;
+    }
+    q[m] = Quarter(amax[0], amax[1], amax[2], amax[3], MaxPs);
+  }
+  return Finish(q, MaxPs);
+}
+
+// MaxAbs16 for an f16 source on the raw bits: with the sign cleared, the unsigned 16-bit
+// order of non-NaN halves is their magnitude order, so one and + one integer max per 32
+// values and one conversion of the 16 results. Returns false (amax unset) when a block holds
+// a NaN (bits above 0x7C00), which the reference skips; the caller then takes MaxAbs16.
+HWY_INLINE bool MaxAbs16Half(const void* src, size_t first, __m512& amax) {
+  const uint16_t* p = static_cast<const uint16_t*>(src) + first;
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  __m512 q[4];
+  for (size_t m = 0; m < 4; ++m) {
+    __m512 v[4];
+    for (size_t k = 0; k < 4; ++k) {
+      v[k] = _mm512_castsi512_ps(
+          _mm512_and_si512(_mm512_loadu_si512(p + (m + 4 * k) * 32), magnitude));
+    }
+    q[m] = Quarter(v[0], v[1], v[2], v[3], UMax16);
+  }
+  // Dword j holds two partial maxima of block j; fold the high word onto the low one.
+  __m512i u = _mm512_castps_si512(Finish(q, UMax16));
+  u = _mm512_and_si512(_mm512_max_epu16(u, _mm512_srli_epi32(u, 16)), _mm512_set1_epi32(0xFFFF));
+  if (_mm512_cmpgt_epu32_mask(u, _mm512_set1_epi32(0x7C00)) != 0) return false;
+  amax = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(u));
+  return true;
+}
+
 template <DType kSrc>
 void QuantizeQ8_0x16(const void* src, size_t b_begin, size_t b_end, uint8_t* dst) {
   const DF df;
@@ -424,21 +476,13 @@ void QuantizeQ8_0x16(const void* src, size_t b_begin, size_t b_end, uint8_t* dst
   // Dwords of block A's 32 bytes (4k, 4k + 1 of block k), then block B's (4k + 2, 4k + 3).
   const __m512i pick = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   for (size_t b0 = b_begin; b0 < b_end; b0 += kWide) {
-    __m512 q[4];  // max |x| of each block, as MinMax16
-    for (size_t m = 0; m < 4; ++m) {
-      __m512 amax[4];
-      for (size_t k = 0; k < 4; ++k) {
-        const size_t b = m + 4 * k;
-        __m512 mx = _mm512_setzero_ps();
-        for (size_t j = 0; j < 32; j += 16) {
-          const __m512 v = LoadF<kSrc>(df, src, (b0 + b) * 32 + j).raw;
-          mx = _mm512_max_ps(_mm512_abs_ps(v), mx);
-        }
-        amax[k] = mx;
-      }
-      q[m] = Quarter(amax[0], amax[1], amax[2], amax[3], MaxPs);
+    __m512 amax;
+    if constexpr (kSrc == DType::kF16) {
+      if (HWY_UNLIKELY(!MaxAbs16Half(src, b0 * 32, amax))) amax = MaxAbs16<kSrc>(src, b0 * 32);
+    } else {
+      amax = MaxAbs16<kSrc>(src, b0 * 32);
     }
-    const __m512 d = _mm512_div_ps(Finish(q, MaxPs), _mm512_set1_ps(127.0f));
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
     const __mmask16 nonzero = _mm512_cmp_ps_mask(d, _mm512_setzero_ps(), _CMP_NEQ_UQ);
     _mm512_store_ps(id, _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(1.0f), d));
     _mm256_store_si256(reinterpret_cast<__m256i*>(d_bits),
