@@ -19,10 +19,16 @@ ninja -C build/release
 
 if [ "${KVTIER_SKIP_CLANG:-0}" != 1 ]; then
   echo "== clang-14 build (-Wall -Wextra -Werror) of everything (${SECONDS}s)"
-  # A compile check: clang's warnings come from its front end, so -O0 finds the same ones in
-  # half the time; the tests already ran on the g++ build above and run again under ASan below.
+  # A compile check: clang's warnings come from its front end (parsing, semantic analysis and
+  # template instantiation), so -fsyntax-only finds the same ones without code generation
+  # (about 45% less time per file here) and nothing is linked; the tests already ran on the
+  # g++ build above and run again under ASan below. The rules touch the outputs so that ninja
+  # sees them made; the depfiles are still written, so edits rebuild what they should.
   CC=clang-14 CXX=clang++-14 cmake -S . -B build/clang -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_CXX_FLAGS_DEBUG="-O0" -DKVTIER_BUILD_BENCH=OFF >/dev/null
+    -DCMAKE_CXX_FLAGS_DEBUG="-O0" -DKVTIER_BUILD_BENCH=OFF \
+    "-DCMAKE_CXX_COMPILE_OBJECT=<CMAKE_CXX_COMPILER> <DEFINES> <INCLUDES> <FLAGS> -fsyntax-only <SOURCE> && touch <OBJECT>" \
+    "-DCMAKE_CXX_CREATE_STATIC_LIBRARY=touch <TARGET>" \
+    "-DCMAKE_CXX_LINK_EXECUTABLE=touch <TARGET>" >/dev/null
   ninja -C build/clang
 fi
 
