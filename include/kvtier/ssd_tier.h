@@ -1,20 +1,27 @@
-// SsdTier: the prefix cache's tier on disk. Blocks evicted from RAM are written, one file per
-// block (docs/formats/kv-block-file.md), by writer threads behind a bounded queue; a request
-// that RAM serves less of than the disk is promoted back (PrefixCache does the asking through
-// LowerTier). Files survive restarts: Open() rebuilds the index from the headers.
+// SsdTier: the prefix cache's tier on disk. Blocks evicted from RAM are written by writer
+// threads behind a bounded queue, a batch of blocks at a time into one segment file
+// (docs/formats/kv-segment-file.md, format version 2: a header, then each block as a record
+// that is a version-1 block file image with its own CRCs) or, with SsdLayout::kBlockFiles,
+// one file per block (docs/formats/kv-block-file.md, version 1). A request that RAM serves
+// less of than the disk is promoted back (PrefixCache does the asking through LowerTier).
+// Files survive restarts: Open() rebuilds the index from the segment and record headers (and
+// version-1 file headers: both layouts are always read, whichever one is written).
 //
 // Promises:
 //   - Exactly what RAM held: rows in their native format, bit for bit; Load reads the rows
 //     straight into the pool block and returns OK only after the header and payload CRC-32C,
 //     key, namespace and size verify (on an error the block is the caller's to discard). A
-//     file that fails is moved to <dir>/quarantine/ with one log line and reported as a miss.
-//   - Crash-safe: a block is written to a .tmp name, synced, renamed and its directory synced
-//     before the index lists it (a writer does this for a batch of blocks at once: all
-//     written, all synced, all renamed, each directory synced once; or, with
-//     SsdSyncMode::kFilesystem, all written, one syncfs, all renamed, one syncfs); .tmp files
-//     left by a crash are removed at Open().
-//   - Bounded: the bytes of all block files never pass max_bytes; writes evict the least
-//     recently used blocks first (also at Open()).
+//     file (segment or block file) whose block fails is moved to <dir>/quarantine/ with one
+//     log line, every block it held becomes a miss.
+//   - Crash-safe: a file is written to a .tmp name, synced, renamed and the rename synced
+//     before the index lists any of its blocks (a segment: written, one fdatasync or syncfs,
+//     renamed, one directory fsync or syncfs; block files, SsdSyncMode below: all written,
+//     all synced, all renamed, each directory synced once, or all written, one syncfs, all
+//     renamed, one syncfs); .tmp files left by a crash are removed at Open().
+//   - Bounded: the bytes of all files on disk (segments count whole, the records of evicted
+//     or dropped blocks included) never pass max_bytes; writes evict whole files, least
+//     recently used first (a segment's use is the latest use of any of its blocks), also at
+//     Open(). A segment whose last block is dropped is removed.
 //   - Nothing dropped silently: when the queue is full the producer waits (or writes inline);
 //     a block that cannot be written (disk full, I/O error) is counted by reason.
 //
@@ -47,6 +54,15 @@ enum class SsdSyncMode : uint8_t {
   kFilesystem = 1,
 };
 
+// How blocks are laid out on disk (SsdTierOptions::layout). Open() reads both.
+enum class SsdLayout : uint8_t {
+  // One file per block (format version 1, blocks/<xx>/<key>.kvb).
+  kBlockFiles = 0,
+  // One segment file per writer batch (format version 2, segments/<id>.kvs): one file
+  // creation, one write stream, one sync and one rename per batch instead of per block.
+  kSegments = 1,
+};
+
 struct SsdTierOptions {
   std::string dir;                       // required; created if missing
   uint64_t max_bytes = 10ull << 30;      // --ssd-cache-max-gb (default 10)
@@ -63,8 +79,13 @@ struct SsdTierOptions {
   // kFilesystem for batches of at least filesystem_sync_min_blocks blocks, kPerFile for
   // smaller ones (and for a batch whose FilesystemSync cannot be opened). The default is the
   // faster one measured here (README: SSD tier): 256 KiB blocks spill about 2.5x as fast.
+  // With kSegments a batch is one file: kFilesystem then costs the same two flushes as one
+  // fdatasync + one directory fsync, and also writes back the rest of the filesystem.
   SsdSyncMode sync_mode = SsdSyncMode::kFilesystem;
-  uint32_t filesystem_sync_min_blocks = 2;
+  uint32_t filesystem_sync_min_blocks = 2;  // blocks of the batch
+  // kSegments: a segment holds at most min(batch_bytes, max_bytes / 8) of records (at least
+  // one block), so the cap always holds several segments to choose from.
+  SsdLayout layout = SsdLayout::kSegments;
   bool write_inline_when_full = false;   // else the producer waits for room
   Env* env = nullptr;                    // default Env::Default()
   // Blocks of other models than these (when non-empty) are removed at Open(); by default
@@ -82,26 +103,30 @@ enum class SpillSkip : uint8_t {
 inline constexpr int kNumSpillSkips = 3;
 
 struct SsdTierStats {
-  uint64_t blocks = 0;                 // block files indexed
-  uint64_t bytes = 0;                  // their bytes
+  uint64_t blocks = 0;                 // blocks indexed
+  uint64_t bytes = 0;                  // bytes of the files holding them (what max_bytes caps)
+  uint64_t files = 0;                  // those files (segments and version-1 block files)
+  uint64_t dead_bytes = 0;             // bytes of records in them no longer indexed
   uint64_t max_bytes = 0;
   uint64_t queued = 0;                 // waiting for the writer now
   uint64_t spilled_blocks = 0;         // written since Open()
-  uint64_t spilled_bytes = 0;
+  uint64_t spilled_bytes = 0;          // their block records' bytes (a segment's header and
+                                       // padding not included: see `bytes`)
   uint64_t already_present = 0;        // spills of blocks already on disk (not rewritten)
   uint64_t inline_writes = 0;          // written by the producer because the queue was full
   uint64_t producer_waits = 0;         // times a producer waited for room in the queue
   std::array<uint64_t, kNumSpillSkips> skipped{};
   uint64_t loaded_blocks = 0;
   uint64_t loaded_bytes = 0;
-  uint64_t quarantined = 0;
+  uint64_t quarantined = 0;            // files moved to quarantine/
   uint64_t evicted_blocks = 0;         // removed to stay under max_bytes
-  uint64_t evicted_bytes = 0;
+  uint64_t evicted_bytes = 0;          // file bytes removed for it
+  uint64_t removed_dead_files = 0;     // files removed once none of their blocks was left
   // At Open():
   uint64_t found_blocks = 0;
   uint64_t removed_tmp_files = 0;
-  uint64_t removed_foreign = 0;         // files of other models (keep_only_models)
-  uint64_t ignored_newer = 0;           // files of a newer block-file version, left alone
+  uint64_t removed_foreign = 0;         // blocks of other models (keep_only_models)
+  uint64_t ignored_newer = 0;           // files of a newer format version, left alone
   double open_ms = 0.0;
 };
 
@@ -123,10 +148,11 @@ class SsdTier : public LowerTier {
   // Waits until every block queued so far is written or skipped.
   void Flush();
   SsdTierStats Stats() const;
-  // Reads every indexed file in full and checks it (kvtier cache verify); files that fail
-  // are quarantined. *good and *bad count them.
+  // Reads every indexed block in full and checks it (kvtier cache verify); a file with a
+  // block that fails is quarantined (all of its blocks). *good counts the blocks verified in
+  // files kept, *bad the blocks that failed.
   Status Verify(uint64_t* good, uint64_t* bad);
-  // Removes every block file (kvtier cache clear).
+  // Removes every block and segment file (kvtier cache clear).
   Status Clear();
   const SsdTierOptions& options() const;
 

@@ -27,6 +27,8 @@ namespace kvtier::cli {
 namespace {
 
 using ssd_bench::DropPageCache;
+using ssd_bench::LayoutName;
+using ssd_bench::ParseLayout;
 using ssd_bench::OpenBenchTier;
 using ssd_bench::ParseSyncMode;
 using ssd_bench::SyncModeName;
@@ -162,6 +164,27 @@ Result<double> PlainRead(const std::string& path, uint64_t total, std::vector<ui
   return ms;
 }
 
+// The same sequential read into `dst` (distinct memory of `total` bytes, pages touched
+// before), `chunk` bytes at a time one after the other: what reload does to the pool.
+Result<double> PlainReadInto(const std::string& path, uint64_t total, size_t chunk, uint8_t* dst) {
+  Env* env = Env::Default();
+  Timer t;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, env->NewRandomAccessFile(path));
+  uint64_t off = 0;
+  while (off < total) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, total - off));
+    KVTIER_ASSIGN_OR_RETURN(const size_t n, f->Read(off, want, dst + off));
+    off += n;
+    if (n < want) break;
+  }
+  const double ms = t.Millis();
+  if (off != total) {
+    return Status::Internal("bench-ssd: read " + std::to_string(off) + " of " +
+                            std::to_string(total) + " bytes of " + path);
+  }
+  return ms;
+}
+
 struct ReloadTimes {
   double open_ms = 0, fetch_ms = 0;
   std::vector<double> load_us;  // [blocks] SsdTier::Load each
@@ -224,13 +247,13 @@ Result<ReloadTimes> Reload(const Synth& s, const std::string& dir, const BenchSs
 
 struct RepeatTimes {
   double fill_ms = 0, spill_ms = 0, write_ms = 0;
-  double read_ms[2] = {0, 0}, resident[2] = {0, 0};
+  double read_ms[2] = {0, 0}, read_pool_ms[2] = {0, 0}, resident[2] = {0, 0};
   ReloadTimes reload[2];
   SsdTierStats spill_stats;
 };
 
 Result<RepeatTimes> OneRepeat(const Synth& s, const BenchSsdConfig& c, const std::string& root,
-                              int rep, std::vector<uint8_t>& buf) {
+                              int rep, std::vector<uint8_t>& buf, uint8_t* pool_like) {
   RepeatTimes rt;
   const std::string dir = root + "/tier" + std::to_string(rep);
   const std::string plain = root + "/plain" + std::to_string(rep) + ".bin";
@@ -256,7 +279,7 @@ Result<RepeatTimes> OneRepeat(const Synth& s, const BenchSsdConfig& c, const std
     KVTIER_RETURN_IF_ERROR(ours_first ? write() : spill());
     rt.spill_stats = tier->Stats();
     if (rt.spill_stats.spilled_blocks != s.blocks ||
-        rt.spill_stats.spilled_bytes != s.total_bytes) {
+        rt.spill_stats.spilled_bytes != s.total_bytes || rt.spill_stats.bytes < s.total_bytes) {
       return Status::Internal("bench-ssd: spilled " + std::to_string(rt.spill_stats.spilled_blocks) +
                               " of " + std::to_string(s.blocks) + " blocks (" +
                               std::to_string(rt.spill_stats.spilled_bytes) + " of " +
@@ -272,6 +295,10 @@ Result<RepeatTimes> OneRepeat(const Synth& s, const BenchSsdConfig& c, const std
     };
     auto theirs = [&]() -> Status {
       KVTIER_ASSIGN_OR_RETURN(rt.read_ms[cold], PlainRead(plain, s.total_bytes, buf));
+      // The second baseline right after (warm: from the page cache; cold: dropped again).
+      if (cold) DropPageCache(plain);
+      KVTIER_ASSIGN_OR_RETURN(rt.read_pool_ms[cold],
+                              PlainReadInto(plain, s.total_bytes, buf.size(), pool_like));
       return Status::OK();
     };
     KVTIER_RETURN_IF_ERROR(ours_first ? ours() : theirs());
@@ -298,13 +325,16 @@ Result<BenchSsdThroughput> RunThroughput(const BenchSsdConfig& c, const std::str
   r.total_bytes = s.total_bytes;
   r.writer_threads = c.writer_threads > 0 ? c.writer_threads : SsdTierOptions{}.writer_threads;
   r.ssd_sync = c.ssd_sync.empty() ? SyncModeName(SsdTierOptions{}.sync_mode) : c.ssd_sync;
+  r.ssd_layout = c.ssd_layout.empty() ? LayoutName(SsdTierOptions{}.layout) : c.ssd_layout;
   r.repeats = c.repeats;
   std::vector<uint8_t> buf(s.file_full);  // one block file's bytes: the baselines' I/O size
   std::mt19937_64 rng(c.seed + 1);
   for (uint8_t& b : buf) b = static_cast<uint8_t>(rng());
+  // Distinct memory the size of all blocks' files, every page touched now (like a pool).
+  std::vector<uint8_t> pool_like(s.total_bytes, 1);
   std::vector<RepeatTimes> reps;
   for (int rep = 0; rep < c.repeats; ++rep) {
-    KVTIER_ASSIGN_OR_RETURN(RepeatTimes rt, OneRepeat(s, c, root, rep, buf));
+    KVTIER_ASSIGN_OR_RETURN(RepeatTimes rt, OneRepeat(s, c, root, rep, buf, pool_like.data()));
     reps.push_back(std::move(rt));
     if (step) step();
   }
@@ -331,6 +361,9 @@ Result<BenchSsdThroughput> RunThroughput(const BenchSsdConfig& c, const std::str
     rd.reload_gbps = Gbps(s.total_bytes, rd.reload_ms);
     rd.read_gbps = Gbps(s.total_bytes, rd.read_ms);
     rd.ratio = rd.read_gbps > 0 ? rd.reload_gbps / rd.read_gbps : 0.0;
+    rd.read_pool_ms = med([&](const RepeatTimes& t) { return t.read_pool_ms[cold]; });
+    rd.read_pool_gbps = Gbps(s.total_bytes, rd.read_pool_ms);
+    rd.ratio_pool = rd.read_pool_gbps > 0 ? rd.reload_gbps / rd.read_pool_gbps : 0.0;
     rd.load_us_per_block = med([&](const RepeatTimes& t) { return Median(t.reload[cold].load_us); });
     rd.load_gbps = Gbps(s.total_bytes, med([&](const RepeatTimes& t) { return t.reload[cold].load_ms_sum; }));
     r.reads.push_back(rd);
@@ -365,6 +398,7 @@ Status CheckConfig(const BenchSsdConfig& c, bool* throughput, bool* ttft) {
   }
   KVTIER_RETURN_IF_ERROR(CheckRange("--writer-threads", c.writer_threads, 0, 64));
   if (!c.ssd_sync.empty()) KVTIER_RETURN_IF_ERROR(ParseSyncMode(c.ssd_sync).status());
+  if (!c.ssd_layout.empty()) KVTIER_RETURN_IF_ERROR(ParseLayout(c.ssd_layout).status());
   KVTIER_RETURN_IF_ERROR(CheckRange("--repeats", c.repeats, 1, 1000));
   KVTIER_RETURN_IF_ERROR(CheckRange("--prompt-tokens", c.prompt_tokens, 2, 1 << 20));
   KVTIER_RETURN_IF_ERROR(CheckRange("--new-tokens", c.new_tokens, 1, 4096));
@@ -409,7 +443,8 @@ std::string FormatBenchSsdTable(const BenchSsdReport& r) {
     o << "throughput: " << t.blocks << " blocks of " << t.shape << ", " << t.block_tokens
       << " tokens, K/V " << t.kv_type << " (" << GroupDigits(t.file_bytes_per_block)
       << " B per block file), " << t.entries << " entries, " << DescribeBytes(t.total_bytes)
-      << " per repeat; " << t.writer_threads << " writer threads, sync " << t.ssd_sync
+      << " per repeat; " << t.writer_threads << " writer threads, layout " << t.ssd_layout
+      << ", sync " << t.ssd_sync
       << "; medians of " << t.repeats
       << "\n";
     std::snprintf(line, sizeof line,
@@ -428,6 +463,11 @@ std::string FormatBenchSsdTable(const BenchSsdReport& r) {
                     rd.page_cache.c_str(), rd.reload_ms, rd.reload_gbps, rd.read_ms,
                     rd.read_gbps, 100 * rd.ratio, rd.open_ms, rd.load_us_per_block,
                     rd.load_gbps, rd.resident_pct);
+      o << line;
+      std::snprintf(line, sizeof line,
+                    "                                                  | plain read into "
+                    "distinct memory %9.1f ms %7.3f GB/s | ratio %5.1f%%\n",
+                    rd.read_pool_ms, rd.read_pool_gbps, 100 * rd.ratio_pool);
       o << line;
     }
   }
@@ -477,6 +517,7 @@ std::string FormatBenchSsdJson(const BenchSsdReport& r) {
                          {"total_bytes", t.total_bytes},
                          {"writer_threads", t.writer_threads},
                          {"ssd_sync", t.ssd_sync},
+                         {"ssd_layout", t.ssd_layout},
                          {"repeats", t.repeats},
                          {"fill_ms", t.fill_ms},
                          {"spill_ms", t.spill_ms},
@@ -495,6 +536,9 @@ std::string FormatBenchSsdJson(const BenchSsdReport& r) {
                              {"read_ms", rd.read_ms},
                              {"read_gbps", rd.read_gbps},
                              {"ratio", rd.ratio},
+                             {"read_pool_ms", rd.read_pool_ms},
+                             {"read_pool_gbps", rd.read_pool_gbps},
+                             {"ratio_pool", rd.ratio_pool},
                              {"load_us_per_block", rd.load_us_per_block},
                              {"load_gbps", rd.load_gbps},
                              {"resident_pct", rd.resident_pct}});

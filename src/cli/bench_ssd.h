@@ -43,6 +43,7 @@ struct BenchSsdConfig {
   std::string dir;                  // parent of the run's directory; empty: /tmp
   uint32_t writer_threads = 0;      // 0: the tier's default
   std::string ssd_sync;             // "per-file" or "syncfs" (SsdSyncMode); empty: the default
+  std::string ssd_layout;           // "segments" or "files" (SsdLayout); empty: the default
   int repeats = 3;                  // the median counts
   bool cold = true;                 // also measure reads with the page cache dropped
   // ttft
@@ -63,6 +64,10 @@ struct BenchSsdRead {
   double open_ms = 0;               // SsdTier::Open of that reopen (index from the headers)
   double read_ms = 0, read_gbps = 0;      // plain sequential read of the same bytes
   double ratio = 0;                 // reload_gbps / read_gbps
+  // The same read into distinct memory of the same total size (pre-touched, like a pool),
+  // one block file's bytes after the other, instead of one small reused buffer.
+  double read_pool_ms = 0, read_pool_gbps = 0;
+  double ratio_pool = 0;            // reload_gbps / read_pool_gbps
   double load_us_per_block = 0;     // SsdTier::Load alone, median per block
   double load_gbps = 0;             // file bytes / sum of Load times
   double resident_pct = 0;          // plain file pages in the page cache before its read
@@ -77,6 +82,7 @@ struct BenchSsdThroughput {
   uint64_t total_bytes = 0;         // block file bytes written per repeat
   uint32_t writer_threads = 0;
   std::string ssd_sync;             // the writers' SsdSyncMode: "per-file" or "syncfs"
+  std::string ssd_layout;           // "segments" or "files"
   int repeats = 0;
   double fill_ms = 0;               // filling the pool (quantizing random K/V), median
   double spill_ms = 0, spill_gbps = 0;

@@ -94,7 +94,21 @@ Result<std::shared_ptr<SsdTier>> OpenBenchTier(const std::string& dir, const Ben
   if (!c.ssd_sync.empty()) {
     KVTIER_ASSIGN_OR_RETURN(o.sync_mode, ParseSyncMode(c.ssd_sync));
   }
+  if (!c.ssd_layout.empty()) {
+    KVTIER_ASSIGN_OR_RETURN(o.layout, ParseLayout(c.ssd_layout));
+  }
   return SsdTier::Open(std::move(o));
+}
+
+const char* LayoutName(SsdLayout layout) {
+  return layout == SsdLayout::kSegments ? "segments" : "files";
+}
+
+Result<SsdLayout> ParseLayout(const std::string& name) {
+  for (SsdLayout l : {SsdLayout::kSegments, SsdLayout::kBlockFiles}) {
+    if (name == LayoutName(l)) return l;
+  }
+  return Status::InvalidArgument("--ssd-layout: expected 'segments' or 'files', got '" + name + "'");
 }
 
 const char* SyncModeName(SsdSyncMode mode) {

@@ -37,11 +37,14 @@ double ResidentPct(const std::string& path);
 
 // SsdTier::Open on `dir` (created if missing) through Env::Default(), a cap far above what the
 // benchmark writes, quarantine logging on; c.writer_threads (0: the tier's default) and
-// c.ssd_sync (empty: the tier's default).
+// c.ssd_sync and c.ssd_layout (empty: the tier's default).
 Result<std::shared_ptr<SsdTier>> OpenBenchTier(const std::string& dir, const BenchSsdConfig& c);
 // "per-file" / "syncfs" for a mode; the mode of a --ssd-sync value (InvalidArgument if unknown).
 const char* SyncModeName(SsdSyncMode mode);
 Result<SsdSyncMode> ParseSyncMode(const std::string& name);
+// "segments" / "files" for a layout; the layout of a --ssd-layout value.
+const char* LayoutName(SsdLayout layout);
+Result<SsdLayout> ParseLayout(const std::string& name);
 
 // The TTFT half (bench_ssd_ttft.cc): its progress steps, and the run in <root>/ttft.
 int TtftSteps(const BenchSsdConfig& c);

@@ -16,7 +16,8 @@ namespace {
 
 using kvtier::cli::testing::RunKvtier;
 
-class CacheCommandTest : public ::testing::Test {
+// Segments (the default layout) or version-1 block files.
+class CacheCommandTest : public ::testing::TestWithParam<SsdLayout> {
  protected:
   void SetUp() override {
     char tmpl[] = "/tmp/kvtier_cache_cmd_XXXXXX";
@@ -25,6 +26,7 @@ class CacheCommandTest : public ::testing::Test {
     // Spill three entries through the prefix cache into the directory.
     SsdTierOptions o;
     o.dir = dir_;
+    o.layout = GetParam();
     auto tier = SsdTier::Open(o).value();
     auto pool = kvtier::testing::MakePool(KvShape{2, 2, 64}, Format::Q8_0(), Format::BF16(), 4,
                                           16 << 20);
@@ -44,10 +46,28 @@ class CacheCommandTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(CacheCommandTest, StatsVerifyClear) {
+// The files of the tier's layout under dir_.
+std::vector<std::string> TierFiles(const std::string& dir, SsdLayout layout) {
+  Env* env = Env::Default();
+  std::vector<std::string> out;
+  if (layout == SsdLayout::kSegments) {
+    for (const DirEntry& f : env->ListDir(dir + "/segments").value()) {
+      out.push_back(dir + "/segments/" + f.name);
+    }
+    return out;
+  }
+  for (const DirEntry& d : env->ListDir(dir + "/blocks").value()) {
+    for (const DirEntry& f : env->ListDir(dir + "/blocks/" + d.name).value()) {
+      out.push_back(dir + "/blocks/" + d.name + "/" + f.name);
+    }
+  }
+  return out;
+}
+
+TEST_P(CacheCommandTest, StatsVerifyClear) {
   std::string out;
   ASSERT_EQ(RunKvtier("cache stats --json --dir " + dir_, &out), 0) << out;
-  nlohmann::json j = nlohmann::json::parse(out);
+  const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["blocks"], 6);
   ASSERT_EQ(j["namespaces"].size(), 1u);
   EXPECT_EQ(j["namespaces"][0]["k_format"], "q8_0");
@@ -57,40 +77,49 @@ TEST_F(CacheCommandTest, StatsVerifyClear) {
   ASSERT_EQ(RunKvtier("cache verify --dir " + dir_, &out), 0) << out;
   EXPECT_NE(out.find("6 blocks verified, 0 failed"), std::string::npos) << out;
 
-  // Damage one block file's payload: verify finds it, moves it aside and fails.
+  const std::vector<std::string> files = TierFiles(dir_, GetParam());
+  EXPECT_EQ(j["files"], files.size());
+
+  // Damage the last block of one file: verify finds it, moves the file aside (a segment: with
+  // every block it holds) and fails.
   Env* env = Env::Default();
-  std::string victim;
-  for (const DirEntry& d : env->ListDir(dir_ + "/blocks").value()) {
-    for (const DirEntry& f : env->ListDir(dir_ + "/blocks/" + d.name).value()) {
-      if (victim.empty()) victim = dir_ + "/blocks/" + d.name + "/" + f.name;
-    }
-  }
+  const std::string victim = files.at(0);
   std::vector<uint8_t> bytes = env->ReadFile(victim).value();
-  bytes[bytes.size() - 9] ^= 0x40;
+  // The blocks the victim holds: one, or a segment's record count (header bytes 24..27).
+  const uint64_t in_victim = GetParam() == SsdLayout::kSegments ? bytes[24] : 1;
+  const uint64_t left = 6 - in_victim;
+  bytes[bytes.size() - 16] ^= 0x40;
   ASSERT_TRUE(env->WriteFileDurably(victim, bytes).ok());
   out.clear();
   EXPECT_EQ(RunKvtier("cache verify --dir " + dir_, &out), 1) << out;
-  EXPECT_NE(out.find("5 blocks verified, 1 failed"), std::string::npos) << out;
+  EXPECT_NE(out.find(std::to_string(left) + " blocks verified, 1 failed"), std::string::npos)
+      << out;
   EXPECT_NE(out.find("payload CRC-32C"), std::string::npos) << out;
   EXPECT_FALSE(env->FileExists(victim));
   out.clear();
   ASSERT_EQ(RunKvtier("cache stats --json --dir " + dir_, &out), 0) << out;
   EXPECT_EQ(nlohmann::json::parse(out)["quarantined_files"], 1);
+  EXPECT_EQ(nlohmann::json::parse(out)["blocks"], left);
 
   out.clear();
   ASSERT_EQ(RunKvtier("cache clear --dir " + dir_, &out), 0) << out;
-  EXPECT_NE(out.find("removed 5 blocks and 1 quarantined"), std::string::npos) << out;
+  EXPECT_NE(out.find("removed " + std::to_string(left) + " blocks and 1 quarantined"),
+            std::string::npos)
+      << out;
   out.clear();
   ASSERT_EQ(RunKvtier("cache stats --json --dir " + dir_, &out), 0) << out;
   EXPECT_EQ(nlohmann::json::parse(out)["blocks"], 0);
 }
 
-TEST_F(CacheCommandTest, FormatsAndBadInput) {
+TEST(CacheCommand, FormatsAndBadInput) {
   std::string out;
   ASSERT_EQ(RunKvtier("cache formats --json", &out), 0) << out;
   nlohmann::json rows = nlohmann::json::parse(out);
   EXPECT_EQ(rows.size(), AllSupportedFormats().size());
-  for (const auto& r : rows) EXPECT_EQ(r["round_trip_bit_exact"], true) << r.dump();
+  for (const auto& r : rows) {
+    EXPECT_EQ(r["round_trip_bit_exact"], true) << r.dump();
+    EXPECT_EQ(r["segment_round_trip_bit_exact"], true) << r.dump();
+  }
   out.clear();
   EXPECT_EQ(RunKvtier("cache stats --dir /nonexistent/kvtier", &out), 2) << out;
   EXPECT_NE(out.find("--dir: /nonexistent/kvtier does not exist"), std::string::npos) << out;
@@ -98,6 +127,12 @@ TEST_F(CacheCommandTest, FormatsAndBadInput) {
   EXPECT_NE(RunKvtier("cache stats", &out), 0) << out;
   EXPECT_NE(out.find("--dir"), std::string::npos) << out;
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, CacheCommandTest,
+                         ::testing::Values(SsdLayout::kSegments, SsdLayout::kBlockFiles),
+                         [](const ::testing::TestParamInfo<SsdLayout>& p) {
+                           return p.param == SsdLayout::kSegments ? "Segments" : "BlockFiles";
+                         });
 
 }  // namespace
 }  // namespace kvtier::cli

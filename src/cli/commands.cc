@@ -38,6 +38,9 @@ CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json) {
   s->add_option("--ssd-sync", c->ssd_sync,
                 "How writers make a batch durable: per-file (fdatasync each file, fsync each "
                 "directory) or syncfs (two syncfs per batch); default: the tier's (syncfs)");
+  s->add_option("--ssd-layout", c->ssd_layout,
+                "How blocks go to disk: segments (one file per writer batch) or files (one "
+                "file per block); default: the tier's (segments)");
   s->add_option("--repeats", c->repeats, "Runs of every measurement; the median counts")
       ->capture_default_str();
   s->add_flag("--no-cold", [c](int64_t) { c->cold = false; },

@@ -121,8 +121,12 @@ Status EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool, BlockId 
   return Status::OK();
 }
 
-Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint64_t file_size,
-                                          const std::string& name) {
+namespace {
+
+// DecodeBlockHeader (exact: the file is the record) and DecodeRecordHeader (the record fits
+// in the `file_size` bytes left of a segment).
+Result<BlockFileHeader> DecodeHeader(std::span<const uint8_t> prefix, uint64_t file_size,
+                                     const std::string& name, bool exact) {
   const uint8_t* p = prefix.data();
   if (prefix.size() < 12 || std::memcmp(p, kMagic, 8) != 0) {
     return Bad(name, "magic is not KVTBLK (" + std::to_string(file_size) + " bytes)");
@@ -200,19 +204,43 @@ Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint6
         NamespaceKey(h.model, h.shape, h.k_format, h.v_format, h.block_tokens))) {
     return Bad(name, "namespace key does not match the model, shape and formats");
   }
-  if (file_size != h.file_bytes()) {
+  if (exact && file_size != h.file_bytes()) {
     return Bad(name, "file is " + std::to_string(file_size) + " bytes, the header says " +
                          std::to_string(h.file_bytes()));
+  }
+  if (!exact && file_size < h.file_bytes()) {
+    return Bad(name, "record of " + std::to_string(h.file_bytes()) + " bytes overruns the " +
+                         std::to_string(file_size) + " bytes left in the file");
   }
   return h;
 }
 
+}  // namespace
+
+Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint64_t file_size,
+                                          const std::string& name) {
+  return DecodeHeader(prefix, file_size, name, true);
+}
+
+Result<BlockFileHeader> DecodeRecordHeader(std::span<const uint8_t> prefix, uint64_t bytes_left,
+                                           const std::string& name) {
+  return DecodeHeader(prefix, bytes_left, name, false);
+}
+
 // What DecodeBlockRows and ReadBlockRows check before they write block `id`: the pool matches
-// the header, the block exists, and the file has the size the header says.
-static Status CheckRowsTarget(const BlockFileHeader& h, size_t file_size, BlockPool& pool,
-                              BlockId id, const std::string& name) {
+// the header, the block exists, and the file has the size the header says (a record at
+// `record_offset` > 0 of a segment: the file holds all of it).
+static Status CheckRowsTarget(const BlockFileHeader& h, uint64_t file_size, BlockPool& pool,
+                              BlockId id, const std::string& name, uint64_t record_offset = 0) {
   KVTIER_RETURN_IF_ERROR(CheckPool(h, pool, name));
   KVTIER_RETURN_IF_ERROR(pool.CheckBlock(id));
+  if (record_offset > 0) {
+    if (file_size < record_offset || file_size - record_offset < h.file_bytes()) {
+      return Bad(name, "file is " + std::to_string(file_size) + " bytes, too short for a record of " +
+                           std::to_string(h.file_bytes()) + " at " + std::to_string(record_offset));
+    }
+    return Status::OK();
+  }
   if (file_size != h.file_bytes()) {
     return Bad(name, "file is " + std::to_string(file_size) + " bytes, expected " +
                          std::to_string(h.file_bytes()));
@@ -240,7 +268,13 @@ Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, 
 
 Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, BlockPool& pool,
                      BlockId id, const std::string& name) {
-  KVTIER_RETURN_IF_ERROR(CheckRowsTarget(h, file.size(), pool, id, name));
+  return ReadRecordRows(h, file, 0, pool, id, name);
+}
+
+Status ReadRecordRows(const BlockFileHeader& h, const RandomAccessFile& file,
+                      uint64_t record_offset, BlockPool& pool, BlockId id,
+                      const std::string& name) {
+  KVTIER_RETURN_IF_ERROR(CheckRowsTarget(h, file.size(), pool, id, name, record_offset));
   // The rows' destinations, adjacent runs merged (a full block without row padding is one).
   struct Run {
     size_t dst, len;
@@ -257,7 +291,7 @@ Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, Blo
   // Read in pieces small enough that the CRC finds them still in cache.
   constexpr size_t kPiece = 256u << 10;
   uint8_t* block = pool.block_data(id);
-  uint64_t off = h.header_bytes();
+  uint64_t off = record_offset + h.header_bytes();
   uint32_t got = 0;
   for (const Run& r : runs) {
     for (size_t done = 0; done < r.len;) {
@@ -266,7 +300,7 @@ Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, Blo
       KVTIER_ASSIGN_OR_RETURN(const size_t read, file.Read(off, n, dst));
       if (read != n) {
         return Bad(name, "file ended at byte " + std::to_string(off + read) + " of " +
-                             std::to_string(h.file_bytes()));
+                             std::to_string(record_offset + h.file_bytes()));
       }
       got = Crc32c({dst, n}, got);
       off += n;

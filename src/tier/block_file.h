@@ -53,6 +53,12 @@ Status EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool, BlockId 
 Result<BlockFileHeader> DecodeBlockHeader(std::span<const uint8_t> prefix, uint64_t file_size,
                                           const std::string& name);
 
+// The same for a record of a segment file (docs/formats/kv-segment-file.md): the record is a
+// version-1 block file image starting at `prefix`; `bytes_left` are the file's bytes from
+// there on, of which the record must take at most all.
+Result<BlockFileHeader> DecodeRecordHeader(std::span<const uint8_t> prefix, uint64_t bytes_left,
+                                           const std::string& name);
+
 // Verifies the payload CRC of a whole file whose header is `h`, then copies the rows into
 // block `id` of `pool` (formats and shape must be the header's; the rest of the block is left
 // as it is). Nothing is written to the block unless the file verifies.
@@ -68,6 +74,11 @@ Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file,
 // block's contents are unspecified: the caller gives it back unseen.
 Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, BlockPool& pool,
                      BlockId id, const std::string& name);
+
+// ReadBlockRows for the record at byte `record_offset` (> 0) of a segment file.
+Status ReadRecordRows(const BlockFileHeader& h, const RandomAccessFile& file,
+                      uint64_t record_offset, BlockPool& pool, BlockId id,
+                      const std::string& name);
 
 // "<32 hex digits>": the key as file names spell it.
 std::string KeyName(const BlockKey& key);

@@ -1,20 +1,17 @@
-// SsdTier (kvtier/ssd_tier.h): the index of block files, the writer threads (group commit),
-// reload with verification, quarantine, the size cap, and the startup scan. One mutex guards
-// the index and the queue; file I/O runs outside it.
+// SsdTier (kvtier/ssd_tier.h): the index of segment and block files, reload with
+// verification (reusing open read handles), quarantine, the size cap, the startup scan,
+// verify and clear. The writer threads are in ssd_tier_write.cc. One mutex (Impl::mu)
+// guards the index; file I/O runs outside it.
 #include "kvtier/ssd_tier.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
-#include <mutex>
-#include <set>
-#include <thread>
-#include <unordered_map>
-#include <unordered_set>
+#include <cstdlib>
+#include <cstring>
 
 #include "base/timer.h"
-#include "tier/block_file.h"
+#include "tier/segment_file.h"
+#include "tier/ssd_tier_impl.h"
 
 namespace kvtier {
 
@@ -22,9 +19,6 @@ using tier::BlockFileHeader;
 using tier::KeyName;
 
 namespace {
-
-constexpr char kTmpSuffix[] = ".kvb.tmp";
-constexpr char kSuffix[] = ".kvb";
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -37,103 +31,65 @@ uint32_t Lcp(std::span<const int32_t> a, std::span<const int32_t> b) {
   return static_cast<uint32_t>(i);
 }
 
-// A block waiting for the writer: its identity and a kTier reference on its pool block.
-struct Job {
-  BlockFileHeader header;
-  std::shared_ptr<BlockPool> pool;
-  BlockId block = -1;
-};
+bool ByName(const DirEntry& a, const DirEntry& b) { return a.name < b.name; }
 
 }  // namespace
 
-struct SsdTier::Impl {
-  explicit Impl(SsdTierOptions o) : opt(std::move(o)), env(opt.env ? opt.env : Env::Default()) {}
+std::string SsdTier::Impl::SubDir(const BlockKey& k) const {
+  char b[4];
+  std::snprintf(b, sizeof b, "%02x", static_cast<unsigned>(k.hi >> 56));
+  return opt.dir + "/blocks/" + b;
+}
 
-  struct Entry {
-    BlockKey parent;
-    BlockKey ns;
-    std::vector<int32_t> tokens;
-    std::vector<uint32_t> ends;
-    uint64_t bytes = 0;
-    uint64_t tick = 0;
-  };
+std::string SsdTier::Impl::PathOf(const BlockKey& k) const {
+  return SubDir(k) + "/" + KeyName(k) + tier::kSuffix;
+}
 
-  std::string SubDir(const BlockKey& k) const {
-    char b[4];
-    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned>(k.hi >> 56));
-    return opt.dir + "/blocks/" + b;
-  }
-  std::string PathOf(const BlockKey& k) const { return SubDir(k) + "/" + KeyName(k) + kSuffix; }
+std::string SsdTier::Impl::SegmentPath(uint64_t seg, bool tmp) const {
+  return SegmentDir() + "/" + tier::SegmentName(seg) + (tmp ? tier::kSegTmpSuffix : tier::kSegSuffix);
+}
 
-  // Index maintenance; all require mu.
-  void AddEntry(const BlockFileHeader& h, uint64_t bytes);
-  void DropEntry(const BlockKey& key);
-  void Touch(const BlockKey& key);
-  // Evicts LRU files until bytes + reserved + need <= max_bytes (false if it cannot).
-  bool MakeRoom(uint64_t need, std::unique_lock<std::mutex>& lock);
-  void Quarantine(const std::string& path, const std::string& why);
+uint64_t SsdTier::Impl::AddFile(std::string path, uint64_t file_bytes, bool v1) {
+  const uint64_t id = next_file++;
+  File f;
+  f.path = std::move(path);
+  f.bytes = file_bytes;
+  f.tick = ++tick;
+  f.v1 = v1;
+  f.live_bytes = v1 ? 0 : tier::kSegmentHeaderBytes;
+  files.emplace(id, std::move(f));
+  lru.emplace(tick, id);
+  bytes += file_bytes;
+  return id;
+}
 
-  Status Scan();
-  void WriterLoop();
-  // Writes and publishes a batch of jobs (group commit): room for each, then every file
-  // written to its temporary name, every file synced, every rename, each directory synced
-  // once (SsdSyncMode::kFilesystem: all written and closed, one syncfs, every rename, one
-  // syncfs); a block is indexed only after its rename is durable. Requires mu (released for the
-  // I/O); counts every job as spilled or skipped.
-  void WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mutex>& lock);
-
-  const SsdTierOptions opt;
-  Env* const env;
-  mutable std::mutex mu;
-  std::condition_variable cv_work, cv_room, cv_idle;
-  std::deque<Job> queue;
-  int writing = 0;           // jobs taken from the queue, not yet finished
-  bool stop = false;
-  std::vector<std::thread> writers;
-  std::unordered_set<BlockKey, Hash128Hasher> pending;  // queued or being written
-
-  std::unordered_map<BlockKey, Entry, Hash128Hasher> blocks;
-  std::unordered_map<BlockKey, std::vector<BlockKey>, Hash128Hasher> children;  // by parent
-  std::unordered_map<BlockKey, std::pair<TierNamespace, uint64_t>, Hash128Hasher> namespaces;
-  struct LruLess {
-    bool operator()(const std::pair<uint64_t, BlockKey>& a,
-                    const std::pair<uint64_t, BlockKey>& b) const {
-      if (a.first != b.first) return a.first < b.first;
-      return a.second.hi != b.second.hi ? a.second.hi < b.second.hi : a.second.lo < b.second.lo;
-    }
-  };
-  std::set<std::pair<uint64_t, BlockKey>, LruLess> lru;  // (tick, key), oldest first
-  uint64_t tick = 0;
-  uint64_t bytes = 0;
-  uint64_t reserved = 0;     // bytes of files being written
-  SsdTierStats stats;
-};
-
-void SsdTier::Impl::AddEntry(const BlockFileHeader& h, uint64_t file_bytes) {
+bool SsdTier::Impl::AddBlock(const BlockFileHeader& h, uint64_t file, uint64_t offset) {
   Entry e;
   e.parent = h.parent_key;
   e.ns = h.namespace_key;
   e.tokens = h.tokens;
   e.ends = h.ends;
-  e.bytes = file_bytes;
-  e.tick = ++tick;
-  if (!blocks.emplace(h.key, std::move(e)).second) return;
+  e.file = file;
+  e.offset = offset;
+  e.bytes = h.file_bytes();
+  File& f = files.at(file);
+  const uint64_t live = f.v1 ? e.bytes : tier::AlignRecord(e.bytes);
+  if (!blocks.emplace(h.key, std::move(e)).second) return false;
+  f.keys.push_back(h.key);
+  f.live_bytes += live;
   children[h.parent_key].push_back(h.key);
-  lru.emplace(tick, h.key);
-  bytes += file_bytes;
   auto [it, fresh] = namespaces.try_emplace(h.namespace_key);
   if (fresh) {
     it->second.first = {h.namespace_key, h.model, h.shape, h.k_format, h.v_format, h.block_tokens};
   }
   ++it->second.second;
+  return true;
 }
 
-void SsdTier::Impl::DropEntry(const BlockKey& key) {
+void SsdTier::Impl::EraseEntry(const BlockKey& key) {
   auto it = blocks.find(key);
   if (it == blocks.end()) return;
   const Entry& e = it->second;
-  lru.erase({e.tick, key});
-  bytes -= e.bytes;
   auto c = children.find(e.parent);
   if (c != children.end()) {
     std::erase(c->second, key);
@@ -144,34 +100,66 @@ void SsdTier::Impl::DropEntry(const BlockKey& key) {
   blocks.erase(it);
 }
 
+std::string SsdTier::Impl::DropBlock(const BlockKey& key) {
+  auto it = blocks.find(key);
+  if (it == blocks.end()) return "";
+  const uint64_t fid = it->second.file;
+  File& f = files.at(fid);
+  std::erase(f.keys, key);
+  f.live_bytes -= f.v1 ? it->second.bytes : tier::AlignRecord(it->second.bytes);
+  EraseEntry(key);
+  if (!f.keys.empty()) return "";
+  std::string path = f.path;
+  DropFile(fid);
+  return path;
+}
+
+void SsdTier::Impl::DropFile(uint64_t file) {
+  auto it = files.find(file);
+  if (it == files.end()) return;
+  for (const BlockKey& k : it->second.keys) EraseEntry(k);
+  lru.erase({it->second.tick, file});
+  std::erase_if(idle_handles, [file](const Handle& h) { return h.file == file; });
+  files.erase(it);
+}
+
 void SsdTier::Impl::Touch(const BlockKey& key) {
   auto it = blocks.find(key);
   if (it == blocks.end()) return;
-  lru.erase({it->second.tick, key});
-  it->second.tick = ++tick;
-  lru.emplace(tick, key);
+  File& f = files.at(it->second.file);
+  lru.erase({f.tick, it->second.file});
+  f.tick = ++tick;
+  lru.emplace(tick, it->second.file);
+}
+
+void SsdTier::Impl::RemoveCounted(const std::string& path, uint64_t file_bytes,
+                                  std::unique_lock<std::mutex>& lock) {
+  // Out of the index already; its bytes stay counted until the file is gone.
+  lock.unlock();
+  (void)env->RemoveFile(path);
+  lock.lock();
+  bytes -= file_bytes;
 }
 
 bool SsdTier::Impl::MakeRoom(uint64_t need, std::unique_lock<std::mutex>& lock) {
   if (need > opt.max_bytes) return false;
   while (bytes + reserved + need > opt.max_bytes) {
     if (lru.empty()) return false;
-    const BlockKey victim = lru.begin()->second;
-    const uint64_t b = blocks.at(victim).bytes;
-    const std::string path = PathOf(victim);
-    DropEntry(victim);
-    ++stats.evicted_blocks;
+    const uint64_t victim = lru.begin()->second;
+    const File& f = files.at(victim);
+    const std::string path = f.path;
+    const uint64_t b = f.bytes;
+    stats.evicted_blocks += f.keys.size();
     stats.evicted_bytes += b;
-    // The entry is gone from the index first: a crash here leaves an unindexed file that the
+    // The index forgets the file first: a crash before the removal leaves a file that the
     // next Open() finds and counts again (and evicts if over the cap).
-    lock.unlock();
-    (void)env->RemoveFile(path);
-    lock.lock();
+    DropFile(victim);
+    RemoveCounted(path, b, lock);
   }
   return true;
 }
 
-void SsdTier::Impl::Quarantine(const std::string& path, const std::string& why) {
+void SsdTier::Impl::QuarantinePath(const std::string& path, const std::string& why) {
   const std::string name = path.substr(path.find_last_of('/') + 1);
   const std::string to = opt.dir + "/quarantine/" + name;
   if (!env->RenameFile(path, to).ok()) (void)env->RemoveFile(path);
@@ -181,26 +169,98 @@ void SsdTier::Impl::Quarantine(const std::string& path, const std::string& why) 
   ++stats.quarantined;
 }
 
-Status SsdTier::Impl::Scan() {
-  KVTIER_RETURN_IF_ERROR(env->CreateDirs(opt.dir + "/blocks"));
-  KVTIER_RETURN_IF_ERROR(env->CreateDirs(opt.dir + "/quarantine"));
+void SsdTier::Impl::Quarantine(uint64_t file, const std::string& why) {
+  std::string path;
+  uint64_t b = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = files.find(file);
+    if (it == files.end()) return;  // another reader quarantined it first, or it was evicted
+    path = it->second.path;
+    b = it->second.bytes;
+    DropFile(file);
+  }
+  QuarantinePath(path, why);
+  std::lock_guard<std::mutex> lock(mu);
+  bytes -= b;
+}
+
+Status SsdTier::Impl::ScanSegments() {
+  const std::string dir = SegmentDir();
+  KVTIER_ASSIGN_OR_RETURN(std::vector<DirEntry> list, env->ListDir(dir));
+  std::sort(list.begin(), list.end(), ByName);  // oldest segments first: they go first
+  bool removed = false;
+  for (const DirEntry& f : list) {
+    const std::string path = dir + "/" + f.name;
+    if (EndsWith(f.name, tier::kSegTmpSuffix)) {  // a write a crash interrupted
+      if (env->RemoveFile(path).ok()) ++stats.removed_tmp_files;
+      removed = true;
+      continue;
+    }
+    if (f.is_dir || !EndsWith(f.name, tier::kSegSuffix)) continue;
+    const std::string stem = f.name.substr(0, f.name.size() - std::strlen(tier::kSegSuffix));
+    char* end = nullptr;
+    const uint64_t seg = std::strtoull(stem.c_str(), &end, 16);
+    if (stem.size() != 16 || end != stem.c_str() + stem.size()) continue;  // not ours
+    next_segment = std::max(next_segment, seg + 1);
+    Result<std::unique_ptr<RandomAccessFile>> file = env->NewRandomAccessFile(path);
+    if (!file.ok()) continue;
+    Result<tier::SegmentIndex> idx = tier::ReadSegmentIndex(**file, path);
+    const uint64_t size = (*file)->size();
+    file->reset();
+    if (idx.ok() && idx->header.segment_id != seg) {
+      idx = Status::Corruption(path + ": file name does not match segment id " +
+                               tier::SegmentName(idx->header.segment_id));
+    }
+    if (!idx.ok() && idx.status().code() == StatusCode::kUnimplemented) {
+      ++stats.ignored_newer;  // a newer kvtier's file: not ours to judge or remove
+      continue;
+    }
+    if (!idx.ok() && idx.status().code() == StatusCode::kCorruption) {
+      QuarantinePath(path, idx.status().message());
+      continue;
+    }
+    if (!idx.ok()) continue;  // an I/O error: left for the next Open()
+    std::unique_lock<std::mutex> lock(mu);
+    const uint64_t fid = AddFile(path, size, false);
+    for (const tier::SegmentRecord& r : idx->records) {
+      if (!opt.keep_only_models.empty() &&
+          std::find(opt.keep_only_models.begin(), opt.keep_only_models.end(), r.header.model) ==
+              opt.keep_only_models.end()) {
+        ++stats.removed_foreign;
+        continue;
+      }
+      if (AddBlock(r.header, fid, r.offset)) ++stats.found_blocks;
+    }
+    if (files.at(fid).keys.empty()) {  // nothing of it is wanted
+      DropFile(fid);
+      RemoveCounted(path, size, lock);
+      ++stats.removed_dead_files;
+      removed = true;
+    }
+  }
+  if (removed) (void)env->SyncDir(dir);
+  return Status::OK();
+}
+
+Status SsdTier::Impl::ScanBlockFiles() {
   KVTIER_ASSIGN_OR_RETURN(std::vector<DirEntry> subs, env->ListDir(opt.dir + "/blocks"));
-  std::sort(subs.begin(), subs.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+  std::sort(subs.begin(), subs.end(), ByName);
   std::vector<uint8_t> buf;
   for (const DirEntry& sub : subs) {
     if (!sub.is_dir) continue;
     const std::string dir = opt.dir + "/blocks/" + sub.name;
-    KVTIER_ASSIGN_OR_RETURN(std::vector<DirEntry> files, env->ListDir(dir));
-    std::sort(files.begin(), files.end(), [](const DirEntry& a, const DirEntry& b) { return a.name < b.name; });
+    KVTIER_ASSIGN_OR_RETURN(std::vector<DirEntry> list, env->ListDir(dir));
+    std::sort(list.begin(), list.end(), ByName);
     bool removed = false;
-    for (const DirEntry& f : files) {
+    for (const DirEntry& f : list) {
       const std::string path = dir + "/" + f.name;
-      if (EndsWith(f.name, kTmpSuffix)) {  // a write a crash interrupted
+      if (EndsWith(f.name, tier::kTmpSuffix)) {  // a write a crash interrupted
         if (env->RemoveFile(path).ok()) ++stats.removed_tmp_files;
         removed = true;
         continue;
       }
-      if (f.is_dir || !EndsWith(f.name, kSuffix)) continue;
+      if (f.is_dir || !EndsWith(f.name, tier::kSuffix)) continue;
       // Headers only: the fixed part, then the rest of the header it announces.
       Result<std::unique_ptr<RandomAccessFile>> file = env->NewRandomAccessFile(path);
       if (!file.ok()) continue;
@@ -218,8 +278,9 @@ Status SsdTier::Impl::Scan() {
           if (!n.ok() || *n != hb - tier::kBlockFileFixedHeader) buf.resize(0);
         }
       }
+      file->reset();
       Result<BlockFileHeader> h = tier::DecodeBlockHeader(buf, size, path);
-      if (h.ok() && f.name != KeyName(h->key) + kSuffix) {
+      if (h.ok() && f.name != KeyName(h->key) + tier::kSuffix) {
         h = Status::Corruption(path + ": file name does not match key " + KeyName(h->key));
       }
       if (!h.ok() && h.status().code() == StatusCode::kUnimplemented) {
@@ -227,179 +288,46 @@ Status SsdTier::Impl::Scan() {
         continue;
       }
       if (!h.ok()) {
-        Quarantine(path, h.status().message());
+        QuarantinePath(path, h.status().message());
         continue;
       }
-      if (!opt.keep_only_models.empty() &&
-          std::find(opt.keep_only_models.begin(), opt.keep_only_models.end(), h->model) ==
-              opt.keep_only_models.end()) {
-        if (env->RemoveFile(path).ok()) ++stats.removed_foreign;
+      const bool foreign = !opt.keep_only_models.empty() &&
+                           std::find(opt.keep_only_models.begin(), opt.keep_only_models.end(),
+                                     h->model) == opt.keep_only_models.end();
+      bool keep = !foreign;
+      if (keep) {
+        std::lock_guard<std::mutex> lock(mu);
+        const uint64_t fid = AddFile(path, size, true);
+        keep = AddBlock(*h, fid, 0);
+        if (keep) {
+          ++stats.found_blocks;
+        } else {  // the block is in a segment too: this copy is redundant
+          DropFile(fid);
+          bytes -= size;
+        }
+      }
+      if (!keep) {
+        if (env->RemoveFile(path).ok()) {
+          if (foreign) ++stats.removed_foreign;
+          else ++stats.removed_dead_files;
+        }
         removed = true;
-        continue;
       }
-      std::lock_guard<std::mutex> lock(mu);
-      AddEntry(*h, size);
-      ++stats.found_blocks;
     }
     if (removed) (void)env->SyncDir(dir);
   }
-  std::unique_lock<std::mutex> lock(mu);
-  MakeRoom(0, lock);  // the cap may have shrunk since the files were written
   return Status::OK();
 }
 
-void SsdTier::Impl::WriteBatch(std::vector<Job>& jobs, std::unique_lock<std::mutex>& lock) {
-  // One job's way through the batch; `s` is its first error.
-  struct Slot {
-    uint64_t size = 0;
-    bool room = false;
-    Status s;
-    std::string dir, path, tmp;
-    std::unique_ptr<WritableFile> file;
-    bool renamed = false;
-  };
-  std::vector<Slot> slots(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    Slot& sl = slots[i];
-    sl.size = jobs[i].header.file_bytes();
-    sl.room = MakeRoom(sl.size, lock);
-    if (sl.room) reserved += sl.size;
-  }
-  lock.unlock();
-  // SsdSyncMode::kFilesystem: the handle is opened before the writes its syncs must cover (a
-  // write-back error after the open is reported to it); if it cannot be, per-file syncs.
-  std::unique_ptr<FilesystemSync> fs;
-  const size_t with_room = static_cast<size_t>(
-      std::count_if(slots.begin(), slots.end(), [](const Slot& sl) { return sl.room; }));
-  if (opt.sync_mode == SsdSyncMode::kFilesystem && with_room > 0 &&
-      with_room >= opt.filesystem_sync_min_blocks) {
-    Result<std::unique_ptr<FilesystemSync>> h = env->NewFilesystemSync(opt.dir);
-    if (h.ok()) fs = std::move(*h);
-  }
-  // Write every file, unsynced; ask for their writeback to start.
-  std::vector<uint8_t> bytes;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    Job& job = jobs[i];
-    Slot& sl = slots[i];
-    if (!sl.room) {
-      job.pool->Unref({&job.block, 1}, KvOwner::kTier);
-      continue;
-    }
-    const BlockKey key = job.header.key;
-    sl.dir = SubDir(key);
-    sl.path = PathOf(key);
-    sl.tmp = sl.dir + "/" + KeyName(key) + kTmpSuffix;
-    sl.s = tier::EncodeBlockFile(job.header, *job.pool, job.block, &bytes);
-    job.pool->Unref({&job.block, 1}, KvOwner::kTier);
-    if (sl.s.ok()) {
-      // The subdirectory is created (durably) only when the file cannot be: most exist.
-      Result<std::unique_ptr<WritableFile>> f = env->NewWritableFile(sl.tmp);
-      if (f.status().code() == StatusCode::kNotFound) {
-        const Status d = env->CreateDirs(sl.dir);
-        f = d.ok() ? env->NewWritableFile(sl.tmp) : Result<std::unique_ptr<WritableFile>>(d);
-      }
-      sl.s = f.status();
-      if (f.ok()) sl.file = std::move(*f);
-    }
-    if (sl.s.ok()) sl.s = sl.file->Append(bytes);
-    if (sl.s.ok() && jobs.size() > 1) sl.s = sl.file->StartSync();
-    if (sl.s.ok() && fs != nullptr) sl.s = sl.file->Close();  // its bytes reach the kernel
-  }
-  // Make every file durable (one syncfs, or each file's fdatasync), then give each its
-  // final name; a file that failed is removed under its temporary name.
-  if (fs != nullptr) {
-    const bool any = std::any_of(slots.begin(), slots.end(),
-                                 [](const Slot& sl) { return sl.room && sl.s.ok(); });
-    const Status ss = any ? fs->Sync() : Status::OK();
-    for (Slot& sl : slots) {
-      if (sl.room && sl.s.ok()) sl.s = ss;
-    }
-  } else {
-    for (Slot& sl : slots) {
-      if (!sl.room || !sl.s.ok()) continue;
-      sl.s = sl.file->Sync();
-      Status c = sl.file->Close();
-      if (sl.s.ok()) sl.s = c;
-    }
-  }
-  for (Slot& sl : slots) {
-    if (sl.room && sl.s.ok()) sl.s = env->RenameFile(sl.tmp, sl.path);
-    sl.renamed = sl.room && sl.s.ok();
-    if (sl.room && !sl.s.ok()) {
-      sl.file.reset();
-      (void)env->RemoveFile(sl.tmp);
-    }
-  }
-  // Make the renames durable: one more syncfs, or one fsync per directory. A block whose
-  // rename was not made durable is not indexed, and its file (durable, but not promised to
-  // survive) is removed so the cap counts every file.
-  auto fail_renamed = [&](const Status& s, const std::string* dir) {
-    for (Slot& sl : slots) {
-      if (!sl.renamed || (dir != nullptr && sl.dir != *dir)) continue;
-      sl.s = s;
-      (void)env->RemoveFile(sl.path);
-    }
-  };
-  if (fs != nullptr) {
-    const bool any =
-        std::any_of(slots.begin(), slots.end(), [](const Slot& sl) { return sl.renamed; });
-    const Status ss = any ? fs->Sync() : Status::OK();
-    if (!ss.ok()) fail_renamed(ss, nullptr);
-  } else {
-    std::vector<std::string> dirs;
-    for (const Slot& sl : slots) {
-      if (sl.renamed && std::find(dirs.begin(), dirs.end(), sl.dir) == dirs.end()) {
-        dirs.push_back(sl.dir);
-      }
-    }
-    for (const std::string& d : dirs) {
-      const Status ds = env->SyncDir(d);
-      if (!ds.ok()) fail_renamed(ds, &d);
-    }
-  }
-  lock.lock();
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Slot& sl = slots[i];
-    if (!sl.room) {
-      ++stats.skipped[static_cast<int>(SpillSkip::kTooLarge)];
-      continue;
-    }
-    reserved -= sl.size;
-    if (!sl.s.ok()) {
-      ++stats.skipped[static_cast<int>(sl.s.code() == StatusCode::kResourceExhausted
-                                           ? SpillSkip::kDiskFull
-                                           : SpillSkip::kIoError)];
-      continue;
-    }
-    AddEntry(jobs[i].header, sl.size);
-    ++stats.spilled_blocks;
-    stats.spilled_bytes += sl.size;
-  }
-}
-
-void SsdTier::Impl::WriterLoop() {
+Status SsdTier::Impl::Scan() {
+  KVTIER_RETURN_IF_ERROR(env->CreateDirs(opt.dir + "/blocks"));
+  KVTIER_RETURN_IF_ERROR(env->CreateDirs(opt.dir + "/quarantine"));
+  KVTIER_RETURN_IF_ERROR(env->CreateDirs(SegmentDir()));
+  KVTIER_RETURN_IF_ERROR(ScanSegments());
+  KVTIER_RETURN_IF_ERROR(ScanBlockFiles());
   std::unique_lock<std::mutex> lock(mu);
-  std::vector<Job> batch;
-  for (;;) {
-    cv_work.wait(lock, [&] { return stop || !queue.empty(); });
-    if (queue.empty()) return;  // stop requested and nothing left
-    // Up to batch_blocks jobs and batch_bytes of files (at least one job).
-    batch.clear();
-    uint64_t batch_bytes = 0;
-    while (!queue.empty() && batch.size() < opt.batch_blocks) {
-      const uint64_t b = queue.front().header.file_bytes();
-      if (!batch.empty() && batch_bytes + b > opt.batch_bytes) break;
-      batch_bytes += b;
-      batch.push_back(std::move(queue.front()));
-      queue.pop_front();
-    }
-    writing += static_cast<int>(batch.size());
-    cv_room.notify_all();
-    WriteBatch(batch, lock);
-    for (const Job& job : batch) pending.erase(job.header.key);
-    writing -= static_cast<int>(batch.size());
-    if (queue.empty() && writing == 0) cv_idle.notify_all();
-  }
+  MakeRoom(0, lock);  // the cap may have shrunk since the files were written
+  return Status::OK();
 }
 
 SsdTier::SsdTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -416,6 +344,9 @@ Result<std::shared_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   if (options.sync_mode != SsdSyncMode::kPerFile &&
       options.sync_mode != SsdSyncMode::kFilesystem) {
     return Status::InvalidArgument("ssd tier: unknown sync_mode");
+  }
+  if (options.layout != SsdLayout::kBlockFiles && options.layout != SsdLayout::kSegments) {
+    return Status::InvalidArgument("ssd tier: unknown layout");
   }
   if (options.writer_threads == 0 || options.writer_threads > 64) {
     return Status::InvalidArgument("ssd tier: writer_threads must be in [1, 64], got " +
@@ -446,7 +377,7 @@ const SsdTierOptions& SsdTier::options() const { return impl_->opt; }
 
 void SsdTier::Spill(const EvictedBlock& b) {
   Impl& m = *impl_;
-  Job job;
+  tier::Job job;
   BlockFileHeader& h = job.header;
   h.key = b.key;
   h.parent_key = b.parent_key;
@@ -475,7 +406,7 @@ void SsdTier::Spill(const EvictedBlock& b) {
   if (m.queue.size() >= m.opt.queue_blocks) {
     if (m.opt.write_inline_when_full) {
       ++m.stats.inline_writes;
-      std::vector<Job> one;
+      std::vector<tier::Job> one;
       one.push_back(std::move(job));
       m.WriteBatch(one, lock);
       m.pending.erase(b.key);
@@ -552,51 +483,87 @@ std::vector<TierBlock> SsdTier::FindChain(const TierNamespace& ns,
 
 Status SsdTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool, BlockId id) {
   Impl& m = *impl_;
-  const std::string path = m.PathOf(key);
-  uint32_t header_bytes;
+  uint64_t fid = 0, offset = 0;
+  uint32_t header_bytes = 0;
+  bool v1 = false;
+  std::string path;
+  std::unique_ptr<RandomAccessFile> file;
   {
     std::lock_guard<std::mutex> lock(m.mu);
     auto it = m.blocks.find(key);
     if (it == m.blocks.end()) return Status::NotFound("ssd tier: no block " + KeyName(key));
-    header_bytes = tier::BlockHeaderBytes(it->second.tokens.size(), it->second.ends.size());
+    const Impl::Entry& e = it->second;
+    header_bytes = tier::BlockHeaderBytes(e.tokens.size(), e.ends.size());
+    fid = e.file;
+    offset = e.offset;
+    const Impl::File& f = m.files.at(fid);
+    path = f.path;
+    v1 = f.v1;
     m.Touch(key);
+    // A handle another Load of this file left: no open per block of a chain in one segment.
+    for (size_t i = m.idle_handles.size(); i-- > 0;) {
+      if (m.idle_handles[i].file == fid) {
+        file = std::move(m.idle_handles[i].f);
+        m.idle_handles.erase(m.idle_handles.begin() + static_cast<ptrdiff_t>(i));
+        break;
+      }
+    }
+  }
+  const std::string name = v1 ? path : path + " @" + std::to_string(offset);
+  Status s;
+  if (file == nullptr) {
+    Result<std::unique_ptr<RandomAccessFile>> opened = m.env->NewRandomAccessFile(path);
+    s = opened.status();
+    if (s.ok()) file = std::move(*opened);
   }
   // The header (its size is known from the index), then the rows straight into the block.
-  Result<std::unique_ptr<RandomAccessFile>> file = m.env->NewRandomAccessFile(path);
-  Status s = file.status();
   uint64_t size = 0;
   Result<BlockFileHeader> h = Status::OK();
   if (s.ok()) {
-    size = (*file)->size();
-    std::vector<uint8_t> head(std::min<uint64_t>(header_bytes, size));
-    Result<size_t> n = (*file)->Read(0, head.size(), head.data());
+    size = file->size();
+    const uint64_t left = size > offset ? size - offset : 0;
+    std::vector<uint8_t> head(std::min<uint64_t>(header_bytes, left));
+    Result<size_t> n = file->Read(offset, head.size(), head.data());
     s = n.status();
     if (s.ok()) {
       head.resize(*n);
-      h = tier::DecodeBlockHeader(head, size, path);
+      h = v1 ? tier::DecodeBlockHeader(head, size, name)
+             : tier::DecodeRecordHeader(head, left, name);
       s = h.status();
     }
   }
   if (s.ok() && !(h->key == key && h->namespace_key == ns.key)) {
-    s = Status::Corruption(path + ": holds block " + KeyName(h->key) + " of namespace " +
+    s = Status::Corruption(name + ": holds block " + KeyName(h->key) + " of namespace " +
                            KeyName(h->namespace_key) + ", expected " + KeyName(key) + " of " +
                            KeyName(ns.key));
   }
-  if (s.ok()) s = tier::ReadBlockRows(*h, **file, pool, id, path);
-  if (file.ok()) file->reset();  // closed before a quarantine renames it
+  if (s.ok()) s = tier::ReadRecordRows(*h, *file, offset, pool, id, name);
   if (s.ok()) {
     std::lock_guard<std::mutex> lock(m.mu);
     ++m.stats.loaded_blocks;
-    m.stats.loaded_bytes += size;
+    m.stats.loaded_bytes += h->file_bytes();
+    if (m.files.contains(fid)) {  // still indexed: keep the handle for the next block
+      m.idle_handles.push_back({fid, std::move(file)});
+      if (m.idle_handles.size() > Impl::kIdleHandles) m.idle_handles.erase(m.idle_handles.begin());
+    }
     return s;
   }
+  file.reset();  // closed before a quarantine renames it
   if (s.code() == StatusCode::kInvalidArgument) return s;  // the caller's pool, not the file
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.DropEntry(key);
-  }
   if (s.code() == StatusCode::kCorruption || s.code() == StatusCode::kUnimplemented) {
-    m.Quarantine(path, s.message());
+    m.Quarantine(fid, s.message());  // the whole file: every block of it is a miss now
+    return s;
+  }
+  // Another error (I/O, a file evicted meanwhile): this block is a miss from now on; a file
+  // left without blocks is removed.
+  std::unique_lock<std::mutex> lock(m.mu);
+  auto it = m.blocks.find(key);
+  if (it == m.blocks.end() || it->second.file != fid) return s;
+  const uint64_t b = m.files.at(fid).bytes;
+  const std::string dead = m.DropBlock(key);
+  if (!dead.empty()) {
+    ++m.stats.removed_dead_files;
+    m.RemoveCounted(dead, b, lock);
   }
   return s;
 }
@@ -606,6 +573,9 @@ SsdTierStats SsdTier::Stats() const {
   SsdTierStats s = impl_->stats;
   s.blocks = impl_->blocks.size();
   s.bytes = impl_->bytes;
+  s.files = impl_->files.size();
+  s.dead_bytes = 0;
+  for (const auto& [id, f] : impl_->files) s.dead_bytes += f.bytes - f.live_bytes;
   s.queued = impl_->queue.size();
   return s;
 }
@@ -613,20 +583,50 @@ SsdTierStats SsdTier::Stats() const {
 Status SsdTier::Verify(uint64_t* good, uint64_t* bad) {
   Impl& m = *impl_;
   Flush();
-  std::vector<BlockKey> keys;
+  struct Rec {
+    BlockKey key;
+    uint64_t offset, bytes;
+  };
+  struct One {
+    uint64_t id;
+    std::string path;
+    std::vector<Rec> recs;
+  };
+  std::vector<One> todo;
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    for (const auto& [k, e] : m.blocks) keys.push_back(k);
+    for (const auto& [id, f] : m.files) {
+      One o{id, f.path, {}};
+      for (const BlockKey& k : f.keys) {
+        const Impl::Entry& e = m.blocks.at(k);
+        o.recs.push_back({k, e.offset, e.bytes});
+      }
+      todo.push_back(std::move(o));
+    }
   }
+  std::sort(todo.begin(), todo.end(), [](const One& a, const One& b) { return a.path < b.path; });
   *good = *bad = 0;
-  for (const BlockKey& k : keys) {
-    const std::string path = m.PathOf(k);
-    Result<std::vector<uint8_t>> file = m.env->ReadFile(path);
-    Status s = file.status();
-    if (s.ok()) {
-      Result<BlockFileHeader> h = tier::DecodeBlockHeader(*file, file->size(), path);
-      s = h.status();
+  std::shared_ptr<BlockPool> scratch;  // one block of the last namespace seen
+  BlockKey scratch_ns;
+  for (const One& o : todo) {
+    Result<std::vector<uint8_t>> file = m.env->ReadFile(o.path);
+    std::string first_error;
+    uint64_t n_bad = 0;
+    for (const Rec& r : o.recs) {
+      const std::string name = o.path + " @" + std::to_string(r.offset);
+      Status s = file.status();
+      if (s.ok() && (r.offset > file->size() || file->size() - r.offset < r.bytes)) {
+        s = Status::Corruption(name + ": the file is too short for the record");
+      }
+      Result<BlockFileHeader> h = Status::OK();
+      std::span<const uint8_t> rec;
       if (s.ok()) {
+        rec = std::span<const uint8_t>(*file).subspan(r.offset, r.bytes);
+        h = tier::DecodeBlockHeader(rec, rec.size(), name);
+        s = h.status();
+      }
+      if (s.ok() && !(h->key == r.key)) s = Status::Corruption(name + ": holds another block");
+      if (s.ok() && (scratch == nullptr || !(scratch_ns == h->namespace_key))) {
         // The rows' CRC, checked without a pool: decode into a scratch one-block pool.
         BlockPoolOptions po;
         po.shape = h->shape;
@@ -639,25 +639,31 @@ Status SsdTier::Verify(uint64_t* good, uint64_t* bad) {
         if (s.ok()) {
           po.capacity_bytes = l->block_stride;
           Result<std::shared_ptr<BlockPool>> pool = BlockPool::Create(po);
-          std::vector<BlockId> id;
           s = pool.status();
-          if (s.ok()) s = (*pool)->Allocate(1, KvOwner::kOther, &id, "verify");
           if (s.ok()) {
-            s = tier::DecodeBlockRows(*h, *file, **pool, id[0], path);
-            (*pool)->Unref(id, KvOwner::kOther);
+            scratch = *pool;
+            scratch_ns = h->namespace_key;
           }
         }
       }
-    }
-    if (s.ok()) {
-      ++*good;
-    } else {
-      ++*bad;
-      {
-        std::lock_guard<std::mutex> lock(m.mu);
-        m.DropEntry(k);
+      if (s.ok()) {
+        std::vector<BlockId> id;
+        s = scratch->Allocate(1, KvOwner::kOther, &id, "verify");
+        if (s.ok()) {
+          s = tier::DecodeBlockRows(*h, rec, *scratch, id[0], name);
+          scratch->Unref(id, KvOwner::kOther);
+        }
       }
-      m.Quarantine(path, s.message());
+      if (!s.ok()) {
+        ++n_bad;
+        if (first_error.empty()) first_error = s.message();
+      }
+    }
+    if (n_bad == 0) {
+      *good += o.recs.size();
+    } else {
+      *bad += n_bad;
+      m.Quarantine(o.id, first_error);
     }
   }
   return Status::OK();
@@ -666,20 +672,26 @@ Status SsdTier::Verify(uint64_t* good, uint64_t* bad) {
 Status SsdTier::Clear() {
   Impl& m = *impl_;
   Flush();
-  std::vector<BlockKey> keys;
+  std::vector<std::string> paths;
+  uint64_t total = 0;
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    for (const auto& [k, e] : m.blocks) keys.push_back(k);
-    for (const BlockKey& k : keys) m.DropEntry(k);
+    for (const auto& [id, f] : m.files) {
+      paths.push_back(f.path);
+      total += f.bytes;
+    }
+    while (!m.files.empty()) m.DropFile(m.files.begin()->first);
   }
   Status first;
   std::unordered_set<std::string> dirs;
-  for (const BlockKey& k : keys) {
-    Status s = m.env->RemoveFile(m.PathOf(k));
+  for (const std::string& p : paths) {
+    Status s = m.env->RemoveFile(p);
     if (!s.ok() && s.code() != StatusCode::kNotFound && first.ok()) first = s;
-    dirs.insert(m.SubDir(k));
+    dirs.insert(p.substr(0, p.find_last_of('/')));
   }
   for (const std::string& d : dirs) (void)m.env->SyncDir(d);
+  std::lock_guard<std::mutex> lock(m.mu);
+  m.bytes -= total;
   return first;
 }
 

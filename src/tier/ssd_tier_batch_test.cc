@@ -1,4 +1,5 @@
-// SsdTier's group commit (SsdTierOptions::batch_blocks), in both sync modes: a batch's files
+// SsdTier's group commit (SsdTierOptions::batch_blocks) of version-1 block files
+// (SsdLayout::kBlockFiles; segments: ssd_tier_segment_test.cc), in both sync modes: a batch's files
 // are all made durable (each fdatasynced, or one syncfs) before any is renamed, and the
 // renames are made durable (each directory fsynced once, or one more syncfs) before any block
 // is indexed; crashes before and after each of those steps, ENOSPC and failed syncs inside a
@@ -31,6 +32,7 @@ constexpr SsdSyncMode kModes[] = {SsdSyncMode::kPerFile, SsdSyncMode::kFilesyste
 // The tests' options in `mode`; kFilesystem syncs every batch, even of one block.
 SsdTierOptions ModeOptions(Env* env, SsdSyncMode mode, uint32_t queue = 64) {
   SsdTierOptions o = TierOptions(env, 1ull << 30, queue);
+  o.layout = SsdLayout::kBlockFiles;
   o.sync_mode = mode;
   o.filesystem_sync_min_blocks = 1;
   return o;
@@ -154,6 +156,7 @@ TEST(SsdTierBatch, SmallBatchesUsePerFileSyncs) {
   std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
   SsdTierOptions o = TierOptions(env.get(), 1ull << 30, 64);
   ASSERT_EQ(o.sync_mode, SsdSyncMode::kFilesystem);  // the default
+  o.layout = SsdLayout::kBlockFiles;
   o.batch_blocks = 1;
   o.filesystem_sync_min_blocks = 2;
   Rig r = MakeRig(o, Format::F16(), Format::F16(), 64);
@@ -254,6 +257,7 @@ TEST(SsdTierBatch, RandomCrashPointsKeepEveryAcknowledgedBlock) {
     std::unique_ptr<MemEnv> mem = MemEnv::Create(1000 + trial);
     std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
     SsdTierOptions o = TierOptions(env.get(), 1ull << 30, 1 + static_cast<uint32_t>(rng() % 32));
+    o.layout = SsdLayout::kBlockFiles;
     o.sync_mode = kModes[trial % 2];
     o.filesystem_sync_min_blocks = 1 + static_cast<uint32_t>(rng() % 3);
     o.writer_threads = 1 + static_cast<uint32_t>(rng() % 4);

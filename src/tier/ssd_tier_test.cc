@@ -2,8 +2,10 @@
 // bit, restart, the size cap, quarantine, random crash points, ENOSPC and injected I/O errors.
 #include "kvtier/ssd_tier.h"
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "tier/tier_test_util.h"
 
@@ -95,7 +97,10 @@ TEST(SsdTier, TheCapIsNeverPassedAndOldBlocksGoFirst) {
 
 TEST(SsdTier, ACorruptFileIsQuarantinedAndNeverUsed) {
   std::unique_ptr<MemEnv> env = MemEnv::Create(5);
-  Rig r = MakeRig(env.get(), Format::Q4_0(), Format::Q4_0(), 16);
+  SsdTierOptions o = testing::TierOptions(env.get());
+  o.layout = SsdLayout::kBlockFiles;  // version-1 files (a segment's: ssd_tier_segment_test.cc)
+  Rig r = MakeRig(o, Format::Q4_0(), Format::Q4_0(), 16);
+  ASSERT_NE(r.tier, nullptr);
   StoreAndSpill(r, {Range(1, 12)});
   // Flip one payload bit of the second block's file.
   const BlockKey ns = NamespaceKey(kModelA, kShape, Format::Q4_0(), Format::Q4_0(), kBt);
@@ -126,20 +131,23 @@ TEST(SsdTier, RandomCrashPointsNeverServeDamagedBlocks) {
   for (int trial = 0; trial < 200; ++trial) {
     std::unique_ptr<MemEnv> mem = MemEnv::Create(trial);
     std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
-    const uint64_t crash_at = 4 + rng() % 160;
+    // Both layouts; segments take fewer operations for the same blocks.
+    SsdTierOptions o = testing::TierOptions(env.get());
+    o.layout = trial % 2 == 0 ? SsdLayout::kSegments : SsdLayout::kBlockFiles;
+    const uint64_t crash_at = 4 + rng() % (o.layout == SsdLayout::kSegments ? 50 : 160);
     env->SetRule([crash_at](FaultInjectionEnv::Op, uint64_t i, const std::string&) {
       return i == crash_at ? FaultInjectionEnv::Fault::kCrash : FaultInjectionEnv::Fault::kNone;
     });
     {
-      Rig r = MakeRig(env.get(), Format::Q8_0(), Format::BF16(), 64);
+      Rig r = MakeRig(o, Format::Q8_0(), Format::BF16(), 64);
       if (r.tier == nullptr) continue;  // crashed while opening
       StoreAndSpill(r, entries);
     }
     crashes += env->crashed();
     env->Restart(static_cast<MemEnv::CrashMode>(trial % 3));
     env->SetRule(nullptr);
-    Rig r = MakeRig(env.get(), Format::Q8_0(), Format::BF16(), 64);
-    ASSERT_NE(r.tier, nullptr);
+    Rig r = MakeRig(o, Format::Q8_0(), Format::BF16(), 64);
+    ASSERT_NE(r.tier, nullptr) << "trial " << trial;
     for (const auto& t : entries) served += FetchChecked(r, t);
     Result<std::vector<DirEntry>> subs = mem->ListDir("/ssd/blocks");
     ASSERT_TRUE(subs.ok());
@@ -223,7 +231,15 @@ TEST(SsdTier, InjectedErrorsAreCountedOrQuarantinedNeverServed) {
 }
 
 TEST(SsdTier, AFullQueueMakesTheProducerWaitOrWriteInline) {
-  std::unique_ptr<MemEnv> env = MemEnv::Create(8);
+  std::unique_ptr<MemEnv> mem = MemEnv::Create(8);
+  // Slow file creation: the writers fall behind the producer, whatever the layout.
+  std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
+  env->SetRule([](FaultInjectionEnv::Op op, uint64_t, const std::string&) {
+    if (op == FaultInjectionEnv::Op::kOpenWrite) {
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+    }
+    return FaultInjectionEnv::Fault::kNone;
+  });
   for (bool inline_writes : {false, true}) {
     SsdTierOptions o;
     o.dir = inline_writes ? "/inline" : "/wait";
