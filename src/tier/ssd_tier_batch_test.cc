@@ -17,10 +17,11 @@
 namespace kvtier {
 namespace {
 
+using testing::Entries;
 using testing::FetchChecked;
 using testing::IndexedTokens;
+using testing::LeakDirectoryChanges;
 using testing::MakeRig;
-using testing::Range;
 using testing::Rig;
 using testing::StoreAndSpill;
 using testing::TierOptions;
@@ -40,15 +41,6 @@ SsdTierOptions ModeOptions(Env* env, SsdSyncMode mode, uint32_t queue = 64) {
 
 const char* Name(SsdSyncMode mode) { return mode == SsdSyncMode::kPerFile ? "per-file" : "syncfs"; }
 
-std::vector<std::vector<int32_t>> Entries(int n, int32_t base, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<int32_t>> out;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(Range(base + 100 * i, 6 + static_cast<int32_t>(rng() % 14)));
-  }
-  return out;
-}
-
 // No temporary file is left under /ssd/blocks; returns the block files there.
 size_t BlockFilesAndNoTmp(MemEnv& mem) {
   size_t n = 0;
@@ -65,18 +57,6 @@ size_t BlockFilesAndNoTmp(MemEnv& mem) {
     }
   }
   return n;
-}
-
-// What a real filesystem may do before a crash: write directory blocks back on its own, so
-// unsynced creations, renames and removals survive (unsynced file bytes still may not). A
-// block renamed before its bytes are durable then survives torn under its final name.
-void LeakDirectoryChanges(MemEnv& mem, const std::string& dir = "/ssd") {
-  (void)mem.SyncDir(dir);
-  Result<std::vector<DirEntry>> list = mem.ListDir(dir);
-  if (!list.ok()) return;
-  for (const DirEntry& e : *list) {
-    if (e.is_dir) LeakDirectoryChanges(mem, dir + "/" + e.name);
-  }
 }
 
 // The operations of a writer, batch after batch: opens, then as many fdatasyncs, renames,
@@ -252,7 +232,7 @@ TEST(SsdTierBatch, CrashesBetweenTheStepsOfABatchLoseNoAcknowledgedBlock) {
 TEST(SsdTierBatch, RandomCrashPointsKeepEveryAcknowledgedBlock) {
   std::mt19937_64 rng(77);
   const std::vector<std::vector<int32_t>> entries = Entries(8, 0, 5);
-  uint64_t crashes = 0, acked_total = 0;
+  testing::CrashTrials totals;
   for (int trial = 0; trial < 200; ++trial) {
     std::unique_ptr<MemEnv> mem = MemEnv::Create(1000 + trial);
     std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
@@ -263,31 +243,13 @@ TEST(SsdTierBatch, RandomCrashPointsKeepEveryAcknowledgedBlock) {
     o.writer_threads = 1 + static_cast<uint32_t>(rng() % 4);
     o.batch_blocks = 1 + static_cast<uint32_t>(rng() % 10);
     const uint64_t crash_at = 4 + rng() % 200;
-    env->SetRule([crash_at](Op, uint64_t i, const std::string&) {
-      return i == crash_at ? Fault::kCrash : Fault::kNone;
-    });
-    std::vector<uint32_t> acked;
-    {
-      Rig r = MakeRig(o, Format::Q4_0(), Format::F16(), 64);
-      if (r.tier == nullptr) continue;  // crashed while opening
-      StoreAndSpill(r, entries);
-      for (const auto& t : entries) acked.push_back(IndexedTokens(*r.tier, t));
-    }
-    crashes += env->crashed();
-    if (trial / 2 % 2 == 0) LeakDirectoryChanges(*mem);
-    env->Restart(static_cast<MemEnv::CrashMode>(trial % 3));
-    env->SetRule(nullptr);
-    Rig r = MakeRig(o, Format::Q4_0(), Format::F16(), 64);
-    ASSERT_NE(r.tier, nullptr);
-    for (size_t i = 0; i < entries.size(); ++i) {
-      acked_total += acked[i];
-      EXPECT_GE(FetchChecked(r, entries[i]), std::min<uint32_t>(acked[i], entries[i].size() - 1))
-          << "trial " << trial;
-    }
-    BlockFilesAndNoTmp(*mem);
+    testing::CrashTrial(o, *mem, *env, Format::Q4_0(), Format::F16(), crash_at, trial / 2 % 2 == 0,
+                        static_cast<MemEnv::CrashMode>(trial % 3), entries, trial, totals,
+                        [&](Rig&) { BlockFilesAndNoTmp(*mem); });
+    if (HasFatalFailure()) return;
   }
-  EXPECT_GT(crashes, 130u);
-  EXPECT_GT(acked_total, 0u);
+  EXPECT_GT(totals.crashes, 130u);
+  EXPECT_GT(totals.acked_tokens, 0u);
 }
 
 TEST(SsdTierBatch, DiskFullInTheMiddleOfABatchSkipsOnlyWhatDoesNotFit) {

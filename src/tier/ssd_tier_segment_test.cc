@@ -17,8 +17,8 @@
 namespace kvtier {
 namespace {
 
+using testing::Entries;
 using testing::FetchChecked;
-using testing::IndexedTokens;
 using testing::kModelA;
 using testing::MakeRig;
 using testing::Range;
@@ -39,13 +39,6 @@ SsdTierOptions SegOptions(Env* env, SsdSyncMode mode = SsdSyncMode::kFilesystem,
   return o;
 }
 
-std::vector<std::vector<int32_t>> Entries(int n, int32_t base, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::vector<int32_t>> out;
-  for (int i = 0; i < n; ++i) out.push_back(Range(base + 100 * i, 6 + static_cast<int32_t>(rng() % 14)));
-  return out;
-}
-
 // Segment files under /ssd/segments (EXPECTs no .tmp is left), with their sizes.
 std::vector<DirEntry> Segments(MemEnv& mem) {
   std::vector<DirEntry> out;
@@ -61,15 +54,6 @@ uint64_t SegmentBytes(MemEnv& mem) {
   uint64_t n = 0;
   for (const DirEntry& f : Segments(mem)) n += f.size;
   return n;
-}
-
-void LeakDirectoryChanges(MemEnv& mem, const std::string& dir = "/ssd") {
-  (void)mem.SyncDir(dir);
-  Result<std::vector<DirEntry>> list = mem.ListDir(dir);
-  if (!list.ok()) return;
-  for (const DirEntry& e : *list) {
-    if (e.is_dir) LeakDirectoryChanges(mem, dir + "/" + e.name);
-  }
 }
 
 // Per batch, in both sync modes: one file opened (its .tmp), its bytes made durable (one
@@ -149,7 +133,7 @@ TEST(SsdTierSegment, ABatchIsOneFileSyncedRenamedAndSyncedBeforeItsBlocksAreInde
 TEST(SsdTierSegment, RandomCrashPointsKeepEveryAcknowledgedBlockAndServeNoWrongByte) {
   std::mt19937_64 rng(78);
   const std::vector<std::vector<int32_t>> entries = Entries(8, 0, 5);
-  uint64_t crashes = 0, acked_total = 0;
+  testing::CrashTrials totals;
   for (int trial = 0; trial < 120; ++trial) {
     std::unique_ptr<MemEnv> mem = MemEnv::Create(2000 + trial);
     std::unique_ptr<FaultInjectionEnv> env = FaultInjectionEnv::Create(mem.get());
@@ -159,32 +143,17 @@ TEST(SsdTierSegment, RandomCrashPointsKeepEveryAcknowledgedBlockAndServeNoWrongB
     o.writer_threads = 1 + static_cast<uint32_t>(rng() % 4);
     o.batch_blocks = 1 + static_cast<uint32_t>(rng() % 10);
     const uint64_t crash_at = 6 + rng() % 90;
-    env->SetRule([crash_at](Op, uint64_t i, const std::string&) {
-      return i == crash_at ? Fault::kCrash : Fault::kNone;
-    });
-    std::vector<uint32_t> acked;
-    {
-      Rig r = MakeRig(o, Format::Q4_0(), Format::BF16(), 64);
-      if (r.tier == nullptr) continue;  // crashed while opening
-      StoreAndSpill(r, entries);
-      for (const auto& t : entries) acked.push_back(IndexedTokens(*r.tier, t));
-    }
-    crashes += env->crashed();
-    if (trial / 2 % 2 == 0) LeakDirectoryChanges(*mem);
-    env->Restart(static_cast<MemEnv::CrashMode>(trial % 3));
-    env->SetRule(nullptr);
-    Rig r = MakeRig(o, Format::Q4_0(), Format::BF16(), 64);
-    ASSERT_NE(r.tier, nullptr);
-    for (size_t i = 0; i < entries.size(); ++i) {
-      acked_total += acked[i];
-      EXPECT_GE(FetchChecked(r, entries[i]), std::min<uint32_t>(acked[i], entries[i].size() - 1))
-          << "trial " << trial;
-    }
-    EXPECT_EQ(r.tier->Stats().quarantined, 0u) << "trial " << trial;  // nothing torn renamed
-    EXPECT_EQ(r.tier->Stats().bytes, SegmentBytes(*mem)) << "trial " << trial;
+    testing::CrashTrial(o, *mem, *env, Format::Q4_0(), Format::BF16(), crash_at, trial / 2 % 2 == 0,
+                        static_cast<MemEnv::CrashMode>(trial % 3), entries, trial, totals,
+                        [&](Rig& r) {
+                          // Nothing torn was renamed; the tier counts the files' real bytes.
+                          EXPECT_EQ(r.tier->Stats().quarantined, 0u) << "trial " << trial;
+                          EXPECT_EQ(r.tier->Stats().bytes, SegmentBytes(*mem)) << "trial " << trial;
+                        });
+    if (HasFatalFailure()) return;
   }
-  EXPECT_GT(crashes, 80u);
-  EXPECT_GT(acked_total, 0u);
+  EXPECT_GT(totals.crashes, 80u);
+  EXPECT_GT(totals.acked_tokens, 0u);
 }
 
 // One failed step of a segment's way (ENOSPC or EIO on its open, an append, a torn append,

@@ -2,9 +2,13 @@
 // spilling entries, and fetches checked bit for bit against the rows the entry was built with.
 #pragma once
 
+#include <algorithm>
 #include <memory>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "kvtier/env.h"
 #include "kvtier/ssd_tier.h"
 #include "prefix/prefix_test_util.h"
 
@@ -92,6 +96,69 @@ inline uint32_t IndexedTokens(SsdTier& tier, const std::vector<int32_t>& t) {
     n = std::max(n, m);
   }
   return n;
+}
+
+// n token runs of 6..19 tokens, run i starting at token base + 100 i.
+inline std::vector<std::vector<int32_t>> Entries(int n, int32_t base, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<int32_t>> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(Range(base + 100 * i, 6 + static_cast<int32_t>(rng() % 14)));
+  }
+  return out;
+}
+
+// What a real filesystem may do before a crash: write directory blocks back on its own, so
+// unsynced creations, renames and removals survive (unsynced file bytes still may not). A
+// file renamed before its bytes are durable then survives torn under its final name.
+inline void LeakDirectoryChanges(MemEnv& mem, const std::string& dir = "/ssd") {
+  (void)mem.SyncDir(dir);
+  Result<std::vector<DirEntry>> list = mem.ListDir(dir);
+  if (!list.ok()) return;
+  for (const DirEntry& e : *list) {
+    if (e.is_dir) LeakDirectoryChanges(mem, dir + "/" + e.name);
+  }
+}
+
+// Totals over a series of CrashTrial calls.
+struct CrashTrials {
+  uint64_t crashes = 0;       // trials whose crash point was reached
+  uint64_t acked_tokens = 0;  // tokens indexed (acknowledged) before the crashes
+};
+
+// One random-crash trial: a tier opened with `o` (whose env is `env`, over `mem`) stores and
+// spills `entries`, `env` crashing at its operation number `crash_at`; directory changes leak
+// first when `leak`; a restart in `mode`; then a tier opened again with `o` must serve at
+// least every acknowledged token of each entry, bit for bit. `check(rig)` then looks at the
+// reopened tier. A trial that crashed while opening the first tier checks nothing.
+template <class Check>
+void CrashTrial(const SsdTierOptions& o, MemEnv& mem, FaultInjectionEnv& env, Format k,
+                Format v, uint64_t crash_at, bool leak, MemEnv::CrashMode mode,
+                const std::vector<std::vector<int32_t>>& entries, int trial, CrashTrials& totals,
+                Check check) {
+  env.SetRule([crash_at](FaultInjectionEnv::Op, uint64_t i, const std::string&) {
+    return i == crash_at ? FaultInjectionEnv::Fault::kCrash : FaultInjectionEnv::Fault::kNone;
+  });
+  std::vector<uint32_t> acked;
+  {
+    Rig r = MakeRig(o, k, v, 64);
+    if (r.tier == nullptr) return;  // crashed while opening
+    StoreAndSpill(r, entries);
+    for (const auto& t : entries) acked.push_back(IndexedTokens(*r.tier, t));
+  }
+  totals.crashes += env.crashed();
+  if (leak) LeakDirectoryChanges(mem);
+  env.Restart(mode);
+  env.SetRule(nullptr);
+  Rig r = MakeRig(o, k, v, 64);
+  ASSERT_NE(r.tier, nullptr) << "trial " << trial;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    totals.acked_tokens += acked[i];
+    EXPECT_GE(FetchChecked(r, entries[i]),
+              std::min<uint32_t>(acked[i], static_cast<uint32_t>(entries[i].size() - 1)))
+        << "trial " << trial;
+  }
+  check(r);
 }
 
 }  // namespace kvtier::testing
