@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <vector>
 
 #include "kernels/attention_int8.h"
 #include "kernels/attention_prefill-inl.h"
@@ -254,6 +256,56 @@ struct DecBF16 : PairOf<DecBF16> {
     return hn::BitCast(df, hn::ShiftLeft<16>(w));
   }
 };
+// bf16 for the decode fast path: Pair(k) gives the 2N values from k N as two vectors, the even
+// values then the odd ones, from one load of N u32 (low halves shifted up, high halves
+// masked): one integer op per N values and no shuffle. Its users pair it with queries in the
+// same order and put the accumulators back in value order (kEvenOdd). The prefill kernel
+// takes DecBF16 (Plain).
+struct DecBF16EO {
+  static constexpr bool kEvenOdd = true;
+  using Plain = DecBF16;
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx&, VF& a, VF& b) {
+    const hn::RebindToUnsigned<DF> du;
+    const auto w = hn::LoadU(du, reinterpret_cast<const uint32_t*>(row) + k * hn::Lanes(df) / 2);
+    a = hn::BitCast(df, hn::ShiftLeft<16>(w));
+    b = hn::BitCast(df, hn::And(w, hn::Set(du, 0xFFFF0000u)));
+  }
+};
+// Decoders in value order by default.
+template <class Dec, class = void>
+struct EvenOdd {
+  static constexpr bool value = false;
+  using Plain = Dec;
+};
+template <class Dec>
+struct EvenOdd<Dec, std::void_t<decltype(Dec::kEvenOdd)>> {
+  static constexpr bool value = Dec::kEvenOdd;
+  using Plain = typename Dec::Plain;
+};
+
+// Values [2N s, 2N s + 2N) of src in even / odd order (see DecBF16EO), n values.
+HWY_INLINE void ToEvenOdd(DF df, const float* src, float* dst, size_t n) {
+  const size_t N = hn::Lanes(df);
+  for (size_t s0 = 0; s0 < n; s0 += 2 * N) {
+    for (size_t j = 0; j < N; ++j) {
+      dst[s0 + j] = src[s0 + 2 * j];
+      dst[s0 + N + j] = src[s0 + 2 * j + 1];
+    }
+  }
+}
+// And back, in place.
+HWY_INLINE void FromEvenOdd(DF df, float* x, size_t n) {
+  const size_t N = hn::Lanes(df);
+  float tmp[2 * HWY_LANES(float)];
+  for (size_t s0 = 0; s0 < n; s0 += 2 * N) {
+    std::memcpy(tmp, x + s0, 2 * N * sizeof(float));
+    for (size_t j = 0; j < N; ++j) {
+      x[s0 + 2 * j] = tmp[j];
+      x[s0 + 2 * j + 1] = tmp[N + j];
+    }
+  }
+}
+
 struct DecQ8_0 {  // 34-byte blocks: f16 scale, 32 int8 codes
   static HWY_INLINE VF Codes(DF df, const uint8_t* p) {
     const hn::Rebind<int8_t, DF> di8;
@@ -407,7 +459,8 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     // (attention_prefill-inl.h).
     if (UsePrefillKernel(df, job, it)) {
       constexpr size_t kBlk = N >= 16 ? 16 : 8;  // score tokens / V dims per register block
-      RunItemPrefill<kD, kTile, kBlk, kBlk, KDec, VDec>(df, job, it, partial, kc, vc);
+      RunItemPrefill<kD, kTile, kBlk, kBlk, typename EvenOdd<KDec>::Plain, typename EvenOdd<VDec>::Plain>(
+          df, job, it, partial, kc, vc);
       return;
     }
   }
@@ -419,6 +472,18 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   const size_t* q_off = qs.q_off;
   const uint32_t lo = qs.lo, hi = qs.hi;
 
+  // K in even / odd order: the item's query vectors in that order too ([head][query][kD]).
+  constexpr bool kKEO = EvenOdd<KDec>::value, kVEO = EvenOdd<VDec>::value;
+  std::vector<float> q_eo;
+  if constexpr (kKEO) {
+    q_eo.resize(size_t{it.head_end - it.head_begin} * nq * kD);
+    for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
+      for (uint32_t i = 0; i < nq; ++i) {
+        ToEvenOdd(df, job.q + size_t{h} * G * kD + q_off[i],
+                  q_eo.data() + (size_t{h - it.head_begin} * nq + i) * kD, kD);
+      }
+    }
+  }
   HWY_ALIGN float s[kQG][kTile + N];  // scores, then probabilities, per query vector of a pass
   HWY_ALIGN float lanes[N];
   HWY_ALIGN float zero_q[kD] = {};     // stands in for missing query vectors of a pass
@@ -446,7 +511,13 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
         }
         if (a >= b) continue;
         const float* qv[kQG];
-        for (size_t g = 0; g < kQG; ++g) qv[g] = g < nqp ? qh + q_off[i0 + g] : zero_q;
+        for (size_t g = 0; g < kQG; ++g) {
+          if constexpr (kKEO) {
+            qv[g] = g < nqp ? q_eo.data() + (size_t{h - it.head_begin} * nq + i0 + g) * kD : zero_q;
+          } else {
+            qv[g] = g < nqp ? qh + q_off[i0 + g] : zero_q;
+          }
+        }
         // Scores: accumulator j = g * kTB + tt holds q_g . k_(t + tt).
         for (uint32_t t = t0; t < t1; t += kTB) {
           VF acc[N];
@@ -512,6 +583,11 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     }
     t0 = t1;
   }
+  if constexpr (kVEO) {  // accumulators back from even / odd to value order
+    for (size_t j = 0; j < size_t{it.head_end - it.head_begin} * nq; ++j) {
+      FromEvenOdd(df, partial + j * kStride + 2, kD);
+    }
+  }
 }
 
 // Picks the fast kernel for (K kind, V kind) at head_dim kD, or returns false.
@@ -533,7 +609,7 @@ bool RunFast(const Job& job, const Item& it, float* partial) {
     return true;                                                                         \
   }
     KVTIER_FAST_PAIR(kF16, 0, (DecF16), kF16, 0, (DecF16))
-    KVTIER_FAST_PAIR(kBF16, 0, (DecBF16), kBF16, 0, (DecBF16))
+    KVTIER_FAST_PAIR(kBF16, 0, (DecBF16EO), kBF16, 0, (DecBF16EO))
     KVTIER_FAST_PAIR(kF32, 0, (DecF32), kF32, 0, (DecF32))
     KVTIER_FAST_PAIR(kQ8_0, 0, (DecQ8_0), kQ8_0, 0, (DecQ8_0))
     KVTIER_FAST_PAIR(kQ4_0, 0, (DecQ4_0), kQ4_0, 0, (DecQ4_0))
