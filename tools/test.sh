@@ -61,6 +61,6 @@ if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
   build/tsan/src/base/kvtier_base_test --gtest_filter='ThreadPool*'
   build/tsan/src/base/kvtier_env_test --gtest_filter='EnvConcurrency*'
   build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*'
-  build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*:SsdTierBatch.*'
+  build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*:SsdTierBatch.*:SsdTierSegment.*'
 fi
 echo "== all tests passed (${SECONDS}s)"
