@@ -296,6 +296,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
     const NextTile next = PlanNextTile(kv, row, it, t1, qs.hi, kTile);
+    const uint32_t n_next = next.k ? std::min({qs.hi, (t1 / bt + 1) * bt, t1 + kTile}) - t1 : 0;
     for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
       PrefetchSlice(next, h - it.head_begin);
       const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * ks + h * kv.k_head_stride;
@@ -333,7 +334,18 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           ahead.kbytes = kv.k_head_stride;
           ahead.vbytes = kv.v_head_stride;
           for (uint32_t j = 0; j < 16; ++j) {
-            ahead.k[j] = kb + std::min<size_t>(t - t0 + 16 + j, nt - 1) * ks;
+            // Past this tile's rows: the next head's first rows of the tile, or after the last
+            // head the next tile's (so that every step's K rows are in L1 when it starts).
+            const uint32_t nxt = t - t0 + 16 + j;
+            if (nxt < nt) {
+              ahead.k[j] = kb + size_t{nxt} * ks;
+            } else if (h + 1 < it.head_end) {
+              ahead.k[j] = kb + kv.k_head_stride + std::min(j, nt - 1) * ks;
+            } else if (n_next > 0) {
+              ahead.k[j] = next.k + std::min(j, n_next - 1) * ks;
+            } else {
+              ahead.k[j] = kb + size_t{nt - 1} * ks;
+            }
             ahead.v[j] = vb + static_cast<size_t>(rel[j]) * vs;
           }
           ScoreStep16<kD, KF>(r, rel, ks, qp, kent, ahead, kg.group_shift, kg.n_groups, s + 4 * (t - t0));
