@@ -67,13 +67,15 @@ struct SsdTierOptions {
   std::string dir;                       // required; created if missing
   uint64_t max_bytes = 10ull << 30;      // --ssd-cache-max-gb (default 10)
   uint32_t queue_blocks = 64;            // blocks waiting for the writers, at most
-  // Writer threads: each block is its own synced file, and syncs of several files in flight
-  // overlap (one thread reaches about 60-75% of a plain sequential write here, four 95%).
+  // Writer threads: each writes and syncs its own batches, so several syncs are in flight
+  // at once (with per-block files one thread reached about 60-75% of a plain sequential
+  // write here, four 95%).
   uint32_t writer_threads = 4;
   // Group commit: a writer takes up to batch_blocks queued blocks (and at most batch_bytes
-  // of block files, at least one block) at once, writes them all, then syncs them all, renames
-  // them all and syncs each of their directories once. Small blocks then share the syncs'
-  // latency; every block is still durable under its final name before it is indexed.
+  // of records, at least one block) at once: one segment file (kSegments), or, with
+  // kBlockFiles, one file each, written, synced, renamed and their directories synced
+  // together. Small blocks then share the syncs' latency; every block is still durable under
+  // its final name before it is indexed.
   uint32_t batch_blocks = 16;
   uint64_t batch_bytes = 16ull << 20;
   // kFilesystem for batches of at least filesystem_sync_min_blocks blocks, kPerFile for
