@@ -71,30 +71,14 @@ TEST(SsdTierBatch, EveryFileIsSyncedBeforeAnyRenameAndEveryRenameBeforeTheIndex)
     o.batch_blocks = 6;
     Rig r = MakeRig(o, Format::Q8_0(), Format::F16(), 64);
     ASSERT_NE(r.tier, nullptr);
-    std::mutex mu;
-    std::vector<std::pair<Op, std::string>> log;
-    std::atomic<bool> go{false};
-    env->SetRule([&](Op op, uint64_t, const std::string& path) {
-      // The writer's first file waits until every block is queued: later batches are full.
-      while (op == Op::kOpenWrite && !go.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      // (An open retried after creating the file's subdirectory is logged once.)
-      const bool retry = op == Op::kOpenWrite && !log.empty() && log.back().second == path;
-      if (!retry && (op == Op::kOpenWrite || op == Op::kSync || op == Op::kRename ||
-                     op == Op::kSyncDir || op == Op::kSyncFs)) {
-        log.emplace_back(op, path);
-      }
-      return Fault::kNone;
-    });
     const std::vector<std::vector<int32_t>> entries = Entries(6, 0, 2);
-    for (const auto& t : entries) {
-      ASSERT_TRUE(r.cache->Store(testing::kModelA, t, testing::SeqOf(r.pool, t)).ok());
-    }
-    r.cache->Evict(UINT64_MAX);
-    go = true;
-    r.tier->Flush();
+    const std::vector<testing::OpRecord> log = testing::SpillLogged(
+        r, *env, entries, [](Op op, const std::string& path, const std::vector<testing::OpRecord>& l) {
+          // (An open retried after creating the file's subdirectory is logged once.)
+          const bool retry = op == Op::kOpenWrite && !l.empty() && l.back().second == path;
+          return !retry && (op == Op::kOpenWrite || op == Op::kSync || op == Op::kRename ||
+                            op == Op::kSyncDir || op == Op::kSyncFs);
+        });
     const uint64_t blocks = r.tier->Stats().spilled_blocks;
     ASSERT_GT(blocks, 12u);
     const Op data_sync = mode == SsdSyncMode::kPerFile ? Op::kSync : Op::kSyncFs;
@@ -125,7 +109,6 @@ TEST(SsdTierBatch, EveryFileIsSyncedBeforeAnyRenameAndEveryRenameBeforeTheIndex)
     EXPECT_EQ(largest, 6u);
     EXPECT_LT(batches, blocks);
     EXPECT_LE(dir_syncs, blocks);
-    env->SetRule(nullptr);
     for (const auto& t : entries) EXPECT_EQ(FetchChecked(r, t), t.size() - 1);
   }
 }

@@ -72,30 +72,13 @@ TEST(SsdTierSegment, ABatchIsOneFileSyncedRenamedAndSyncedBeforeItsBlocksAreInde
     {
       Rig r = MakeRig(o, Format::Q8_0(), Format::F16(), 64);
       ASSERT_NE(r.tier, nullptr);
-      std::mutex mu;
-      std::vector<std::pair<Op, std::string>> log;
-      std::atomic<bool> go{false};
-      env->SetRule([&](Op op, uint64_t, const std::string& path) {
-        // The writer's first file waits until every block is queued: later batches are full.
-        while (op == Op::kOpenWrite && !go.load()) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
-        std::lock_guard<std::mutex> lock(mu);
-        if (op == Op::kOpenWrite || op == Op::kSync || op == Op::kRename || op == Op::kSyncDir ||
-            op == Op::kSyncFs || op == Op::kAppend) {
-          if (!(op == Op::kAppend && !log.empty() && log.back().first == Op::kAppend)) {
-            log.emplace_back(op, path);
-          }
-        }
-        return Fault::kNone;
-      });
-      for (const auto& t : entries) {
-        ASSERT_TRUE(r.cache->Store(kModelA, t, testing::SeqOf(r.pool, t)).ok());
-      }
-      r.cache->Evict(UINT64_MAX);
-      go = true;
-      r.tier->Flush();
-      env->SetRule(nullptr);
+      const std::vector<testing::OpRecord> log = testing::SpillLogged(
+          r, *env, entries, [](Op op, const std::string&, const std::vector<testing::OpRecord>& l) {
+            // Consecutive appends of one file are logged once.
+            if (op == Op::kAppend) return l.empty() || l.back().first != Op::kAppend;
+            return op == Op::kOpenWrite || op == Op::kSync || op == Op::kRename ||
+                   op == Op::kSyncDir || op == Op::kSyncFs;
+          });
       spilled = r.tier->Stats().spilled_blocks;
       const Op data_sync = mode == SsdSyncMode::kPerFile ? Op::kSync : Op::kSyncFs;
       const Op dir_sync = mode == SsdSyncMode::kPerFile ? Op::kSyncDir : Op::kSyncFs;

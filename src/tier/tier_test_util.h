@@ -3,9 +3,14 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "kvtier/env.h"
@@ -159,6 +164,37 @@ void CrashTrial(const SsdTierOptions& o, MemEnv& mem, FaultInjectionEnv& env, Fo
         << "trial " << trial;
   }
   check(r);
+}
+
+// One file operation a fault rule saw.
+using OpRecord = std::pair<FaultInjectionEnv::Op, std::string>;
+
+// The file operations of a spill, in order: stores `entries` and evicts them while a rule on
+// `env` holds the first file opened for writing until every block is queued (so a single
+// writer finds its batches full), then releases the writers, waits for them and removes the
+// rule. `keep(op, path, log)` says whether (op, path) is appended to the returned log.
+template <class Keep>
+std::vector<OpRecord> SpillLogged(Rig& r, FaultInjectionEnv& env,
+                                  const std::vector<std::vector<int32_t>>& entries, Keep keep) {
+  std::mutex mu;
+  std::vector<OpRecord> log;
+  std::atomic<bool> go{false};
+  env.SetRule([&](FaultInjectionEnv::Op op, uint64_t, const std::string& path) {
+    while (op == FaultInjectionEnv::Op::kOpenWrite && !go.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (keep(op, path, log)) log.emplace_back(op, path);
+    return FaultInjectionEnv::Fault::kNone;
+  });
+  for (const auto& t : entries) {
+    EXPECT_TRUE(r.cache->Store(kModelA, t, SeqOf(r.pool, t)).ok());
+  }
+  r.cache->Evict(UINT64_MAX);
+  go = true;
+  r.tier->Flush();
+  env.SetRule(nullptr);
+  return log;
 }
 
 }  // namespace kvtier::testing
