@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/le_bytes.h"
 #include "base/timer.h"
 #include "tier/segment_file.h"
 #include "tier/ssd_tier_impl.h"
@@ -185,6 +186,12 @@ void SsdTier::Impl::Quarantine(uint64_t file, const std::string& why) {
   bytes -= b;
 }
 
+bool SsdTier::Impl::Foreign(const ModelFingerprint& model) const {
+  return !opt.keep_only_models.empty() &&
+         std::find(opt.keep_only_models.begin(), opt.keep_only_models.end(), model) ==
+             opt.keep_only_models.end();
+}
+
 Status SsdTier::Impl::ScanSegments() {
   const std::string dir = SegmentDir();
   KVTIER_ASSIGN_OR_RETURN(std::vector<DirEntry> list, env->ListDir(dir));
@@ -224,9 +231,7 @@ Status SsdTier::Impl::ScanSegments() {
     std::unique_lock<std::mutex> lock(mu);
     const uint64_t fid = AddFile(path, size, false);
     for (const tier::SegmentRecord& r : idx->records) {
-      if (!opt.keep_only_models.empty() &&
-          std::find(opt.keep_only_models.begin(), opt.keep_only_models.end(), r.header.model) ==
-              opt.keep_only_models.end()) {
+      if (Foreign(r.header.model)) {
         ++stats.removed_foreign;
         continue;
       }
@@ -269,8 +274,7 @@ Status SsdTier::Impl::ScanBlockFiles() {
       Result<size_t> n = (*file)->Read(0, buf.size(), buf.data());
       uint32_t hb = 0;
       if (n.ok() && *n == buf.size() && buf.size() == tier::kBlockFileFixedHeader) {
-        hb = static_cast<uint32_t>(buf[12]) | static_cast<uint32_t>(buf[13]) << 8 |
-             static_cast<uint32_t>(buf[14]) << 16 | static_cast<uint32_t>(buf[15]) << 24;
+        hb = GetLe32(buf.data() + 12);  // header_bytes
         if (hb > buf.size() && hb <= size && hb <= (1u << 20)) {
           buf.resize(hb);
           n = (*file)->Read(tier::kBlockFileFixedHeader, hb - tier::kBlockFileFixedHeader,
@@ -291,9 +295,7 @@ Status SsdTier::Impl::ScanBlockFiles() {
         QuarantinePath(path, h.status().message());
         continue;
       }
-      const bool foreign = !opt.keep_only_models.empty() &&
-                           std::find(opt.keep_only_models.begin(), opt.keep_only_models.end(),
-                                     h->model) == opt.keep_only_models.end();
+      const bool foreign = Foreign(h->model);
       bool keep = !foreign;
       if (keep) {
         std::lock_guard<std::mutex> lock(mu);

@@ -91,6 +91,8 @@ struct SsdTier::Impl {
 
   Status Scan();
   Status ScanBlockFiles();
+  // A block of a model keep_only_models does not list (never, when it is empty).
+  bool Foreign(const ModelFingerprint& model) const;
   Status ScanSegments();
   void WriterLoop();
   // Writes and publishes a batch of jobs: one segment (layout kSegments) or one file per job
