@@ -21,8 +21,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Runs `iters` rounds of 12 independent FMA chains; returns the FLOPs done.
 double FmaChains(size_t iters, float* sink) {
   const hn::ScalableTag<float> df;
-  auto a0 = hn::Set(df, 1.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0;
-  auto a6 = a0, a7 = a0, a8 = a0, a9 = a0, a10 = a0, a11 = a0;
+  // Distinct starting values: identical chains would be one chain to the compiler (it did fold
+  // them, and the probe then counted 12 FMAs for each one it ran).
+  auto a0 = hn::Set(df, 1.00f), a1 = hn::Set(df, 1.01f), a2 = hn::Set(df, 1.02f);
+  auto a3 = hn::Set(df, 1.03f), a4 = hn::Set(df, 1.04f), a5 = hn::Set(df, 1.05f);
+  auto a6 = hn::Set(df, 1.06f), a7 = hn::Set(df, 1.07f), a8 = hn::Set(df, 1.08f);
+  auto a9 = hn::Set(df, 1.09f), a10 = hn::Set(df, 1.10f), a11 = hn::Set(df, 1.11f);
   const auto m = hn::Set(df, 0.999999f), c = hn::Set(df, 1e-7f);
   for (size_t i = 0; i < iters; ++i) {
     a0 = hn::MulAdd(a0, m, c); a1 = hn::MulAdd(a1, m, c); a2 = hn::MulAdd(a2, m, c);
