@@ -286,10 +286,25 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
 
   const KEntries<kD, KF> kent(kg);
 
-  alignas(64) float s[kTile * 4];
   alignas(64) float dummy[kD] = {};
   const uint32_t bt = kv.block_tokens;
   const size_t ks = kv.k_token_stride, vs = kv.v_token_stride;
+  // Per tile: first the scores of every head and pass, a 16-token step at a time with the heads
+  // inside, so that K is read in address order (the rows of a step are one contiguous stretch
+  // of the block) and the hardware prefetchers stream it; then softmax and V head by head.
+  // Software prefetches only bring rows into L1 a step ahead (next step's K rows, this step's V
+  // rows): prefetching whole tiles into L2 held the line-fill buffers and was slower.
+  struct alignas(64) TileScores {
+    float s[kTile * 4];  // [token][query vector of the pass]
+  };
+  struct PassMask {
+    alignas(16) int32_t a[4];  // query g sees keys [a[g], b[g]) of the tile
+    alignas(16) int32_t b[4];
+    uint32_t lo = 0, hi = 0;   // union of the ranges
+  };
+  std::unique_ptr<TileScores[]> sc(new TileScores[size_t{nh} * npass]);  // [head][pass]
+  std::unique_ptr<PassMask[]> masks(new PassMask[npass]);
+  const size_t khs = kv.k_head_stride, vhs = kv.v_head_stride;
   for (uint32_t t0 = qs.lo; t0 < qs.hi;) {
     const uint32_t t1 = std::min({qs.hi, (t0 / bt + 1) * bt, t0 + kTile});
     const uint32_t nt = t1 - t0;
@@ -297,68 +312,99 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     const size_t slot = t0 % bt;
     const NextTile next = PlanNextTile(kv, row, it, t1, qs.hi, kTile);
     const uint32_t n_next = next.k ? std::min({qs.hi, (t1 / bt + 1) * bt, t1 + kTile}) - t1 : 0;
-    for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
-      PrefetchSlice(next, h - it.head_begin);
-      const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * ks + h * kv.k_head_stride;
-      const uint8_t* vb = kv.v_base + block * kv.block_stride + slot * vs + h * kv.v_head_stride;
+    // Rows of the item's first head in this tile.
+    const uint8_t* kt = kv.k_base + block * kv.block_stride + slot * ks + it.head_begin * khs;
+    const uint8_t* vt = kv.v_base + block * kv.block_stride + slot * vs + it.head_begin * vhs;
+    bool any = false;
+    for (uint32_t ps = 0; ps < npass; ++ps) {
+      PassMask& pm = masks[ps];
+      const uint32_t i0 = 4 * ps;
+      const uint32_t nqp = std::min<uint32_t>(4, nq - i0);
+      pm.lo = t1;
+      pm.hi = t0;
+      for (uint32_t g = 0; g < 4; ++g) {
+        pm.a[g] = pm.b[g] = 0;
+        if (g >= nqp) continue;
+        const uint32_t ag = std::max(t0, qs.first[i0 + g]);
+        const uint32_t bg = std::min(t1, qs.pos[i0 + g] + 1);
+        if (ag >= bg) continue;
+        pm.a[g] = static_cast<int32_t>(ag);
+        pm.b[g] = static_cast<int32_t>(bg);
+        pm.lo = std::min(pm.lo, ag);
+        pm.hi = std::max(pm.hi, bg);
+      }
+      any = any || pm.lo < pm.hi;
+    }
+    if (!any) {
+      t0 = t1;
+      continue;
+    }
+    // Scores, 16 tokens x 4 query vectors per step, token-major in sc. An item of every KV head
+    // reads whole token rows: the prefetches are then lines of contiguous ranges.
+    const bool all_heads = nh * khs == ks && nh * vhs == vs;
+    for (uint32_t t = t0; t < t1; t += 16) {
+      const uint32_t ntb = std::min<uint32_t>(16, t1 - t);
+      alignas(64) int32_t rel[16];  // rows from the head's first row of the tile
+      for (uint32_t j = 0; j < 16; ++j) rel[j] = static_cast<int32_t>(t - t0 + std::min(j, ntb - 1));
+      // The next step's K rows: this tile's, else the next tile's first ones.
+      const uint8_t* kn = nullptr;
+      uint32_t n_kn = 0, kn_first = 0;
+      if (t + 16 < t1) {
+        kn = kt;
+        kn_first = t - t0 + 16;
+        n_kn = std::min<uint32_t>(16, t1 - t - 16);
+      } else if (n_next > 0) {
+        kn = next.k;
+        n_kn = std::min<uint32_t>(16, n_next);
+      }
+      const uint32_t k_lines = kn ? static_cast<uint32_t>((n_kn * ks + 63) / 64) : 0;
+      const uint32_t v_lines = static_cast<uint32_t>((ntb * vs + 63) / 64);
+      const uint8_t* vstep = vt + size_t{t - t0} * vs;
+      for (uint32_t h = 0; h < nh; ++h) {
+        const uint8_t* kb = kt + h * khs;
+        const uint8_t* r[16];
+        for (uint32_t j = 0; j < 16; ++j) r[j] = kb + static_cast<size_t>(rel[j]) * ks;
+        L1Ahead ahead;
+        if (all_heads) {  // a share of each range per head
+          ahead.lines = true;
+          const uint32_t k0 = k_lines * h / nh, v0 = v_lines * h / nh;
+          ahead.kl = kn ? kn + size_t{kn_first} * ks + 64 * size_t{k0} : nullptr;
+          ahead.n_kl = k_lines * (h + 1) / nh - k0;
+          ahead.vl = vstep + 64 * size_t{v0};
+          ahead.n_vl = v_lines * (h + 1) / nh - v0;
+        } else {
+          ahead.kbytes = kn ? khs : 0;
+          ahead.vbytes = vhs;
+          for (uint32_t j = 0; j < 16; ++j) {
+            ahead.k[j] = kn ? kn + h * khs + size_t{kn_first + std::min(j, n_kn - 1)} * ks : nullptr;
+            ahead.v[j] = vt + h * vhs + static_cast<size_t>(rel[j]) * vs;
+          }
+        }
+        for (uint32_t ps = 0; ps < npass; ++ps) {
+          if (masks[ps].lo >= masks[ps].hi) continue;
+          ScoreStep16<kD, KF>(r, rel, ks, packs[size_t{h} * npass + ps], kent, ahead, kg.group_shift,
+                              kg.n_groups, sc[size_t{h} * npass + ps].s + 4 * (t - t0));
+          ahead = L1Ahead{};  // the rows are on their way
+        }
+      }
+    }
+    // Online softmax and V, head by head.
+    for (uint32_t h = 0; h < nh; ++h) {
+      const uint8_t* vb = vt + h * vhs;
       for (uint32_t ps = 0; ps < npass; ++ps) {
+        const PassMask& pm = masks[ps];
+        if (pm.lo >= pm.hi) continue;
         const uint32_t i0 = 4 * ps;
         const uint32_t nqp = std::min<uint32_t>(4, nq - i0);
-        alignas(16) int32_t va[4], vb_[4];
-        uint32_t a = t1, b = t0;
-        for (uint32_t g = 0; g < 4; ++g) {
-          va[g] = vb_[g] = 0;
-          if (g >= nqp) continue;
-          const uint32_t ag = std::max(t0, qs.first[i0 + g]);
-          const uint32_t bg = std::min(t1, qs.pos[i0 + g] + 1);
-          if (ag >= bg) continue;
-          va[g] = static_cast<int32_t>(ag);
-          vb_[g] = static_cast<int32_t>(bg);
-          a = std::min(a, ag);
-          b = std::max(b, bg);
-        }
-        if (a >= b) continue;
-        const QPack<kD>& qp = packs[size_t{h - it.head_begin} * npass + ps];
-        // Scores, 16 tokens x 4 query vectors per step, token-major in s.
-        for (uint32_t t = t0; t < t1; t += 16) {
-          const uint32_t ntb = std::min<uint32_t>(16, t1 - t);
-          const uint8_t* r[16];
-          alignas(64) int32_t rel[16];  // rows from kb
-          for (uint32_t j = 0; j < 16; ++j) {
-            rel[j] = static_cast<int32_t>(t - t0 + std::min(j, ntb - 1));
-            r[j] = kb + static_cast<size_t>(rel[j]) * ks;
-          }
-          // Into L1 ahead of use (the tile is in L2), spread over the step: the next step's K
-          // rows, this step's V rows.
-          L1Ahead ahead;
-          ahead.kbytes = kv.k_head_stride;
-          ahead.vbytes = kv.v_head_stride;
-          for (uint32_t j = 0; j < 16; ++j) {
-            // Past this tile's rows: the next head's first rows of the tile, or after the last
-            // head the next tile's (so that every step's K rows are in L1 when it starts).
-            const uint32_t nxt = t - t0 + 16 + j;
-            if (nxt < nt) {
-              ahead.k[j] = kb + size_t{nxt} * ks;
-            } else if (h + 1 < it.head_end) {
-              ahead.k[j] = kb + kv.k_head_stride + std::min(j, nt - 1) * ks;
-            } else if (n_next > 0) {
-              ahead.k[j] = next.k + std::min(j, n_next - 1) * ks;
-            } else {
-              ahead.k[j] = kb + size_t{nt - 1} * ks;
-            }
-            ahead.v[j] = vb + static_cast<size_t>(rel[j]) * vs;
-          }
-          ScoreStep16<kD, KF>(r, rel, ks, qp, kent, ahead, kg.group_shift, kg.n_groups, s + 4 * (t - t0));
-        }
-        // Online softmax.
+        float* s = sc[size_t{h} * npass + ps].s;
         float m[4], l[4], corr[4];
         float* st[4];
         for (uint32_t g = 0; g < 4; ++g) {
-          st[g] = g < nqp ? partial + (size_t{h - it.head_begin} * nq + i0 + g) * kStride : nullptr;
+          st[g] = g < nqp ? partial + (size_t{h} * nq + i0 + g) * kStride : nullptr;
           m[g] = st[g] ? st[g][0] : -std::numeric_limits<float>::infinity();
           l[g] = st[g] ? st[g][1] : 0.0f;
         }
-        Softmax4(s, (nt + 3) / 4, t0, va, vb_, job.softcap, m, l, corr);
+        Softmax4(s, (nt + 3) / 4, t0, pm.a, pm.b, job.softcap, m, l, corr);
         float* acc_ptr[4];
         for (uint32_t g = 0; g < 4; ++g) {
           if (st[g]) {
@@ -367,7 +413,8 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           }
           acc_ptr[g] = st[g] ? st[g] + 2 : dummy;
         }
-        AccumulateV<kD, VF>(vb + size_t{a - t0} * vs, vs, b - a, s + 4 * (a - t0), corr, acc_ptr, vg, vmap);
+        AccumulateV<kD, VF>(vb + size_t{pm.lo - t0} * vs, vs, pm.hi - pm.lo, s + 4 * (pm.lo - t0), corr,
+                            acc_ptr, vg, vmap);
       }
     }
     t0 = t1;

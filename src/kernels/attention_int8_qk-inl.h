@@ -126,16 +126,32 @@ KV_INL __m512i QWord(const QPack<kD>& qp, size_t sb, size_t plane, size_t half, 
   return _mm512_set1_epi32(v);
 }
 
-// Rows to bring into L1 during a score step: 16 K rows (the next step's) and 16 V rows, their
-// first kbytes / vbytes each; a few per sub-block, since a burst would stall on the fill buffers.
+// What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
+// the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
+// rows and this step's V rows of all heads, a share per head) or, for items of fewer heads,
+// the first kbytes / vbytes of 16 K rows (the next step's) and 16 V rows (this step's).
 struct L1Ahead {
-  const uint8_t* k[16];
+  bool lines = false;
+  const uint8_t* kl = nullptr;  // lines mode: first line and count of each range
+  const uint8_t* vl = nullptr;
+  uint32_t n_kl = 0, n_vl = 0;
+  const uint8_t* k[16];  // rows mode
   const uint8_t* v[16];
   size_t kbytes = 0, vbytes = 0;
 };
 
-KV_INL void PrefetchRows(const L1Ahead& a, size_t j0, size_t j1) {
-  for (size_t j = j0; j < j1; ++j) {
+// Sub-block sb of kSb: its share of the prefetches.
+KV_INL void PrefetchAhead(const L1Ahead& a, size_t sb, size_t kSb) {
+  if (a.lines) {
+    for (size_t i = a.n_kl * sb / kSb; i < a.n_kl * (sb + 1) / kSb; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(a.kl + 64 * i), _MM_HINT_T0);
+    }
+    for (size_t i = a.n_vl * sb / kSb; i < a.n_vl * (sb + 1) / kSb; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(a.vl + 64 * i), _MM_HINT_T0);
+    }
+    return;
+  }
+  for (size_t j = 16 * sb / kSb; j < 16 * (sb + 1) / kSb; ++j) {
     for (size_t o = 0; o < a.kbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a.k[j] + o), _MM_HINT_T0);
     for (size_t o = 0; o < a.vbytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a.v[j] + o), _MM_HINT_T0);
   }
@@ -184,7 +200,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_
       lacc[g] = KT::kAffine ? _mm512_setzero_si512() : _mm512_set1_epi32(qp.bias_low[sb0][g]);
     }
     for (size_t sb = sb0; sb < sb0 + span; ++sb) {
-      PrefetchRows(ahead, 16 * sb / kSb, 16 * (sb + 1) / kSb);
+      PrefetchAhead(ahead, sb, kSb);
       __m512i lo[4], hi[4];
       if constexpr (KT::kNibble) {
         __m512i c[4];
