@@ -311,7 +311,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
     const NextTile next = PlanNextTile(kv, row, it, t1, qs.hi, kTile);
-    const uint32_t n_next = next.k ? std::min({qs.hi, (t1 / bt + 1) * bt, t1 + kTile}) - t1 : 0;
+    const uint32_t n_next = next.n;
     // Rows of the item's first head in this tile.
     const uint8_t* kt = kv.k_base + block * kv.block_stride + slot * ks + it.head_begin * khs;
     const uint8_t* vt = kv.v_base + block * kv.block_stride + slot * vs + it.head_begin * vhs;

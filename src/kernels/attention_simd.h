@@ -87,13 +87,13 @@ inline void PrepareItem(const Job& job, const Item& it, size_t head_dim, float* 
   }
 }
 
-// The next tile's K and V bytes of an item's heads (from token t1, at most `tile` tokens inside
-// one block), prefetched into L2 a slice per head while the current tile is computed (a burst
-// would stall on the line-fill buffers). Empty when t1 >= hi.
+// Where the next tile's rows of an item's first head are (from token t1, at most `tile` tokens
+// inside one block) and how many tokens it has, so that a kernel can bring its first rows in
+// while the current tile is computed. Empty (n == 0) when t1 >= hi.
 struct NextTile {
   const uint8_t* k = nullptr;
   const uint8_t* v = nullptr;
-  size_t kbytes = 0, vbytes = 0, k_slice = 0, v_slice = 0;
+  uint32_t n = 0;
 };
 
 inline NextTile PlanNextTile(const PagedKvView& kv, const PagedKvRow& row, const Item& it,
@@ -101,28 +101,12 @@ inline NextTile PlanNextTile(const PagedKvView& kv, const PagedKvRow& row, const
   NextTile n;
   if (t1 >= hi) return n;
   const uint32_t bt = kv.block_tokens;
-  const uint32_t n1 = std::min(std::min(hi, (t1 / bt + 1) * bt), t1 + tile) - t1;
+  n.n = std::min(std::min(hi, (t1 / bt + 1) * bt), t1 + tile) - t1;
   const size_t b1 = static_cast<size_t>(row.block_table[t1 / bt]);
   const size_t s1 = t1 % bt;
-  const uint32_t nh = it.head_end - it.head_begin;
   n.k = kv.k_base + b1 * kv.block_stride + s1 * kv.k_token_stride + it.head_begin * kv.k_head_stride;
   n.v = kv.v_base + b1 * kv.block_stride + s1 * kv.v_token_stride + it.head_begin * kv.v_head_stride;
-  n.kbytes = (n1 - 1) * kv.k_token_stride + nh * kv.k_head_stride;
-  n.vbytes = (n1 - 1) * kv.v_token_stride + nh * kv.v_head_stride;
-  n.k_slice = (n.kbytes / nh + 63) / 64 * 64;
-  n.v_slice = (n.vbytes / nh + 63) / 64 * 64;
   return n;
-}
-
-// Prefetches slice j (one per head of the item) of the next tile.
-inline void PrefetchSlice(const NextTile& n, size_t j) {
-  if (n.k == nullptr) return;
-  for (size_t o = j * n.k_slice; o < std::min(n.kbytes, (j + 1) * n.k_slice); o += 64) {
-    __builtin_prefetch(n.k + o, 0, 2);
-  }
-  for (size_t o = j * n.v_slice; o < std::min(n.vbytes, (j + 1) * n.v_slice); o += 64) {
-    __builtin_prefetch(n.v + o, 0, 2);
-  }
 }
 
 std::string TargetName();
