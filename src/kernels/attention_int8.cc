@@ -8,12 +8,14 @@
 // broadcast query bytes sums each row in its own lane (high plane, low plane), no horizontal
 // reductions; the sums are scaled by the rows' block scales times the query's scale. Code
 // offsets (q4_0: 8; q8_0: 128 after xor 0x80) are exact: the dot products start from
-// -offset * sum(query codes). Affine biases add bias * sum(q) with the float query. The
-// softmax is online per tile of at most 32 tokens (scores stored token-major, 4 query vectors
-// per token); V codes are converted in registers with each block's scale folded into the
-// softmax weights and accumulated in f32 (attention_int8_v-inl.h; affine4 V in an even / odd
-// value order that is restored when the item ends). Nothing here grows with the context.
-// Stateless apart from the on/off switch; thread-safe.
+// -offset * sum(query codes). Affine biases add bias * sum(q) with the float query. Per tile
+// of at most 32 tokens, every head's scores come first, step by step with the heads inside (K
+// read in address order), into one small buffer per head and pass; then, head by head, the
+// online softmax (scores token-major, 4 query vectors per token) and V: codes are converted
+// in registers with each block's scale folded into the softmax weights and accumulated in f32
+// (attention_int8_v-inl.h; affine4 V in an even / odd value order that is restored when the
+// item ends). Software prefetches bring lines into L1 a step ahead (see ScoreStep16).
+// Nothing here grows with the context. Stateless apart from the on/off switch; thread-safe.
 #include "kernels/attention_int8.h"
 
 #include <algorithm>
