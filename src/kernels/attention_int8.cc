@@ -416,7 +416,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           acc_ptr[g] = st[g] ? st[g] + 2 : dummy;
         }
         AccumulateV<kD, VF>(vb + size_t{pm.lo - t0} * vs, vs, pm.hi - pm.lo, s + 4 * (pm.lo - t0), corr,
-                            acc_ptr, vg, vmap);
+                            acc_ptr, vmap);
       }
     }
     t0 = t1;

@@ -4,10 +4,11 @@
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
 // sum_t p[4 t + g] * v_t. Each 32-value block's scale is folded into the weights once per token,
 // w[t][b][g] = p[4 t + g] * scale(t, b) (lanes 4 b + g, the scales of 4 blocks picked from the
-// row's first bytes by one word permute), so the codes only need converting to f32: q4_0
-// through a 16-entry table of c - 8, q8_0 and affine8 by a sign / zero extension, affine4 by a
-// table of 0..15 (in even / odd value order, restored when the item ends). Affine biases add
-// sum_t p[4 t + g] * bias(t, b) to each block's 32 values once per call.
+// row's first bytes by one word permute); the weights are rounded to int16 per call and the
+// codes of two tokens at a time, widened to int16 pairs, are multiplied by `vpdpwssd` (two
+// products per 32-bit lane, half the instructions of f32 FMAs) into int32 sums that are scaled
+// once per call. q4_0's code offset and the affine biases are added per block once per call;
+// affine4 values are in even / odd order, restored when the item ends.
 #pragma once
 
 template <size_t kD>
@@ -68,82 +69,111 @@ KV_INL __m512 PickHalves(const uint8_t* row, const VScaleMap<kD>& m, size_t v, _
   return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, idx, hi)));
 }
 
-// Codes of block p of a row as f32 (without scale): a holds values 0..15 and b 16..31 (affine4:
-// the even values, then the odd ones).
+KV_INL __m256i Interleave16(const uint8_t* a, const uint8_t* b) {  // 16 bytes of each, byte-wise
+  const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
+  const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(x0, x1)),
+                                 _mm_unpackhi_epi8(x0, x1), 1);
+}
+
 template <Fmt F>
-KV_INL void VCodes(const uint8_t* row, size_t p, __m512 table, __m512& a, __m512& b) {
+KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c[2]) {
   if constexpr (F == Fmt::kQ4_0 || F == Fmt::kA4) {
-    const uint8_t* c = row + (F == Fmt::kQ4_0 ? 18 * p + 2 : 16 * p);
-    const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(c)));
-    a = _mm512_permutexvar_ps(w, table);  // vpermps reads the low 4 bits of each index
-    b = _mm512_permutexvar_ps(_mm512_srli_epi32(w, 4), table);
+    const size_t o = F == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b;
+    const __m512i z = _mm512_cvtepu8_epi16(Interleave16(r0 + o, r1 + o));
+    const __m512i nib = _mm512_set1_epi16(0x0f);
+    c[0] = _mm512_and_si512(z, nib);
+    c[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), nib);
   } else if constexpr (F == Fmt::kQ8_0) {
-    const __m128i* c = reinterpret_cast<const __m128i*>(row + 34 * p + 2);
-    a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c)));
-    b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(c + 1)));
+    const size_t o = 34 * b + 2;
+    c[0] = _mm512_cvtepi8_epi16(Interleave16(r0 + o, r1 + o));
+    c[1] = _mm512_cvtepi8_epi16(Interleave16(r0 + o + 16, r1 + o + 16));
   } else {
-    const __m128i* c = reinterpret_cast<const __m128i*>(row + 32 * p);
-    a = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(c)));
-    b = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(c + 1)));
+    const size_t o = 32 * b;
+    c[0] = _mm512_cvtepu8_epi16(Interleave16(r0 + o, r1 + o));
+    c[1] = _mm512_cvtepu8_epi16(Interleave16(r0 + o + 16, r1 + o + 16));
   }
 }
 
 // Weighted V of one pass (see the header comment) over n <= kTile rows from vr (stride vs), p
 // the n tokens' probabilities ([n][4]). Not inlined, so that the sweeps' 16 accumulators
-// (4 query vectors x 4 chunks) get the registers to themselves.
+// (4 query vectors x 4 chunks) get the registers to themselves. Per call (a tile), each weight w[t][b][g] = p[4 t + g] * scale(t, b) is rounded to a
+// multiple of max_t |w| / 32767 (its block and query vector's largest), i.e. to 2^-15 of the
+// largest; a pair of tokens' codes is interleaved as int16 pairs (VPairCodes), `vpdpwssd`
+// against the pair's weights (broadcast) accumulates in int32 (at most 32 * 32767 * 255 * 2 per
+// lane: no overflow) and the sums are scaled once per call. q4_0's code offset comes back as
+// -8 * sum_t w per block; affine biases as sum_t p * bias.
 template <size_t kD, Fmt VF>
 __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs, uint32_t n,
                                                    const float* p, const float corr[4],
-                                                   float* const acc[4], const Geo& vg,
-                                                   const VScaleMap<kD>& sm) {
+                                                   float* const acc[4], const VScaleMap<kD>& sm) {
   using S = VShape<kD>;
+  constexpr size_t kNB = S::kNB;
   constexpr bool kAffine = VF == Fmt::kA8 || VF == Fmt::kA4;
-  alignas(64) float w[kTile * S::kW];  // [token][weight lane 4 b + g]
-  __m512 bsum[S::kVecs];               // affine: sum_t p * bias, lanes 4 b + g
-  for (size_t v = 0; v < S::kVecs; ++v) bsum[v] = _mm512_setzero_ps();
+  alignas(64) float w[(kTile + 1) * S::kW];   // [token][weight lane 4 b + g]
+  alignas(64) float step[S::kW], bias[S::kW];  // per lane: the int16 step; what the offset adds
+  alignas(64) int32_t wp[kTile / 2 * S::kW];  // [token pair][lane]: (w[2 i], w[2 i + 1]) as int16
+  __m512 wmax[S::kVecs], wsum[S::kVecs];
+  for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = _mm512_setzero_ps();
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   for (uint32_t t = 0; t < n; ++t) {
     const uint8_t* row = vr + t * vs;
     const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
     for (size_t v = 0; v < S::kVecs; ++v) {
-      _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_mul_ps(PickHalves<kD>(row, sm, v, sm.sidx[v]), pv));
+      const __m512 x = _mm512_mul_ps(PickHalves<kD>(row, sm, v, sm.sidx[v]), pv);
+      _mm512_store_ps(w + t * S::kW + 16 * v, x);
+      wmax[v] = _mm512_max_ps(wmax[v], _mm512_and_ps(x, abs_mask));
       if constexpr (kAffine) {
-        bsum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, bsum[v]);
+        wsum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, wsum[v]);
+      } else if constexpr (VF == Fmt::kQ4_0) {
+        wsum[v] = _mm512_add_ps(wsum[v], x);
       }
     }
   }
-  const __m512 table = VF == Fmt::kQ4_0
-                           ? _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7)
-                           : _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  constexpr size_t kCG = 4;  // V chunks (16 values, half a block) per sweep
-  for (size_t c0 = 0; c0 < kD / 16; c0 += kCG) {
-    __m512 o[4][kCG];
-    for (size_t g = 0; g < 4; ++g) {
-      const __m512 cg = _mm512_set1_ps(corr[g]);
-      for (size_t c = 0; c < kCG; ++c) o[g][c] = _mm512_mul_ps(_mm512_loadu_ps(acc[g] + (c0 + c) * 16), cg);
+  for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + n * S::kW + 16 * v, _mm512_setzero_ps());
+  __m512 inv[S::kVecs];
+  for (size_t v = 0; v < S::kVecs; ++v) {
+    const __mmask16 nz = _mm512_cmp_ps_mask(wmax[v], _mm512_setzero_ps(), _CMP_GT_OQ);
+    inv[v] = _mm512_maskz_div_ps(nz, _mm512_set1_ps(32767.0f), wmax[v]);
+    _mm512_store_ps(step + 16 * v, _mm512_mul_ps(wmax[v], _mm512_set1_ps(1.0f / 32767.0f)));
+    _mm512_store_ps(bias + 16 * v, VF == Fmt::kQ4_0 ? _mm512_mul_ps(wsum[v], _mm512_set1_ps(-8.0f)) : wsum[v]);
+  }
+  const uint32_t np = (n + 1) / 2;
+  const __m512i low16 = _mm512_set1_epi32(0xffff);
+  for (uint32_t i = 0; i < np; ++i) {
+    for (size_t v = 0; v < S::kVecs; ++v) {
+      const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + 2 * i * S::kW + 16 * v), inv[v]));
+      const __m512i b = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + (2 * i + 1) * S::kW + 16 * v), inv[v]));
+      _mm512_store_si512(wp + i * S::kW + 16 * v, _mm512_or_si512(_mm512_and_si512(a, low16), _mm512_slli_epi32(b, 16)));
     }
-    for (uint32_t t = 0; t < n; ++t) {
-      __m512 x[kCG];
-      for (size_t c = 0; c < kCG; c += 2) VCodes<VF>(vr + t * vs, (c0 + c) / 2, table, x[c], x[c + 1]);
-      const float* wt = w + t * S::kW + 4 * (c0 / 2);
-      for (size_t g = 0; g < 4; ++g) {
-        for (size_t c = 0; c < kCG; ++c) {
-          o[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(wt[4 * (c / 2) + g]), x[c], o[g][c]);
+  }
+  for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
+    __m512i o[4][4];                         // [query vector][chunk]
+    for (size_t g = 0; g < 4; ++g) {
+      for (size_t c = 0; c < 4; ++c) o[g][c] = _mm512_setzero_si512();
+    }
+    for (uint32_t i = 0; i < np; ++i) {
+      const uint8_t* r0 = vr + size_t{2 * i} * vs;
+      const uint8_t* r1 = 2 * i + 1 < n ? r0 + vs : r0;  // an odd call's last token: weight 0
+      const int32_t* wi = wp + i * S::kW;
+      for (size_t bb = 0; bb < 2; ++bb) {
+        __m512i c[2];
+        VPairCodes<VF>(r0, r1, b0 + bb, c);
+        for (size_t g = 0; g < 4; ++g) {
+          const __m512i wv = _mm512_set1_epi32(wi[4 * (b0 + bb) + g]);
+          o[g][2 * bb] = _mm512_dpwssd_epi32(o[g][2 * bb], c[0], wv);
+          o[g][2 * bb + 1] = _mm512_dpwssd_epi32(o[g][2 * bb + 1], c[1], wv);
         }
       }
     }
     for (size_t g = 0; g < 4; ++g) {
-      for (size_t c = 0; c < kCG; ++c) _mm512_storeu_ps(acc[g] + (c0 + c) * 16, o[g][c]);
-    }
-  }
-  if constexpr (kAffine) {  // + sum_t p * bias over each block's 32 values
-    alignas(64) float bs[S::kW];
-    for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(bs + 16 * v, bsum[v]);
-    for (size_t b = 0; b < S::kNB; ++b) {
-      for (size_t g = 0; g < 4; ++g) {
-        const __m512 x = _mm512_set1_ps(bs[4 * b + g]);
-        float* a = acc[g] + 32 * b;
-        _mm512_storeu_ps(a, _mm512_add_ps(_mm512_loadu_ps(a), x));
-        _mm512_storeu_ps(a + 16, _mm512_add_ps(_mm512_loadu_ps(a + 16), x));
+      const __m512 cg = _mm512_set1_ps(corr[g]);
+      for (size_t c = 0; c < 4; ++c) {
+        const size_t b = b0 + c / 2;
+        float* a = acc[g] + (2 * b0 + c) * 16;
+        __m512 base = _mm512_mul_ps(_mm512_loadu_ps(a), cg);
+        if constexpr (VF != Fmt::kQ8_0) base = _mm512_add_ps(base, _mm512_set1_ps(bias[4 * b + g]));
+        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(o[g][c]), _mm512_set1_ps(step[4 * b + g]), base));
       }
     }
   }
