@@ -97,9 +97,9 @@ KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c
 
 // Weighted V of one pass (see the header comment) over n <= kTile rows from vr (stride vs), p
 // the n tokens' probabilities ([n][4]). Not inlined, so that the sweeps' 16 accumulators
-// (4 query vectors x 4 chunks) get the registers to themselves. Per call (a tile), each weight w[t][b][g] = p[4 t + g] * scale(t, b) is rounded to a
-// multiple of max_t |w| / 32767 (its block and query vector's largest), i.e. to 2^-15 of the
-// largest; a pair of tokens' codes is interleaved as int16 pairs (VPairCodes), `vpdpwssd`
+// (4 query vectors x 4 chunks) get the registers to themselves. Per call (a tile), each weight
+// w[t][b][g] = p[4 t + g] * scale(t, b) is rounded to a multiple of max_t |w| / 32767 (its
+// block and query vector's largest), i.e. to 2^-15 of the largest; a pair of tokens' codes is interleaved as int16 pairs (VPairCodes), `vpdpwssd`
 // against the pair's weights (broadcast) accumulates in int32 (at most 32 * 32767 * 255 * 2 per
 // lane: no overflow) and the sums are scaled once per call. q4_0's code offset comes back as
 // -8 * sum_t w per block; affine biases as sum_t p * bias.
