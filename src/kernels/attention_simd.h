@@ -87,12 +87,11 @@ inline void PrepareItem(const Job& job, const Item& it, size_t head_dim, float* 
   }
 }
 
-// Where the next tile's rows of an item's first head are (from token t1, at most `tile` tokens
+// Where the next tile's K rows of an item's first head are (from token t1, at most `tile` tokens
 // inside one block) and how many tokens it has, so that a kernel can bring its first rows in
 // while the current tile is computed. Empty (n == 0) when t1 >= hi.
 struct NextTile {
   const uint8_t* k = nullptr;
-  const uint8_t* v = nullptr;
   uint32_t n = 0;
 };
 
@@ -105,7 +104,6 @@ inline NextTile PlanNextTile(const PagedKvView& kv, const PagedKvRow& row, const
   const size_t b1 = static_cast<size_t>(row.block_table[t1 / bt]);
   const size_t s1 = t1 % bt;
   n.k = kv.k_base + b1 * kv.block_stride + s1 * kv.k_token_stride + it.head_begin * kv.k_head_stride;
-  n.v = kv.v_base + b1 * kv.block_stride + s1 * kv.v_token_stride + it.head_begin * kv.v_head_stride;
   return n;
 }
 
