@@ -21,7 +21,9 @@
 
 #include "kernels/attention_int8.h"
 #include "kernels/attention_prefill-inl.h"
+#include "kernels/attention_q16.h"
 #include "kernels/attention_simd.h"
+#include "kernels/attention_softmax-inl.h"
 #include "quant/quant_simd.h"
 #include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
@@ -34,54 +36,6 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 constexpr uint32_t kTile = 32;
 
-
-// One online-softmax step over a tile for one query vector: `s` holds the scaled scores of
-// keys t0 .. t0 + n_pad (whole vectors). Applies the soft-cap, masks keys outside [a, b) to
-// -inf, updates st = {m, l} and leaves the probabilities exp(s - m) in `s` (0 where masked).
-// Returns the factor the accumulator must be scaled by (1 when nothing was visible).
-HWY_INLINE float SoftmaxStep(DF df, float* s, uint32_t n_pad, uint32_t t0, uint32_t a, uint32_t b,
-                             float softcap, float* st) {
-  constexpr size_t N = HWY_LANES(float);
-  const hn::RebindToSigned<DF> di;
-  const VF vneg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
-  const auto lane = hn::Iota(di, 0);
-  VF mx = vneg_inf;
-  for (uint32_t c = 0; c < n_pad; c += static_cast<uint32_t>(N)) {
-    VF x = hn::Load(df, s + c);
-    if (softcap > 0) {
-      // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
-      const VF cap = hn::Set(df, softcap);
-      const VF y = hn::Div(x, cap);
-      const VF e = hn::Exp(df, hn::Add(y, y));
-      const VF one = hn::Set(df, 1.0f);
-      x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
-    }
-    const auto t_abs = hn::Add(lane, hn::Set(di, static_cast<int32_t>(t0 + c)));
-    const auto vis = hn::And(hn::Gt(t_abs, hn::Set(di, static_cast<int32_t>(a) - 1)),
-                             hn::Lt(t_abs, hn::Set(di, static_cast<int32_t>(b))));
-    x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
-    mx = hn::Max(mx, x);
-    hn::Store(x, df, s + c);
-  }
-  const float m_new = std::max(st[0], hn::GetLane(hn::MaxOfLanes(df, mx)));
-  if (m_new == -std::numeric_limits<float>::infinity()) {  // nothing visible here
-    std::fill(s, s + n_pad, 0.0f);
-    return 1.0f;
-  }
-  const float corr = std::exp(st[0] - m_new);  // 0 on the first visible tile (m = -inf)
-  const VF vm = hn::Set(df, m_new);
-  VF sum = hn::Zero(df);
-  for (uint32_t c = 0; c < n_pad; c += static_cast<uint32_t>(N)) {
-    const VF x = hn::Load(df, s + c);
-    // exp(-inf) is 0 for masked keys; the select keeps it exact whatever Exp does there.
-    const VF p = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, vm)));
-    sum = hn::Add(sum, p);
-    hn::Store(p, df, s + c);
-  }
-  st[1] = st[1] * corr + hn::GetLane(hn::SumOfLanes(df, sum));
-  st[0] = m_new;
-  return corr;
-}
 
 template <size_t kD>
 bool RunItemD(const Job& job, const Item& it, float* partial) {
@@ -446,7 +400,9 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   constexpr size_t V = kD / N;    // chunks per row
   constexpr size_t kQG = 4;       // query vectors per pass
   constexpr size_t kTB = N / kQG;  // tokens per score batch
-  constexpr size_t kCG = 4;       // V chunks per accumulator pass
+  // V chunks per accumulator pass: kQG x kCG accumulators must leave registers for the decoded
+  // chunks (16 vector registers below AVX-512).
+  constexpr size_t kCG = N >= 16 ? 4 : 2;
   static_assert(N % kQG == 0 && V % kCG == 0, "fast path geometry");
   constexpr size_t kStride = kD + 2;
   const PagedKvView& kv = *job.kv;
@@ -490,11 +446,21 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   HWY_ALIGN float dummy[kD] = {};      // their (discarded) accumulators
   const VF vscale = hn::Set(df, job.scale);
   const uint32_t bt = kv.block_tokens;
+  const uint32_t nh = it.head_end - it.head_begin;
+  const uint32_t npass = (nq + kQG - 1) / kQG;
+  Drip kdrip, vdrip;  // the next tile's K (during the scores) and V (during the V sums)
   for (uint32_t t0 = lo; t0 < hi;) {
     const uint32_t t1 = std::min({hi, (t0 / bt + 1) * bt, t0 + kTile});
     const uint32_t nt = t1 - t0;
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
+    {
+      const uint64_t k_steps = uint64_t{nh} * npass * ((nt + kTB - 1) / std::max<size_t>(kTB, 1));
+      const uint64_t v_steps = uint64_t{nh} * npass * (V / kCG) * nt;
+      const NextTile next = PlanNextTile(kv, row, it, t1, hi, kTile);
+      kdrip.Plan(next.k, next.n, kv.k_token_stride, nh * kv.k_head_stride, k_steps);
+      vdrip.Plan(next.v, next.n, kv.v_token_stride, nh * kv.v_head_stride, v_steps);
+    }
     for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
       const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * kv.k_token_stride +
                           h * kv.k_head_stride;
@@ -520,6 +486,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
         }
         // Scores: accumulator j = g * kTB + tt holds q_g . k_(t + tt).
         for (uint32_t t = t0; t < t1; t += kTB) {
+          kdrip.Step();
           VF acc[N];
           for (size_t j = 0; j < N; ++j) acc[j] = hn::Zero(df);
           const uint32_t ntb = std::min<uint32_t>(kTB, t1 - t);
@@ -567,6 +534,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
             for (size_t c = 0; c < kCG; ++c) o[g][c] = hn::Mul(hn::LoadU(df, acc_ptr[g] + (c0 + c) * N), cg);
           }
           for (uint32_t t = a; t < b; ++t) {
+            vdrip.Step();
             const uint8_t* vr = vb + (t - t0) * kv.v_token_stride;
             VF vv[kCG];
             for (size_t c = 0; c < kCG; c += 2) VDec::Pair(df, vr, c0 + c, vc, vv[c], vv[c + 1]);
@@ -581,6 +549,8 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
         }
       }
     }
+    kdrip.Finish();
+    vdrip.Finish();
     t0 = t1;
   }
   if constexpr (kVEO) {  // accumulators back from even / odd to value order
@@ -641,6 +611,12 @@ bool RunItemImpl(const Job& job, const Item& item, float* partial) {
   // AVX-512 targets: quantized K takes the int8 q.k path where the CPU has VNNI.
   if (Int8QkEnabled() && RunItemInt8(job, item, partial)) return true;
 #endif
+  // Quantized K and V: the int16 q.k path, but for prefill items the micro-kernel takes.
+  if constexpr (HWY_LANES(float) >= 8) {
+    if (!UsePrefillKernel(DF(), job, item) && RunItemQ16(job, item, partial)) return true;
+  } else {
+    if (RunItemQ16(job, item, partial)) return true;
+  }
   switch (job.kv->head_dim) {
     case 64: return RunFast<64>(job, item, partial) || RunItemD<64>(job, item, partial);
     case 80: return RunItemD<80>(job, item, partial);

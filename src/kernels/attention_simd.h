@@ -87,11 +87,12 @@ inline void PrepareItem(const Job& job, const Item& it, size_t head_dim, float* 
   }
 }
 
-// Where the next tile's K rows of an item's first head are (from token t1, at most `tile` tokens
+// Where the next tile's K and V rows of an item's first head are (from token t1, at most `tile` tokens
 // inside one block) and how many tokens it has, so that a kernel can bring its first rows in
 // while the current tile is computed. Empty (n == 0) when t1 >= hi.
 struct NextTile {
   const uint8_t* k = nullptr;
+  const uint8_t* v = nullptr;
   uint32_t n = 0;
 };
 
@@ -104,8 +105,61 @@ inline NextTile PlanNextTile(const PagedKvView& kv, const PagedKvRow& row, const
   const size_t b1 = static_cast<size_t>(row.block_table[t1 / bt]);
   const size_t s1 = t1 % bt;
   n.k = kv.k_base + b1 * kv.block_stride + s1 * kv.k_token_stride + it.head_begin * kv.k_head_stride;
+  n.v = kv.v_base + b1 * kv.block_stride + s1 * kv.v_token_stride + it.head_begin * kv.v_head_stride;
   return n;
 }
+
+// Lines of the next tile's K (or V) rows of an item's heads, brought into L2 a few at a time
+// over the current tile's steps: spread out, not in a burst that holds every line-fill buffer.
+// The rows are one contiguous range when the item covers every KV head (rows of a token sit
+// together), else `n_rows` runs of `run_bytes` at `stride`.
+struct Drip {
+  // Plans the rows [t1, t1 + n) of the item's heads from `first` (row t1's first head) over
+  // `steps` calls of Step(); n = 0: nothing.
+  void Plan(const uint8_t* first, uint32_t n, size_t token_stride, size_t head_bytes, uint64_t steps) {
+    *this = Drip{};
+    if (n == 0) return;
+    p_ = run_start_ = first;
+    if (head_bytes == token_stride) {  // one contiguous range
+      run_lines_ = static_cast<uint32_t>((n * token_stride + 63) / 64);
+      left_ = run_lines_;
+    } else {
+      stride_ = token_stride;
+      run_lines_ = static_cast<uint32_t>((head_bytes + 63) / 64);
+      left_ = run_lines_ * n;
+    }
+    line_ = run_lines_;
+    rate_ = steps > 0 ? ((uint64_t{left_} << 16) + steps - 1) / steps : 0;
+  }
+  // One step: issues its share of the lines.
+  inline void Step() {
+    credit_ += rate_;
+    for (; credit_ >= kOne && left_ > 0; credit_ -= kOne) Issue();
+  }
+  // Issues what is left.
+  inline void Finish() {
+    while (left_ > 0) Issue();
+  }
+
+ private:
+  static constexpr uint64_t kOne = uint64_t{1} << 16;  // one line, 16.16 fixed point
+  inline void Issue() {
+    __builtin_prefetch(p_, 0, 2);
+    p_ += 64;
+    --left_;
+    if (--line_ == 0) {  // next run (rows mode)
+      line_ = run_lines_;
+      run_start_ += stride_;
+      p_ = run_start_;
+    }
+  }
+  const uint8_t* p_ = nullptr;
+  const uint8_t* run_start_ = nullptr;
+  size_t stride_ = 0;
+  uint32_t run_lines_ = 0, line_ = 0;  // lines per run; left in this run
+  uint32_t left_ = 0;                  // lines not issued yet
+  uint64_t rate_ = 0, credit_ = 0;     // lines per step and owed, 16.16 fixed point
+};
 
 std::string TargetName();
 

@@ -14,6 +14,7 @@
 #include "base/half.h"
 #include "base/thread_pool.h"
 #include "kernels/attention_int8.h"
+#include "kernels/attention_q16.h"
 #include "kernels/attention_ref.h"
 #include "kvtier/batch_cache.h"
 #include "kvtier/quant.h"
@@ -37,10 +38,15 @@ struct Case {
   uint64_t seed = 1;
 };
 
-// Turns the int8 q.k path off for the tests of the exact (f32) paths, and back on after.
+// Turns the paths that quantize the query (int8, int16) off for the tests of the exact (f32)
+// paths, and back on after.
+void SetQuantizedQk(bool on) {
+  attn::SetInt8QkEnabled(on);
+  attn::SetInt16QkEnabled(on);
+}
 struct ExactQk {
-  ExactQk() { attn::SetInt8QkEnabled(false); }
-  ~ExactQk() { attn::SetInt8QkEnabled(true); }
+  ExactQk() { SetQuantizedQk(false); }
+  ~ExactQk() { SetQuantizedQk(true); }
 };
 
 // Builds the cache (2 layers; layer 1 is used), runs both, returns ||out - ref|| / ||ref||.
@@ -113,12 +119,12 @@ std::string Describe(const Case& c) {
 class AttentionTargets : public ::testing::TestWithParam<long long> {
  protected:
   void SetUp() override {
-    attn::SetInt8QkEnabled(false);
+    SetQuantizedQk(false);
     ASSERT_TRUE(QuantForceSimdTarget(GetParam()));
   }
   void TearDown() override {
     QuantForceSimdTarget(0);
-    attn::SetInt8QkEnabled(true);
+    SetQuantizedQk(true);
   }
 };
 
@@ -431,6 +437,111 @@ TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
     }
   }
 }
+
+// The int16 q.k path (every target with 4 or more float lanes; AVX-512 VNNI CPUs take the
+// int8 path for the formats both serve, so it is off here): the query is quantized to int16,
+// one scale per vector, so the bound is docs/kernels.md's, relative error < 1e-3 against the
+// float64 reference on the dequantized K/V, as for the int8 path. The errors seen are ~1e-5;
+// a path that did not run would show ~1e-7, so the test also checks that it ran (but on the
+// one-lane target, which it does not serve).
+class AttentionInt16Targets : public ::testing::TestWithParam<long long> {
+ protected:
+  void SetUp() override {
+    attn::SetInt8QkEnabled(false);
+    ASSERT_TRUE(QuantForceSimdTarget(GetParam()));
+  }
+  void TearDown() override {
+    QuantForceSimdTarget(0);
+    attn::SetInt8QkEnabled(true);
+  }
+  bool Served() const { return GetParam() != (1LL << 62); }  // HWY_SCALAR: one lane
+};
+
+constexpr double kInt16Bound = 1e-3;
+
+TEST_P(AttentionInt16Targets, EveryServedFormatHeadDimAndGqaRatio) {
+  ThreadPool pool(2);
+  std::vector<std::pair<Format, Format>> pairs = {{Format::Q8_0(), Format::Q8_0()},
+                                                  {Format::Q4_0(), Format::Q4_0()},
+                                                  {Format::Q8_0(), Format::Q4_0()}};
+  const DType scale_dtypes[] = {DType::kF16, DType::kBF16, DType::kF32};
+  for (int bits : {8, 4}) {
+    for (int group : {32, 64, 128}) {
+      const Format f = Format::Affine(bits, group, scale_dtypes[(bits + group / 32) % 3]);
+      pairs.push_back({f, f});
+    }
+  }
+  uint64_t seed = 900;
+  double worst = 0, least = 1;
+  for (const auto& [kf, vf] : pairs) {
+    for (uint32_t d : {64u, 96u, 128u, 256u}) {
+      if (!kf.CheckHeadDim(d).ok() || !vf.CheckHeadDim(d).ok()) continue;
+      for (uint32_t g : {1u, 3u, 4u, 8u}) {
+        Case c;
+        c.k = kf;
+        c.v = vf;
+        c.head_dim = d;
+        c.group = g;
+        c.n_kv_heads = g == 8 ? 1 : 2;
+        c.lengths = {150, 1, 40};
+        c.q_lens = {1, 1, 3};
+        c.block_tokens = 16;
+        c.seed = ++seed;
+        const double err = RelError(c, &pool);
+        EXPECT_LT(err, kInt16Bound) << Describe(c);
+        worst = std::max(worst, err);
+        least = std::min(least, err);
+      }
+    }
+  }
+  if (Served()) {
+    EXPECT_GT(least, 1e-6) << "the int16 path did not run";
+  }
+  std::printf("int16 q.k: relative error %.2e .. %.2e (bound %.0e)\n", least, worst, kInt16Bound);
+}
+
+TEST_P(AttentionInt16Targets, MasksWindowsSoftcapSplitsAndScales) {
+  ThreadPool pool(2);
+  uint64_t seed = 1000;
+  for (const Format& f : {Format::Q4_0(), Format::Affine(4, 64, DType::kBF16)}) {
+    for (uint32_t window : {0u, 1u, 7u, 40u}) {
+      for (float softcap : {0.0f, 5.0f}) {
+        Case c;
+        c.k = c.v = f;
+        c.lengths = {90, 64, 3};
+        c.q_lens = {7, 1, 2};
+        c.window = window;
+        c.softcap = softcap;
+        c.scale = softcap > 0 ? 0.3f : 0.0f;
+        c.seed = ++seed;
+        EXPECT_LT(RelError(c, &pool), kInt16Bound) << Describe(c);
+      }
+    }
+    // One long row split across threads; larger K/V magnitudes (sharper softmax).
+    for (float kv_scale : {1.0f, 2.0f}) {
+      Case c;
+      c.k = c.v = f;
+      c.n_kv_heads = 1;
+      c.group = 4;
+      c.lengths = {3000};
+      c.block_tokens = 32;
+      c.kv_scale = kv_scale;
+      c.seed = ++seed;
+      const double err = RelError(c, &pool);
+      EXPECT_LT(err, kInt16Bound) << Describe(c);
+      if (Served()) {
+        EXPECT_GT(err, 1e-6) << Describe(c) << ": the int16 path did not run";
+      }
+      EXPECT_LT(RelError(c, nullptr), kInt16Bound) << Describe(c) << " (no pool)";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTargets, AttentionInt16Targets,
+                         ::testing::ValuesIn(QuantAvailableSimdTargets()),
+                         [](const ::testing::TestParamInfo<long long>& info) {
+                           return "target_" + std::to_string(info.param);
+                         });
 
 TEST(Attention, BadShapesAreErrors) {
   BlockPoolOptions o;

@@ -40,6 +40,18 @@ HWY_INLINE VF SumBatch(DF df, const VF* acc) {
       _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(u0), _mm512_castps_pd(u1))),
       _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(u0), _mm512_castps_pd(u1))));
   return VF{v};
+#elif HWY_TARGET == HWY_AVX2
+  (void)df;
+  // Pairwise horizontal adds: after two rounds, 128-bit half h of s0123 holds the partial sums
+  // of inputs 0..3 over their half h (s4567 likewise for 4..7); the halves then add up.
+  const __m256 s01 = _mm256_hadd_ps(acc[0].raw, acc[1].raw);
+  const __m256 s23 = _mm256_hadd_ps(acc[2].raw, acc[3].raw);
+  const __m256 s45 = _mm256_hadd_ps(acc[4].raw, acc[5].raw);
+  const __m256 s67 = _mm256_hadd_ps(acc[6].raw, acc[7].raw);
+  const __m256 s0123 = _mm256_hadd_ps(s01, s23);
+  const __m256 s4567 = _mm256_hadd_ps(s45, s67);
+  return VF{_mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+                          _mm256_permute2f128_ps(s0123, s4567, 0x31))};
 #else
   constexpr size_t N = HWY_LANES(float);
   HWY_ALIGN float sums[N];

@@ -1,0 +1,538 @@
+// The int16 q.k path (attention_q16.h): quantized K and V without the int8 (VNNI) path, on every
+// Highway target with 4 or more float lanes (AVX2, SSE4, NEON, AVX-512 without VNNI).
+//
+// Per item, each KV head's query vectors are quantized once to int16 with one scale per K
+// "unit" (a q8_0 / q4_0 block of 32 values, or an affine scale group), in the lane order of the
+// K codes below. Per token and unit, the K codes are widened to int16 in registers (q4_0 minus
+// its offset 8; affine codes as they are) and multiplied pairwise with the query codes
+// (ReorderWidenMulAccumulate: vpmaddwd on x86), summed in int32, converted once per unit and
+// scaled by the K unit scale times the query scale; affine biases add bias x sum(q) per unit
+// after the horizontal sums (N / 4 tokens x 4 query vectors at once, SumBatch). The online
+// softmax is the f32 kernels' (attention_softmax-inl.h). V: each unit's scale is folded into the
+// softmax weights once per token (w = p x scale), the V codes are converted to f32 without
+// scaling and accumulated with f32 FMAs, 4 query vectors x kCG chunks of N values per pass;
+// q4_0's offset comes back as -8 x sum_t w per block and affine biases as sum_t p x bias, once
+// per tile. The next tile's K and V are brought into L2 a few lines per step (Drip).
+// Fixed-size buffers only, apart from the item's quantized queries. Stateless apart from the
+// on/off switch; thread-safe.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_q16.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/aligned_allocator.h"
+#include "hwy/contrib/math/math-inl.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
+
+#include "kernels/attention_q16.h"
+#include "kernels/attention_simd.h"
+#include "kernels/attention_softmax-inl.h"
+#include "quant/simd_reduce-inl.h"
+#include "quant/simd_scalar-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace kvtier::attn::HWY_NAMESPACE {
+#if HWY_TARGET == HWY_SCALAR
+// One lane: nothing to pair; the exact paths serve.
+bool RunItemQ16Impl(const Job&, const Item&, float*) { return false; }
+#else
+namespace {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+using D16 = hn::Repartition<int16_t, DF>;  // 2N lanes
+using DI32 = hn::RebindToSigned<DF>;
+constexpr uint32_t kTile = 32;
+constexpr size_t kQG = 4;  // query vectors per pass
+
+enum class QK { kQ8_0, kQ4_0, kA8, kA4 };
+
+template <QK F>
+constexpr bool kAffine = F == QK::kA8 || F == QK::kA4;
+
+// What a row's decoders need besides its bytes: affine scale / bias offsets, log2 of the
+// values per unit (q formats: 5).
+struct RowGeo {
+  size_t scales_off = 0, biases_off = 0;
+  uint32_t unit_shift = 5;
+};
+
+RowGeo MakeGeo(const Format& f, size_t d) {
+  RowGeo g;
+  if (f.kind == FormatKind::kAffine) {
+    g.unit_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
+    g.scales_off = d * f.bits / 8;
+    g.biases_off = g.scales_off + (d >> g.unit_shift) * DTypeSize(f.scale_dtype);
+  }
+  return g;
+}
+
+// Scale (and affine bias) of unit u of a row, as f32; kS: the affine scale dtype.
+template <QK F, DType kS>
+HWY_INLINE float UnitScale(const uint8_t* row, size_t u, const RowGeo& g) {
+  if constexpr (F == QK::kQ8_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 34 * u, 0);
+  if constexpr (F == QK::kQ4_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 18 * u, 0);
+  return kvtier::HWY_NAMESPACE::LoadScalar(kS, row + g.scales_off, u);
+}
+template <DType kS>
+HWY_INLINE float UnitBias(const uint8_t* row, size_t u, const RowGeo& g) {
+  return kvtier::HWY_NAMESPACE::LoadScalar(kS, row + g.biases_off, u);
+}
+
+// ---------------------------------------------------------------- K codes in int16
+//
+// A sub-block is 32 values (a q block, or 32 values of an affine group); its codes fill
+// 32 / Lanes(D16) int16 vectors. Vector j of sub-block sb holds values 32 sb + j L + l in lane
+// l (L = Lanes(D16)), except affine4, whose vector j holds the even values of its range in the
+// low half and the odd ones in the high half (the nibbles of a byte); QCodes::Build lays the
+// query out in the same order.
+template <QK F>
+HWY_INLINE hn::Vec<D16> KCodes(const uint8_t* row, size_t sb, size_t j) {
+  const D16 d16;
+  const hn::RebindToUnsigned<D16> du16;
+  constexpr size_t L = HWY_LANES(int16_t);
+  if constexpr (F == QK::kQ8_0) {
+    const hn::Rebind<int8_t, D16> d8;
+    return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(row + 34 * sb + 2 + j * L)));
+  } else if constexpr (F == QK::kA8) {
+    const hn::Rebind<uint8_t, D16> d8;
+    return hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(d8, row + 32 * sb + j * L)));
+  } else if constexpr (F == QK::kQ4_0 && L <= 16) {
+    // Values j L .. of the block: low nibbles of bytes 0..15 are values 0..15, high ones 16..31.
+    const hn::Rebind<uint8_t, D16> d8;
+    const auto w = hn::PromoteTo(du16, hn::LoadU(d8, row + 18 * sb + 2 + (j * L) % 16));
+    const auto nib = j * L < 16 ? hn::And(w, hn::Set(du16, 0x0f)) : hn::ShiftRight<4>(w);
+    return hn::Sub(hn::BitCast(d16, nib), hn::Set(d16, 8));
+  } else {
+    // q4_0 with 32 lanes (the whole block: low nibbles, then high ones) or affine4 (low nibbles
+    // = even values in the low half, high nibbles = odd values in the high half).
+    const hn::Half<decltype(du16)> dh16;
+    const hn::Rebind<uint8_t, decltype(dh16)> d8;
+    const uint8_t* p = F == QK::kQ4_0 ? row + 18 * sb + 2 : row + 16 * sb + j * L / 2;
+    const auto w = hn::PromoteTo(dh16, hn::LoadU(d8, p));
+    const auto lo = hn::And(w, hn::Set(dh16, 0x0f));
+    const auto hi = hn::ShiftRight<4>(w);
+    const auto c = hn::BitCast(d16, hn::Combine(du16, hi, lo));
+    if constexpr (F == QK::kQ4_0) return hn::Sub(c, hn::Set(d16, 8));
+    return c;
+  }
+}
+
+// ---------------------------------------------------------------- V codes in f32
+//
+// Where chunk c (values c N .. c N + N - 1) of a row's codes starts (byte offset) and, for
+// q4_0, which nibble it takes (shift 0: low, 4: high).
+template <QK F>
+struct VChunk {
+  size_t off = 0;
+  int shift = 0;
+  static VChunk At(size_t c) {
+    constexpr size_t N = HWY_LANES(float);
+    const size_t v0 = c * N;
+    VChunk k;
+    if constexpr (F == QK::kQ8_0) k.off = 34 * (v0 / 32) + 2 + v0 % 32;
+    if constexpr (F == QK::kQ4_0) {
+      k.off = 18 * (v0 / 32) + 2 + v0 % 16;
+      k.shift = v0 % 32 >= 16 ? 4 : 0;
+    }
+    if constexpr (F == QK::kA8) k.off = v0;
+    if constexpr (F == QK::kA4) k.off = v0 / 2;
+    return k;
+  }
+};
+
+// The chunk's codes as f32, unscaled: q8_0 signed, q4_0 the nibble (0..15: its offset 8 is
+// taken off once per tile), affine the code.
+template <QK F>
+HWY_INLINE VF VCodes(const uint8_t* p, int shift) {
+  const DF df;
+  const DI32 di;
+  const hn::RebindToUnsigned<DF> du;
+  const hn::Rebind<uint8_t, DF> d8;
+  if constexpr (F == QK::kQ8_0) {
+    const hn::Rebind<int8_t, DF> ds8;
+    return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(ds8, reinterpret_cast<const int8_t*>(p))));
+  } else if constexpr (F == QK::kQ4_0) {
+    const auto w = hn::PromoteTo(du, hn::LoadU(d8, p));
+    return hn::ConvertTo(df, hn::BitCast(di, hn::And(hn::ShiftRightSame(w, shift), hn::Set(du, 0x0f))));
+  } else if constexpr (F == QK::kA8) {
+    return hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d8, p))));
+  } else {
+    // N / 2 bytes -> N nibbles, low nibble first: u16 lanes (lo | hi << 8) as bytes.
+    const hn::Repartition<uint16_t, decltype(d8)> dw;
+    const hn::Rebind<uint8_t, decltype(dw)> d8h;
+    const auto w = hn::PromoteTo(dw, hn::LoadU(d8h, p));
+    const auto codes = hn::BitCast(d8, hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
+                                              hn::ShiftLeft<4>(hn::And(w, hn::Set(dw, 0x00f0)))));
+    return hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du, codes)));
+  }
+}
+
+// ---------------------------------------------------------------- the query
+//
+// Query vectors of an item quantized to int16 with one scale per vector (max |q| / 32767: a
+// step of about 1e-4 of the largest value, far below the 1e-4 output bound), codes
+// [head][vector][kD] in the K codes' lane order, scales [head][vector] (times the softmax
+// scale) and, for affine K, the float sum of each scale group's values [head][vector][unit]
+// (times the softmax scale). Vectors past nq (a pass's padding) are zero.
+template <size_t kD, QK KF>
+struct QCodes {
+  hwy::AlignedFreeUniquePtr<int16_t[]> codes;
+  hwy::AlignedFreeUniquePtr<float[]> scale, sum;
+
+  void Build(const Job& job, const Item& it, const ItemQueries& qs, size_t unit, uint32_t nvec) {
+    const DF df;
+    constexpr size_t N = HWY_LANES(float);
+    const uint32_t nh = it.head_end - it.head_begin;
+    const uint32_t nq = it.qv_end - it.qv_begin;
+    const size_t n_units = kD / unit;
+    codes = hwy::AllocateAligned<int16_t>(size_t{nh} * nvec * kD);
+    scale = hwy::AllocateAligned<float>(size_t{nh} * nvec);
+    sum = hwy::AllocateAligned<float>(size_t{nh} * nvec * n_units);
+    const hn::Rebind<int16_t, DF> d16n;  // N lanes
+    for (uint32_t h = 0; h < nh; ++h) {
+      for (uint32_t i = 0; i < nvec; ++i) {
+        const size_t v = size_t{h} * nvec + i;
+        int16_t* c = codes.get() + v * kD;
+        float* sm = sum.get() + v * n_units;
+        if (i >= nq) {
+          std::fill(c, c + kD, int16_t{0});
+          std::fill(sm, sm + n_units, 0.0f);
+          scale[v] = 0.0f;
+          continue;
+        }
+        const float* q = job.q + size_t{it.head_begin + h} * job.group * kD + qs.q_off[i];
+        VF am = hn::Zero(df);
+        for (size_t k = 0; k < kD; k += N) am = hn::Max(am, hn::Abs(hn::LoadU(df, q + k)));
+        const float amax = hn::GetLane(hn::MaxOfLanes(df, am));
+        scale[v] = amax / 32767.0f * job.scale;
+        const VF inv = hn::Set(df, amax > 0 ? 32767.0f / amax : 0.0f);
+        for (size_t k = 0; k < kD; k += 2 * N) {  // 2N values: one int16 vector of codes
+          VF x0 = hn::LoadU(df, q + k), x1 = hn::LoadU(df, q + k + N);
+          if constexpr (KF == QK::kA4) {  // even values, then odd ones
+            const VF e = hn::ConcatEven(df, x1, x0);
+            x1 = hn::ConcatOdd(df, x1, x0);
+            x0 = e;
+          }
+          hn::StoreU(hn::DemoteTo(d16n, hn::NearestInt(hn::Mul(x0, inv))), d16n, c + k);
+          hn::StoreU(hn::DemoteTo(d16n, hn::NearestInt(hn::Mul(x1, inv))), d16n, c + k + N);
+        }
+        for (size_t u = 0; u < n_units; ++u) {
+          VF su = hn::Zero(df);
+          for (size_t k = u * unit; k < (u + 1) * unit; k += N) su = hn::Add(su, hn::LoadU(df, q + k));
+          sm[u] = hn::GetLane(hn::SumOfLanes(df, su)) * job.scale;
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------- the kernel
+
+// Per token: sum over K units of unit scale x (int16 codes . query codes), for the pass's 4
+// query vectors, into acc[g] (f32, N lanes each: summed across lanes later). q formats: one
+// unit per 32-value block (kUnits, a constant); affine: n_units groups of sb_per_unit blocks.
+template <size_t kD, QK KF, DType kS, size_t kUnits>
+HWY_INLINE void TokenScores(const uint8_t* kr, const int16_t* qcodes, size_t n_units,
+                            size_t sb_per_unit, const RowGeo& kg, VF acc[kQG]) {
+  const DF df;
+  const D16 d16;
+  const DI32 di32;
+  constexpr size_t L = 2 * HWY_LANES(float);
+  constexpr size_t kNv = 32 / L;  // int16 vectors per 32-value block
+  const size_t nu = kUnits > 0 ? kUnits : n_units;
+  const size_t spu = kUnits > 0 ? 1 : sb_per_unit;
+  for (size_t g = 0; g < kQG; ++g) acc[g] = hn::Zero(df);
+  for (size_t u = 0; u < nu; ++u) {
+    hn::Vec<DI32> isum[kQG], isum1[kQG];
+    for (size_t g = 0; g < kQG; ++g) isum[g] = isum1[g] = hn::Zero(di32);
+    for (size_t sb = u * spu; sb < (u + 1) * spu; ++sb) {
+      for (size_t j = 0; j < kNv; ++j) {
+        const auto kc = KCodes<KF>(kr, sb, j);
+        for (size_t g = 0; g < kQG; ++g) {
+          const auto qv = hn::Load(d16, qcodes + g * kD + 32 * sb + j * L);
+          isum[g] = hn::ReorderWidenMulAccumulate(di32, kc, qv, isum[g], isum1[g]);
+        }
+      }
+    }
+    const VF dk = hn::Set(df, UnitScale<KF, kS>(kr, u, kg));
+    for (size_t g = 0; g < kQG; ++g) {
+      acc[g] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(isum[g], isum1[g])), dk, acc[g]);
+    }
+  }
+}
+
+// One V pass over tokens [0, n) of a tile: o[g][c] += w[t][unit of chunk c][g] x codes of
+// chunk c0 + c of row t, for kCG chunks; chunk c has the weights of unit c / kCPU of the pass
+// (w points at the first one), so each weight is broadcast once per token.
+template <QK F, size_t kCG, size_t kCPU, size_t kWT>
+HWY_INLINE void VPass(const uint8_t* vr, size_t vs, uint32_t n, const float* w, const VChunk<F> ch[kCG],
+                      VF o[kQG][kCG]) {
+  const DF df;
+  constexpr size_t kU = (kCG + kCPU - 1) / kCPU;  // units of the pass
+  for (uint32_t t = 0; t < n; ++t, vr += vs, w += kWT) {
+    VF vv[kCG];
+    for (size_t c = 0; c < kCG; ++c) vv[c] = VCodes<F>(vr + ch[c].off, ch[c].shift);
+    for (size_t u = 0; u < kU; ++u) {
+      for (size_t g = 0; g < kQG; ++g) {
+        const VF wg = hn::Set(df, w[u * kQG + g]);
+        for (size_t c = u * kCPU; c < std::min(kCG, (u + 1) * kCPU); ++c) o[g][c] = hn::MulAdd(wg, vv[c], o[g][c]);
+      }
+    }
+  }
+}
+
+template <size_t kD, QK KF, QK VF_, DType kS>
+void RunQ16(const Job& job, const Item& it, float* partial) {
+  const DF df;
+  const hn::CappedTag<float, 4> d4;
+  constexpr size_t N = HWY_LANES(float);
+  constexpr size_t kTB = N / kQG;      // tokens per horizontal-sum step (N vectors)
+  constexpr size_t V = kD / N;         // V chunks per row
+  constexpr size_t kCG = N >= 16 && V % 4 == 0 ? 4 : 2;  // V chunks per accumulator pass
+  constexpr size_t kKUnits = kAffine<KF> ? 0 : kD / 32;  // K units, when constant
+  constexpr size_t kWT = kD / 32 * kQG;                   // floats of a token's V weights
+  static_assert(kTB >= 1 && 32 % (2 * N) == 0 && V % kCG == 0, "int16 path geometry");
+  constexpr size_t kStride = kD + 2;
+  const PagedKvView& kv = *job.kv;
+  const PagedKvRow& row = kv.rows[it.row];
+  const uint32_t nh = it.head_end - it.head_begin;
+  const uint32_t nq = it.qv_end - it.qv_begin;
+  const uint32_t npass = static_cast<uint32_t>((nq + kQG - 1) / kQG);
+  const RowGeo kg = MakeGeo(kv.k_format, kD), vg = MakeGeo(kv.v_format, kD);
+  const size_t k_units = kD >> kg.unit_shift, v_units = kD >> vg.unit_shift;
+  const size_t k_sb_per_unit = size_t{1} << (kg.unit_shift - 5);
+  ItemQueries qs;
+  PrepareItem(job, it, kD, partial, &qs);
+  const size_t nvec = size_t{npass} * kQG;
+  QCodes<kD, KF> qc;
+  qc.Build(job, it, qs, size_t{1} << kg.unit_shift, static_cast<uint32_t>(nvec));
+
+  // V chunks of each pass: byte offsets, nibble shifts and weight offsets (unit x 4).
+  VChunk<VF_> chunk[V];
+  size_t uoff[V];
+  for (size_t c = 0; c < V; ++c) {
+    chunk[c] = VChunk<VF_>::At(c);
+    uoff[c] = ((c * N) >> vg.unit_shift) * kQG;
+  }
+
+  HWY_ALIGN float part[kTile + kTB][kQG][N];  // per token: the 4 vectors' unsummed scores
+  HWY_ALIGN float s[kQG][kTile + N];           // scores, then probabilities, per query vector
+  HWY_ALIGN float lanes[N];
+  HWY_ALIGN float w[kTile][kWT];               // V weights p x unit scale [token][unit][vector]
+  HWY_ALIGN float off[kWT];                    // per V unit: what the offset / biases add
+  HWY_ALIGN float dummy[kD] = {};              // accumulators of a pass's missing vectors
+  const uint32_t bt = kv.block_tokens;
+  const size_t ks = kv.k_token_stride, vs = kv.v_token_stride;
+  Drip kdrip, vdrip;
+  for (uint32_t t0 = qs.lo; t0 < qs.hi;) {
+    const uint32_t t1 = std::min({qs.hi, (t0 / bt + 1) * bt, t0 + kTile});
+    const uint32_t nt = t1 - t0;
+    const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
+    const size_t slot = t0 % bt;
+    const NextTile next = PlanNextTile(kv, row, it, t1, qs.hi, kTile);
+    kdrip.Plan(next.k, next.n, ks, nh * kv.k_head_stride, uint64_t{nh} * npass * nt);
+    vdrip.Plan(next.v, next.n, vs, nh * kv.v_head_stride, uint64_t{nh} * npass * (V / kCG));
+    for (uint32_t h = 0; h < nh; ++h) {
+      const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * ks + (it.head_begin + h) * kv.k_head_stride;
+      const uint8_t* vb = kv.v_base + block * kv.block_stride + slot * vs + (it.head_begin + h) * kv.v_head_stride;
+      for (uint32_t ps = 0; ps < npass; ++ps) {
+        const uint32_t i0 = ps * static_cast<uint32_t>(kQG);
+        const uint32_t nqp = std::min<uint32_t>(kQG, nq - i0);
+        uint32_t a = t1, b = t0;  // keys any vector of the pass sees
+        for (uint32_t g = 0; g < nqp; ++g) {
+          a = std::min(a, std::max(t0, qs.first[i0 + g]));
+          b = std::max(b, std::min(t1, qs.pos[i0 + g] + 1));
+        }
+        if (a >= b) continue;
+        const size_t qv0 = size_t{h} * nvec + i0;  // first vector of the pass in qc
+        const int16_t* qcodes = qc.codes.get() + qv0 * kD;  // [vector][kD]
+        const float* qsum = qc.sum.get() + qv0 * k_units;
+        // Scores: per token the 4 vectors' lane partials, then kTB tokens x 4 vectors summed
+        // across lanes at once and scaled by each vector's query scale.
+        for (uint32_t t = 0; t < nt; ++t) {
+          kdrip.Step();
+          VF acc[kQG];
+          TokenScores<kD, KF, kS, kKUnits>(kb + size_t{t} * ks, qcodes, k_units, k_sb_per_unit, kg, acc);
+          for (size_t g = 0; g < kQG; ++g) hn::Store(acc[g], df, part[t][g]);
+        }
+        for (uint32_t t = nt; t % kTB != 0; ++t) {
+          for (size_t g = 0; g < kQG; ++g) hn::Store(hn::Zero(df), df, part[t][g]);
+        }
+        HWY_ALIGN float qscale[N];  // lane g kTB + tt: vector g's scale
+        for (size_t j = 0; j < N; ++j) qscale[j] = qc.scale[qv0 + j / kTB];
+        const VF vqs = hn::Load(df, qscale);
+        for (uint32_t t = 0; t < nt; t += static_cast<uint32_t>(kTB)) {
+          VF in[N];
+          for (size_t g = 0; g < kQG; ++g) {
+            for (size_t tt = 0; tt < kTB; ++tt) in[g * kTB + tt] = hn::Load(df, part[t + tt][g]);
+          }
+          hn::Store(hn::Mul(kvtier::HWY_NAMESPACE::SumBatch(df, in), vqs), df, lanes);
+          for (size_t tt = 0; tt < kTB; ++tt) {
+            for (size_t g = 0; g < kQG; ++g) s[g][t + tt] = lanes[g * kTB + tt];
+          }
+        }
+        if constexpr (kAffine<KF>) {  // biases: sum over groups of bias x sum of the query
+          for (uint32_t t = 0; t < nt; ++t) {
+            const uint8_t* kr = kb + size_t{t} * ks;
+            for (size_t u = 0; u < k_units; ++u) {
+              const float bu = UnitBias<kS>(kr, u, kg);
+              for (size_t g = 0; g < kQG; ++g) s[g][t] += bu * qsum[g * k_units + u];
+            }
+          }
+        }
+        // Online softmax per query vector.
+        const uint32_t nt_pad = static_cast<uint32_t>((nt + N - 1) / N * N);
+        HWY_ALIGN float corr[kQG];
+        float* acc_ptr[kQG];
+        for (uint32_t g = 0; g < kQG; ++g) {
+          if (g < nqp) {
+            float* st = partial + (size_t{h} * nq + i0 + g) * kStride;
+            corr[g] = SoftmaxStep(df, s[g], nt_pad, t0, std::max(t0, qs.first[i0 + g]),
+                                  std::min(t1, qs.pos[i0 + g] + 1), job.softcap, st);
+            acc_ptr[g] = st + 2;
+          } else {
+            corr[g] = 1.0f;
+            std::fill(s[g], s[g] + nt_pad, 0.0f);
+            acc_ptr[g] = dummy;
+          }
+        }
+        // V weights (unit scale folded in) and what each unit's offset or bias adds.
+        auto voff = hn::Zero(d4);
+        for (size_t u = 0; u < v_units; ++u) hn::Store(voff, d4, off + u * kQG);
+        for (uint32_t t = a; t < b; ++t) {
+          const uint8_t* vr = vb + size_t{t - t0} * vs;
+          HWY_ALIGN float pg[kQG];
+          for (size_t g = 0; g < kQG; ++g) pg[g] = s[g][t - t0];
+          const auto p4 = hn::Load(d4, pg);
+          for (size_t u = 0; u < v_units; ++u) {
+            const auto x = hn::Mul(p4, hn::Set(d4, UnitScale<VF_, kS>(vr, u, vg)));
+            hn::Store(x, d4, w[t - t0] + u * kQG);
+            if constexpr (VF_ == QK::kQ4_0) {
+              hn::Store(hn::MulAdd(x, hn::Set(d4, -8.0f), hn::Load(d4, off + u * kQG)), d4, off + u * kQG);
+            } else if constexpr (kAffine<VF_>) {
+              hn::Store(hn::MulAdd(p4, hn::Set(d4, UnitBias<kS>(vr, u, vg)), hn::Load(d4, off + u * kQG)), d4,
+                        off + u * kQG);
+            }
+          }
+        }
+        // Weighted V: 4 x kCG accumulators per pass over kCG chunks.
+        for (size_t c0 = 0; c0 < V; c0 += kCG) {
+          vdrip.Step();
+          VF o[kQG][kCG];
+          for (size_t g = 0; g < kQG; ++g) {
+            const VF cg = hn::Set(df, corr[g]);
+            for (size_t c = 0; c < kCG; ++c) {
+              o[g][c] = hn::MulAdd(hn::LoadU(df, acc_ptr[g] + (c0 + c) * N), cg, hn::Set(df, off[uoff[c0 + c] + g]));
+            }
+          }
+          const float* wa = w[a - t0] + uoff[c0];
+          if (kCG * N <= size_t{1} << vg.unit_shift) {  // one unit
+            VPass<VF_, kCG, kCG, kWT>(vb + size_t{a - t0} * vs, vs, b - a, wa, chunk + c0, o);
+          } else {  // 32-value units (q formats, affine groups of 32)
+            VPass<VF_, kCG, 32 / N, kWT>(vb + size_t{a - t0} * vs, vs, b - a, wa, chunk + c0, o);
+          }
+          for (size_t g = 0; g < kQG; ++g) {
+            for (size_t c = 0; c < kCG; ++c) hn::StoreU(o[g][c], df, acc_ptr[g] + (c0 + c) * N);
+          }
+        }
+      }
+    }
+    kdrip.Finish();
+    vdrip.Finish();
+    t0 = t1;
+  }
+}
+
+bool ToQK(const Format& f, QK* out) {
+  switch (f.kind) {
+    case FormatKind::kQ8_0: *out = QK::kQ8_0; return true;
+    case FormatKind::kQ4_0: *out = QK::kQ4_0; return true;
+    case FormatKind::kAffine:
+      if (f.group < 32) return false;
+      if (f.bits == 8) *out = QK::kA8;
+      else if (f.bits == 4) *out = QK::kA4;
+      else return false;
+      return true;
+    default: return false;
+  }
+}
+
+template <size_t kD, DType kS>
+bool RunPair(const Job& job, const Item& it, float* partial, QK k, QK v) {
+#define KVTIER_Q16_PAIR(KF, VF)                            \
+  if (k == QK::KF && v == QK::VF) {                        \
+    RunQ16<kD, QK::KF, QK::VF, kS>(job, it, partial);      \
+    return true;                                           \
+  }
+  if constexpr (kS == DType::kF16) {  // the q formats' scales are f16
+    KVTIER_Q16_PAIR(kQ8_0, kQ8_0)
+    KVTIER_Q16_PAIR(kQ4_0, kQ4_0)
+    KVTIER_Q16_PAIR(kQ8_0, kQ4_0)
+  }
+  KVTIER_Q16_PAIR(kA8, kA8)
+  KVTIER_Q16_PAIR(kA4, kA4)
+#undef KVTIER_Q16_PAIR
+  return false;
+}
+
+template <size_t kD>
+bool RunD(const Job& job, const Item& it, float* partial, QK k, QK v, DType scale_dtype) {
+  switch (scale_dtype) {
+    case DType::kF16: return RunPair<kD, DType::kF16>(job, it, partial, k, v);
+    case DType::kBF16: return RunPair<kD, DType::kBF16>(job, it, partial, k, v);
+    case DType::kF32: return RunPair<kD, DType::kF32>(job, it, partial, k, v);
+    default: return false;
+  }
+}
+
+}  // namespace
+
+bool RunItemQ16Impl(const Job& job, const Item& it, float* partial) {
+  constexpr size_t N = HWY_LANES(float);
+  if constexpr (N < 4 || N > 16) {
+    return false;
+  } else {
+    const PagedKvView& kv = *job.kv;
+    QK k, v;
+    if (!ToQK(kv.k_format, &k) || !ToQK(kv.v_format, &v)) return false;
+    const bool k_aff = kv.k_format.kind == FormatKind::kAffine;
+    const bool v_aff = kv.v_format.kind == FormatKind::kAffine;
+    if (k_aff != v_aff || (k_aff && kv.k_format.scale_dtype != kv.v_format.scale_dtype)) return false;
+    const DType sd = k_aff ? kv.k_format.scale_dtype : DType::kF16;
+    switch (kv.head_dim) {
+      case 64: return RunD<64>(job, it, partial, k, v, sd);
+      case 96: return RunD<96>(job, it, partial, k, v, sd);
+      case 128: return RunD<128>(job, it, partial, k, v, sd);
+      case 256: return RunD<256>(job, it, partial, k, v, sd);
+      default: return false;
+    }
+  }
+}
+#endif  // HWY_TARGET == HWY_SCALAR
+
+}  // namespace kvtier::attn::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace kvtier::attn {
+namespace {
+std::atomic<bool> g_q16_enabled{true};
+}  // namespace
+
+void SetInt16QkEnabled(bool on) { g_q16_enabled.store(on, std::memory_order_relaxed); }
+bool Int16QkEnabled() { return g_q16_enabled.load(std::memory_order_relaxed); }
+
+HWY_EXPORT(RunItemQ16Impl);
+
+bool RunItemQ16(const Job& job, const Item& item, float* partial) {
+  if (!Int16QkEnabled()) return false;
+  return HWY_DYNAMIC_DISPATCH(RunItemQ16Impl)(job, item, partial);
+}
+
+}  // namespace kvtier::attn
+#endif  // HWY_ONCE
