@@ -1,7 +1,7 @@
 // Prefill micro-kernel of the f32 fast path (attention_simd.cc): items with many query vectors
 // (a prefill chunk's 4 query tokens x 4 GQA heads, say) run with the query vectors in the
-// lanes of one vector, so each decoded K / V tile feeds all of them and nothing is reduced
-// across lanes. Per tile of kTT tokens (inside one block) of a KV head:
+// lanes of one vector (two below 16 float lanes), so each decoded K / V tile feeds all of them,
+// each broadcast value feeds one FMA per lane vector and nothing is reduced across lanes. Per tile of kTT tokens (inside one block) of a KV head:
 //   - K and V rows are decoded once (the fast path's per-format decoders, bit-identical to the
 //     reference) into two small f32 tiles;
 //   - scores S^T[t] = sum_d K[t][d] * Q^T[d]: Q^T (the item's query vectors transposed, one
@@ -37,25 +37,34 @@ HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Query vectors per lane group: one vector of lanes on targets with 16 float lanes, two
+// below (so that each broadcast K or V value feeds two FMAs and a 16-vector item fits).
+template <class DF>
+constexpr size_t PrefillVectors(DF) {
+  return HWY_LANES(float) >= 16 ? 1 : 2;
+}
+
 // Whether an item takes the prefill micro-kernel: a prefill row (more than one query token)
-// with at least kMinLanes and at most one vector of query vectors. Decode items keep the
-// row-per-query fast path.
+// with at least kMinLanes and at most PrefillVectors vectors of query vectors. Decode items
+// keep the row-per-query fast path.
 template <class DF>
 HWY_INLINE bool UsePrefillKernel(DF df, const Job& job, const Item& it) {
   constexpr uint32_t kMinLanes = 8;
   const uint32_t nq = it.qv_end - it.qv_begin;
-  return job.q_lens[it.row] > 1 && nq >= kMinLanes && nq <= hn::Lanes(df);
+  return job.q_lens[it.row] > 1 && nq >= kMinLanes && nq <= PrefillVectors(df) * hn::Lanes(df);
 }
 
-// kD: head_dim; kTT: tokens per tile (at most); kTB: tokens per score block (accumulators);
-// kDB: dims of O^T per V pass (accumulators). KDec / VDec: the fast path's decoders
+// kD: head_dim; kTT: tokens per tile (at most); kTB: tokens per score block; kDB: dims of O^T
+// per V pass (each times kQV vectors of accumulators). KDec / VDec: the fast path's decoders
 // (Pair(df, row, k, ctx, a, b) gives chunks k and k + 1 of a row); Ctx: their row context.
-template <size_t kD, size_t kTT, size_t kTB, size_t kDB, class KDec, class VDec, class DF,
+// Query vector i sits in lane i % N of lane vector i / N (kQV lane vectors).
+template <size_t kD, size_t kTT, size_t kTB, size_t kDB, size_t kQV, class KDec, class VDec, class DF,
           class Ctx>
 void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const Ctx& kc,
                     const Ctx& vc) {
   using VF = hn::Vec<DF>;
   constexpr size_t N = HWY_LANES(float);
+  constexpr size_t NQ = kQV * N;  // query vector slots
   static_assert(N >= 8 && kD % (2 * N) == 0 && kD % kDB == 0 && kTT % kTB == 0,
                 "prefill kernel geometry");
   const hn::RebindToSigned<DF> di;
@@ -71,9 +80,9 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
   if (lo >= hi) return;
 
   // Per lane (query vector): the keys it sees, [first, end); lanes past nq see none.
-  HWY_ALIGN int32_t firsts[N], ends[N];  // first - 1, end
+  HWY_ALIGN int32_t firsts[NQ], ends[NQ];  // first - 1, end
   uint32_t min_first = UINT32_MAX, max_end = 0;
-  for (uint32_t i = 0; i < N; ++i) {
+  for (uint32_t i = 0; i < NQ; ++i) {
     firsts[i] = i < nq ? static_cast<int32_t>(qs.first[i]) - 1 : 0;  // compared with >
     ends[i] = i < nq ? static_cast<int32_t>(qs.pos[i] + 1) : 0;
     if (i < nq) {
@@ -81,14 +90,17 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
       max_end = std::max(max_end, qs.pos[i] + 1);
     }
   }
-  const auto vfirst = hn::Load(di, firsts);
-  const auto vend = hn::Load(di, ends);
+  hn::Vec<decltype(di)> vfirst[kQV], vend[kQV];
+  for (size_t v = 0; v < kQV; ++v) {
+    vfirst[v] = hn::Load(di, firsts + v * N);
+    vend[v] = hn::Load(di, ends + v * N);
+  }
   const VF vneg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   const VF vscale = hn::Set(df, job.scale);
 
-  HWY_ALIGN float qt[kD * N];   // Q^T: dim d of query vector i at qt[d * N + i]
-  HWY_ALIGN float ot[kD * N];   // O^T, same layout
-  HWY_ALIGN float pt[kTT * N];  // scores, then probabilities, of token t at pt[t * N + i]
+  HWY_ALIGN float qt[kD * NQ];   // Q^T: dim d of query vector i at qt[d * NQ + i]
+  HWY_ALIGN float ot[kD * NQ];   // O^T, same layout
+  HWY_ALIGN float pt[kTT * NQ];  // scores, then probabilities, of token t at pt[t * NQ + i]
   // K and V rows of the tile in f32 (K padded with zero rows to whole score blocks). V starts
   // a few cache lines past a 4 KiB multiple from K, so loads of one never alias stores to the other.
   HWY_ALIGN float tiles[2 * kTT * kD + 48];
@@ -100,10 +112,14 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
   for (uint32_t h = it.head_begin; h < it.head_end; ++h) {
     const float* qh = job.q + size_t{h} * G * kD;
     for (size_t d = 0; d < kD; ++d) {
-      for (uint32_t i = 0; i < N; ++i) qt[d * N + i] = i < nq ? qh[qs.q_off[i] + d] : 0.0f;
+      for (uint32_t i = 0; i < NQ; ++i) qt[d * NQ + i] = i < nq ? qh[qs.q_off[i] + d] : 0.0f;
     }
-    std::fill(ot, ot + kD * N, 0.0f);
-    VF m = vneg_inf, l = hn::Zero(df);
+    std::fill(ot, ot + kD * NQ, 0.0f);
+    VF m[kQV], l[kQV];
+    for (size_t v = 0; v < kQV; ++v) {
+      m[v] = vneg_inf;
+      l[v] = hn::Zero(df);
+    }
     for (uint32_t t0 = lo; t0 < hi;) {
       const uint32_t t1 = std::min({hi, (t0 / bt + 1) * bt, t0 + static_cast<uint32_t>(kTT)});
       // Keys of this tile any query vector sees.
@@ -149,54 +165,70 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
       }
 
       // Scores, kTB tokens at a time; masked (-inf) where a query vector does not see the key.
-      VF mx = m;
+      VF mx[kQV];
+      for (size_t v = 0; v < kQV; ++v) mx[v] = m[v];
       for (uint32_t tb0 = 0; tb0 < nt; tb0 += kTB) {
-        VF acc[kTB];
-        for (size_t j = 0; j < kTB; ++j) acc[j] = hn::Zero(df);
+        VF acc[kTB][kQV];
+        for (size_t j = 0; j < kTB; ++j) {
+          for (size_t v = 0; v < kQV; ++v) acc[j][v] = hn::Zero(df);
+        }
         const float* kr = kt + tb0 * kD;
         for (size_t d = 0; d < kD; ++d) {
-          const VF qd = hn::Load(df, qt + d * N);
+          VF qd[kQV];
+          for (size_t v = 0; v < kQV; ++v) qd[v] = hn::Load(df, qt + d * NQ + v * N);
           for (size_t j = 0; j < kTB; ++j) {
-            acc[j] = hn::MulAdd(hn::Set(df, kr[j * kD + d]), qd, acc[j]);
+            const VF kv_d = hn::Set(df, kr[j * kD + d]);
+            for (size_t v = 0; v < kQV; ++v) acc[j][v] = hn::MulAdd(kv_d, qd[v], acc[j][v]);
           }
         }
         // Stored whole (a runtime index into acc would keep it in memory in the loop above).
-        for (size_t j = 0; j < kTB; ++j) hn::Store(acc[j], df, pt + (tb0 + j) * N);
+        for (size_t j = 0; j < kTB; ++j) {
+          for (size_t v = 0; v < kQV; ++v) hn::Store(acc[j][v], df, pt + (tb0 + j) * NQ + v * N);
+        }
         const uint32_t nb = std::min<uint32_t>(kTB, nt - tb0);
         for (uint32_t j = 0; j < nb; ++j) {
-          VF x = hn::Mul(hn::Load(df, pt + (tb0 + j) * N), vscale);
-          if (job.softcap > 0) {
-            // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
-            const VF cap = hn::Set(df, job.softcap);
-            const VF y = hn::Div(x, cap);
-            const VF e = hn::Exp(df, hn::Add(y, y));
-            const VF one = hn::Set(df, 1.0f);
-            x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
-          }
           const auto tv = hn::Set(di, static_cast<int32_t>(ta + tb0 + j));
-          const auto vis = hn::And(hn::Gt(tv, vfirst), hn::Lt(tv, vend));
-          x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
-          mx = hn::Max(mx, x);
-          hn::Store(x, df, pt + (tb0 + j) * N);
+          for (size_t v = 0; v < kQV; ++v) {
+            float* px = pt + (tb0 + j) * NQ + v * N;
+            VF x = hn::Mul(hn::Load(df, px), vscale);
+            if (job.softcap > 0) {
+              // cap * tanh(x / cap), tanh(y) = 1 - 2 / (exp(2y) + 1)
+              const VF cap = hn::Set(df, job.softcap);
+              const VF y = hn::Div(x, cap);
+              const VF e = hn::Exp(df, hn::Add(y, y));
+              const VF one = hn::Set(df, 1.0f);
+              x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
+            }
+            const auto vis = hn::And(hn::Gt(tv, vfirst[v]), hn::Lt(tv, vend[v]));
+            x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
+            mx[v] = hn::Max(mx[v], x);
+            hn::Store(x, df, px);
+          }
         }
       }
       // Online softmax on whole vectors. Lanes that saw nothing yet (m = -inf) have l = 0 and
       // O = 0, so their correction may be 0; the selects keep exp's NaN / inf out.
-      const VF corr = hn::IfThenZeroElse(hn::Eq(m, vneg_inf), hn::Exp(df, hn::Sub(m, mx)));
-      VF sum = hn::Zero(df);
-      for (uint32_t t = 0; t < nt; ++t) {
-        const VF x = hn::Load(df, pt + t * N);
-        const VF p = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, mx)));
-        sum = hn::Add(sum, p);
-        hn::Store(p, df, pt + t * N);
+      VF corr[kQV];
+      for (size_t v = 0; v < kQV; ++v) {
+        corr[v] = hn::IfThenZeroElse(hn::Eq(m[v], vneg_inf), hn::Exp(df, hn::Sub(m[v], mx[v])));
+        VF sum = hn::Zero(df);
+        for (uint32_t t = 0; t < nt; ++t) {
+          float* px = pt + t * NQ + v * N;
+          const VF x = hn::Load(df, px);
+          const VF p = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, mx[v])));
+          sum = hn::Add(sum, p);
+          hn::Store(p, df, px);
+        }
+        l[v] = hn::MulAdd(l[v], corr[v], sum);
+        m[v] = mx[v];
       }
-      l = hn::MulAdd(l, corr, sum);
-      m = mx;
 
       // O^T = O^T * corr + sum_t V[t] (broadcast) * P^T[t], kDB dims at a time.
       for (size_t d0 = 0; d0 < kD; d0 += kDB) {
-        VF o[kDB];
-        for (size_t j = 0; j < kDB; ++j) o[j] = hn::Mul(hn::Load(df, ot + (d0 + j) * N), corr);
+        VF o[kDB][kQV];
+        for (size_t j = 0; j < kDB; ++j) {
+          for (size_t v = 0; v < kQV; ++v) o[j][v] = hn::Mul(hn::Load(df, ot + (d0 + j) * NQ + v * N), corr[v]);
+        }
         const size_t line = d0 / kDB * 64;
         const bool pf_k = line < kv.k_head_stride, pf_v = line < kv.v_head_stride;
         for (uint32_t t = 0; t < nt; ++t) {
@@ -204,23 +236,31 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
             if (pf_k) __builtin_prefetch(kn + t * kv.k_token_stride + line, 0, 2);
             if (pf_v) __builtin_prefetch(vn + t * kv.v_token_stride + line, 0, 2);
           }
-          const VF p = hn::Load(df, pt + t * N);
+          VF p[kQV];
+          for (size_t v = 0; v < kQV; ++v) p[v] = hn::Load(df, pt + t * NQ + v * N);
           const float* vr = vt + t * kD + d0;
-          for (size_t j = 0; j < kDB; ++j) o[j] = hn::MulAdd(hn::Set(df, vr[j]), p, o[j]);
+          for (size_t j = 0; j < kDB; ++j) {
+            const VF vd = hn::Set(df, vr[j]);
+            for (size_t v = 0; v < kQV; ++v) o[j][v] = hn::MulAdd(vd, p[v], o[j][v]);
+          }
         }
-        for (size_t j = 0; j < kDB; ++j) hn::Store(o[j], df, ot + (d0 + j) * N);
+        for (size_t j = 0; j < kDB; ++j) {
+          for (size_t v = 0; v < kQV; ++v) hn::Store(o[j][v], df, ot + (d0 + j) * NQ + v * N);
+        }
       }
       t0 = t1;
     }
     // {m, l, O} of each query vector into the partials.
-    HWY_ALIGN float mv[N], lv[N];
-    hn::Store(m, df, mv);
-    hn::Store(l, df, lv);
+    HWY_ALIGN float mv[NQ], lv[NQ];
+    for (size_t v = 0; v < kQV; ++v) {
+      hn::Store(m[v], df, mv + v * N);
+      hn::Store(l[v], df, lv + v * N);
+    }
     for (uint32_t i = 0; i < nq; ++i) {
       float* st = partial + ((h - it.head_begin) * nq + i) * kStride;
       st[0] = mv[i];
       st[1] = lv[i];
-      for (size_t d = 0; d < kD; ++d) st[2 + d] = ot[d * N + i];
+      for (size_t d = 0; d < kD; ++d) st[2 + d] = ot[d * NQ + i];
     }
   }
 }

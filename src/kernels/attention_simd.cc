@@ -414,8 +414,10 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     // Prefill items: all query vectors in the lanes of one vector, each tile decoded once
     // (attention_prefill-inl.h).
     if (UsePrefillKernel(df, job, it)) {
-      constexpr size_t kBlk = N >= 16 ? 16 : 8;  // score tokens / V dims per register block
-      RunItemPrefill<kD, kTile, kBlk, kBlk, typename EvenOdd<KDec>::Plain, typename EvenOdd<VDec>::Plain>(
+      // Score tokens / V dims per register block: kBlk x kQV accumulators.
+      constexpr size_t kQV = PrefillVectors(DF());
+      constexpr size_t kBlk = N >= 16 ? 16 : 4;
+      RunItemPrefill<kD, kTile, kBlk, kBlk, kQV, typename EvenOdd<KDec>::Plain, typename EvenOdd<VDec>::Plain>(
           df, job, it, partial, kc, vc);
       return;
     }
