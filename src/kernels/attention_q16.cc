@@ -8,7 +8,7 @@
 // (ReorderWidenMulAccumulate: vpmaddwd on x86), summed in int32, converted once per unit and
 // scaled by the K unit scale times the query scale; affine biases add bias x sum(q) per unit
 // after the horizontal sums (N / 4 tokens x 4 query vectors at once, SumBatch). The online
-// softmax is the f32 kernels' (attention_softmax-inl.h). V: each unit's scale is folded into the
+// softmax is the f32 kernels' (attention_common-inl.h). V: each unit's scale is folded into the
 // softmax weights once per token (w = p x scale), the V codes are converted to f32 without
 // scaling and accumulated with f32 FMAs, 4 query vectors x kCG chunks of N values per pass;
 // q4_0's offset comes back as -8 x sum_t w per block and affine biases as sum_t p x bias, once
@@ -29,7 +29,7 @@
 
 #include "kernels/attention_q16.h"
 #include "kernels/attention_simd.h"
-#include "kernels/attention_softmax-inl.h"
+#include "kernels/attention_common-inl.h"
 #include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
 
@@ -124,8 +124,8 @@ HWY_INLINE hn::Vec<D16> KCodes(const uint8_t* row, size_t sb, size_t j) {
 
 // ---------------------------------------------------------------- V codes in f32
 //
-// Where chunk c (values c N .. c N + N - 1) of a row's codes starts (byte offset) and, for
-// q4_0, which nibble it takes (shift 0: low, 4: high).
+// Where chunk c (values c N .. c N + N - 1 of a row; affine4: see below) starts (byte offset)
+// and, for q4_0 / affine4, which nibble it takes (shift 0: low, 4: high).
 template <QK F>
 struct VChunk {
   size_t off = 0;
@@ -140,13 +140,17 @@ struct VChunk {
       k.shift = v0 % 32 >= 16 ? 4 : 0;
     }
     if constexpr (F == QK::kA8) k.off = v0;
-    if constexpr (F == QK::kA4) k.off = v0 / 2;
+    if constexpr (F == QK::kA4) {  // chunk pair (2p, 2p + 1): the even, then the odd values of N bytes
+      k.off = c / 2 * N;
+      k.shift = c % 2 == 1 ? 4 : 0;
+    }
     return k;
   }
 };
 
 // The chunk's codes as f32, unscaled: q8_0 signed, q4_0 the nibble (0..15: its offset 8 is
-// taken off once per tile), affine the code.
+// taken off once per tile), affine the code. Affine4 chunks come in even / odd value order
+// (VChunk); the accumulators are put back in value order when the item ends.
 template <QK F>
 HWY_INLINE VF VCodes(const uint8_t* p, int shift) {
   const DF df;
@@ -156,19 +160,11 @@ HWY_INLINE VF VCodes(const uint8_t* p, int shift) {
   if constexpr (F == QK::kQ8_0) {
     const hn::Rebind<int8_t, DF> ds8;
     return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(ds8, reinterpret_cast<const int8_t*>(p))));
-  } else if constexpr (F == QK::kQ4_0) {
-    const auto w = hn::PromoteTo(du, hn::LoadU(d8, p));
-    return hn::ConvertTo(df, hn::BitCast(di, hn::And(hn::ShiftRightSame(w, shift), hn::Set(du, 0x0f))));
   } else if constexpr (F == QK::kA8) {
     return hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d8, p))));
-  } else {
-    // N / 2 bytes -> N nibbles, low nibble first: u16 lanes (lo | hi << 8) as bytes.
-    const hn::Repartition<uint16_t, decltype(d8)> dw;
-    const hn::Rebind<uint8_t, decltype(dw)> d8h;
-    const auto w = hn::PromoteTo(dw, hn::LoadU(d8h, p));
-    const auto codes = hn::BitCast(d8, hn::Or(hn::And(w, hn::Set(dw, 0x000f)),
-                                              hn::ShiftLeft<4>(hn::And(w, hn::Set(dw, 0x00f0)))));
-    return hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du, codes)));
+  } else {  // q4_0, affine4: one nibble of N bytes
+    const auto w = hn::PromoteTo(du, hn::LoadU(d8, p));
+    return hn::ConvertTo(df, hn::BitCast(di, hn::And(hn::ShiftRightSame(w, shift), hn::Set(du, 0x0f))));
   }
 }
 
@@ -445,6 +441,9 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
     kdrip.Finish();
     vdrip.Finish();
     t0 = t1;
+  }
+  if constexpr (VF_ == QK::kA4) {  // accumulators back from even / odd to value order
+    for (size_t j = 0; j < size_t{nh} * nq; ++j) FromEvenOdd(df, partial + j * kStride + 2, kD);
   }
 }
 

@@ -23,7 +23,7 @@
 #include "kernels/attention_prefill-inl.h"
 #include "kernels/attention_q16.h"
 #include "kernels/attention_simd.h"
-#include "kernels/attention_softmax-inl.h"
+#include "kernels/attention_common-inl.h"
 #include "quant/quant_simd.h"
 #include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
@@ -236,29 +236,6 @@ struct EvenOdd<Dec, std::void_t<decltype(Dec::kEvenOdd)>> {
   static constexpr bool value = Dec::kEvenOdd;
   using Plain = typename Dec::Plain;
 };
-
-// Values [2N s, 2N s + 2N) of src in even / odd order (see DecBF16EO), n values.
-HWY_INLINE void ToEvenOdd(DF df, const float* src, float* dst, size_t n) {
-  const size_t N = hn::Lanes(df);
-  for (size_t s0 = 0; s0 < n; s0 += 2 * N) {
-    for (size_t j = 0; j < N; ++j) {
-      dst[s0 + j] = src[s0 + 2 * j];
-      dst[s0 + N + j] = src[s0 + 2 * j + 1];
-    }
-  }
-}
-// And back, in place.
-HWY_INLINE void FromEvenOdd(DF df, float* x, size_t n) {
-  const size_t N = hn::Lanes(df);
-  float tmp[2 * HWY_LANES(float)];
-  for (size_t s0 = 0; s0 < n; s0 += 2 * N) {
-    std::memcpy(tmp, x + s0, 2 * N * sizeof(float));
-    for (size_t j = 0; j < N; ++j) {
-      x[s0 + 2 * j] = tmp[j];
-      x[s0 + 2 * j + 1] = tmp[N + j];
-    }
-  }
-}
 
 struct DecQ8_0 {  // 34-byte blocks: f16 scale, 32 int8 codes
   static HWY_INLINE VF Codes(DF df, const uint8_t* p) {

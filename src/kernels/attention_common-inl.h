@@ -1,18 +1,20 @@
-// The online-softmax step of the f32 kernels (attention_simd.cc, attention_q16.cc): one query
-// vector's scores over a tile. Include inside a Highway foreach_target translation unit after
+// Per-target helpers shared by the f32 kernels (attention_simd.cc, attention_q16.cc): the
+// online-softmax step over one query vector's scores of a tile, and the even / odd value
+// order some decoders produce. Include inside a Highway foreach_target translation unit after
 // hwy/highway.h and hwy/contrib/math/math-inl.h. Pure functions; thread-safe.
 
 // Per-target include guard (Highway's convention for -inl.h headers).
-#if defined(KVTIER_KERNELS_ATTENTION_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KVTIER_KERNELS_ATTENTION_SOFTMAX_INL_H_
-#undef KVTIER_KERNELS_ATTENTION_SOFTMAX_INL_H_
+#if defined(KVTIER_KERNELS_ATTENTION_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
+#undef KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
 #else
-#define KVTIER_KERNELS_ATTENTION_SOFTMAX_INL_H_
+#define KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
 #endif
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "hwy/contrib/math/math-inl.h"
@@ -35,6 +37,7 @@ HWY_INLINE float SoftmaxStep(DF df, float* s, uint32_t n_pad, uint32_t t0, uint3
   const VF vneg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   const auto lane = hn::Iota(di, 0);
   VF mx = vneg_inf;
+  const bool full = a <= t0 && t0 + n_pad <= b;  // every key of the tile visible: no masks
   for (uint32_t c = 0; c < n_pad; c += static_cast<uint32_t>(N)) {
     VF x = hn::Load(df, s + c);
     if (softcap > 0) {
@@ -45,10 +48,12 @@ HWY_INLINE float SoftmaxStep(DF df, float* s, uint32_t n_pad, uint32_t t0, uint3
       const VF one = hn::Set(df, 1.0f);
       x = hn::Mul(cap, hn::Sub(one, hn::Div(hn::Set(df, 2.0f), hn::Add(e, one))));
     }
-    const auto t_abs = hn::Add(lane, hn::Set(di, static_cast<int32_t>(t0 + c)));
-    const auto vis = hn::And(hn::Gt(t_abs, hn::Set(di, static_cast<int32_t>(a) - 1)),
-                             hn::Lt(t_abs, hn::Set(di, static_cast<int32_t>(b))));
-    x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
+    if (!full) {
+      const auto t_abs = hn::Add(lane, hn::Set(di, static_cast<int32_t>(t0 + c)));
+      const auto vis = hn::And(hn::Gt(t_abs, hn::Set(di, static_cast<int32_t>(a) - 1)),
+                               hn::Lt(t_abs, hn::Set(di, static_cast<int32_t>(b))));
+      x = hn::IfThenElse(hn::RebindMask(df, vis), x, vneg_inf);
+    }
     mx = hn::Max(mx, x);
     hn::Store(x, df, s + c);
   }
@@ -63,7 +68,8 @@ HWY_INLINE float SoftmaxStep(DF df, float* s, uint32_t n_pad, uint32_t t0, uint3
   for (uint32_t c = 0; c < n_pad; c += static_cast<uint32_t>(N)) {
     const VF x = hn::Load(df, s + c);
     // exp(-inf) is 0 for masked keys; the select keeps it exact whatever Exp does there.
-    const VF p = hn::IfThenElseZero(hn::Gt(x, vneg_inf), hn::Exp(df, hn::Sub(x, vm)));
+    const VF e = hn::Exp(df, hn::Sub(x, vm));
+    const VF p = full ? e : hn::IfThenElseZero(hn::Gt(x, vneg_inf), e);
     sum = hn::Add(sum, p);
     hn::Store(p, df, s + c);
   }
@@ -72,7 +78,32 @@ HWY_INLINE float SoftmaxStep(DF df, float* s, uint32_t n_pad, uint32_t t0, uint3
   return corr;
 }
 
+// Values [2N s, 2N s + 2N) of src in even / odd order (see DecBF16EO), n values.
+template <class DF>
+HWY_INLINE void ToEvenOdd(DF df, const float* src, float* dst, size_t n) {
+  const size_t N = hn::Lanes(df);
+  for (size_t s0 = 0; s0 < n; s0 += 2 * N) {
+    for (size_t j = 0; j < N; ++j) {
+      dst[s0 + j] = src[s0 + 2 * j];
+      dst[s0 + N + j] = src[s0 + 2 * j + 1];
+    }
+  }
+}
+// And back, in place.
+template <class DF>
+HWY_INLINE void FromEvenOdd(DF df, float* x, size_t n) {
+  const size_t N = hn::Lanes(df);
+  float tmp[2 * HWY_LANES(float)];
+  for (size_t s0 = 0; s0 < n; s0 += 2 * N) {
+    std::memcpy(tmp, x + s0, 2 * N * sizeof(float));
+    for (size_t j = 0; j < N; ++j) {
+      x[s0 + 2 * j] = tmp[j];
+      x[s0 + 2 * j + 1] = tmp[N + j];
+    }
+  }
+}
+
 }  // namespace kvtier::attn::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // KVTIER_KERNELS_ATTENTION_SOFTMAX_INL_H_
+#endif  // KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
