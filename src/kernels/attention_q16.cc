@@ -331,7 +331,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
     const NextTile next = PlanNextTile(kv, row, it, t1, qs.hi, kTile);
-    kdrip.Plan(next.k, next.n, ks, nh * kv.k_head_stride, uint64_t{nh} * npass * nt);
+    kdrip.Plan(next.k, next.n, ks, nh * kv.k_head_stride, uint64_t{nh} * npass * ((nt + 3) / 4));
     vdrip.Plan(next.v, next.n, vs, nh * kv.v_head_stride, uint64_t{nh} * npass * (V / kCG));
     for (uint32_t h = 0; h < nh; ++h) {
       const uint8_t* kb = kv.k_base + block * kv.block_stride + slot * ks + (it.head_begin + h) * kv.k_head_stride;
@@ -351,7 +351,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
         // Scores: per token the 4 vectors' lane partials, then kTB tokens x 4 vectors summed
         // across lanes at once and scaled by each vector's query scale.
         for (uint32_t t = 0; t < nt; ++t) {
-          kdrip.Step();
+          if (t % 4 == 0) kdrip.Step();  // every 4 tokens
           VF acc[kQG];
           TokenScores<kD, KF, kS, kKUnits>(kb + size_t{t} * ks, qcodes, k_units, k_sb_per_unit, kg, acc);
           for (size_t g = 0; g < kQG; ++g) hn::Store(acc[g], df, part[t][g]);

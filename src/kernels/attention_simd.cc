@@ -435,7 +435,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     const size_t slot = t0 % bt;
     {
       const uint64_t k_steps = uint64_t{nh} * npass * ((nt + kTB - 1) / std::max<size_t>(kTB, 1));
-      const uint64_t v_steps = uint64_t{nh} * npass * (V / kCG) * nt;
+      const uint64_t v_steps = uint64_t{nh} * npass * (V / kCG);
       const NextTile next = PlanNextTile(kv, row, it, t1, hi, kTile);
       kdrip.Plan(next.k, next.n, kv.k_token_stride, nh * kv.k_head_stride, k_steps);
       vdrip.Plan(next.v, next.n, kv.v_token_stride, nh * kv.v_head_stride, v_steps);
@@ -507,13 +507,13 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
           acc_ptr[g] = g < nqp ? partial + ((h - it.head_begin) * nq + i0 + g) * kStride + 2 : dummy;
         }
         for (size_t c0 = 0; c0 < V; c0 += kCG) {
+          vdrip.Step();
           VF o[kQG][kCG];
           for (size_t g = 0; g < kQG; ++g) {
             const VF cg = hn::Set(df, corr[g]);
             for (size_t c = 0; c < kCG; ++c) o[g][c] = hn::Mul(hn::LoadU(df, acc_ptr[g] + (c0 + c) * N), cg);
           }
           for (uint32_t t = a; t < b; ++t) {
-            vdrip.Step();
             const uint8_t* vr = vb + (t - t0) * kv.v_token_stride;
             VF vv[kCG];
             for (size_t c = 0; c < kCG; c += 2) VDec::Pair(df, vr, c0 + c, vc, vv[c], vv[c + 1]);

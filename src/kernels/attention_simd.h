@@ -134,24 +134,35 @@ struct Drip {
   // One step: issues its share of the lines.
   inline void Step() {
     credit_ += rate_;
-    for (; credit_ >= kOne && left_ > 0; credit_ -= kOne) Issue();
+    if (credit_ >= kOne) Issue(static_cast<uint32_t>(credit_ >> 16));
   }
   // Issues what is left.
   inline void Finish() {
-    while (left_ > 0) Issue();
+    if (left_ > 0) Issue(left_);
   }
 
  private:
   static constexpr uint64_t kOne = uint64_t{1} << 16;  // one line, 16.16 fixed point
-  inline void Issue() {
-    __builtin_prefetch(p_, 0, 2);
-    p_ += 64;
-    --left_;
-    if (--line_ == 0) {  // next run (rows mode)
-      line_ = run_lines_;
-      run_start_ += stride_;
-      p_ = run_start_;
+  // Issues up to n lines. Out of line: the callers' loops keep their registers.
+  __attribute__((noinline)) void Issue(uint32_t n) {
+    credit_ &= kOne - 1;
+    n = n < left_ ? n : left_;
+    left_ -= n;
+    const uint8_t* p = p_;
+    if (stride_ == 0) {  // one contiguous range
+      for (; n > 0; --n, p += 64) __builtin_prefetch(p, 0, 2);
+    } else {
+      for (; n > 0; --n) {
+        __builtin_prefetch(p, 0, 2);
+        p += 64;
+        if (--line_ == 0) {  // next run
+          line_ = run_lines_;
+          run_start_ += stride_;
+          p = run_start_;
+        }
+      }
     }
+    p_ = p;
   }
   const uint8_t* p_ = nullptr;
   const uint8_t* run_start_ = nullptr;
