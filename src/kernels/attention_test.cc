@@ -404,11 +404,13 @@ TEST(AttentionInt8, EveryServedFormatHeadDimAndGqaRatio) {
   std::printf("int8 q.k: relative error %.2e .. %.2e (bound %.0e)\n", least, worst, kInt8Bound);
 }
 
-TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
-  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "no AVX-512 VNNI";
+// Masks, windows, soft-cap and an explicit scale on two formats, then one long row split
+// across threads with K/V at scale 1 and 2 (a sharper softmax), against `bound`. With
+// `expect_ran`, the long rows' errors must also show the quantized query (above 1e-6).
+void QuantizedQkMasksAndSplits(std::initializer_list<Format> formats, double bound, uint64_t seed,
+                               bool expect_ran) {
   ThreadPool pool(2);
-  uint64_t seed = 700;
-  for (const Format& f : {Format::Q4_0(), Format::Affine(4, 64, DType::kF16)}) {
+  for (const Format& f : formats) {
     for (uint32_t window : {0u, 1u, 7u, 40u}) {
       for (float softcap : {0.0f, 5.0f}) {
         Case c;
@@ -419,10 +421,9 @@ TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
         c.softcap = softcap;
         c.scale = softcap > 0 ? 0.3f : 0.0f;
         c.seed = ++seed;
-        EXPECT_LT(RelError(c, &pool), kInt8Bound) << Describe(c);
+        EXPECT_LT(RelError(c, &pool), bound) << Describe(c);
       }
     }
-    // One long row split across threads; larger K/V magnitudes (sharper softmax).
     for (float kv_scale : {1.0f, 2.0f}) {
       Case c;
       c.k = c.v = f;
@@ -432,10 +433,19 @@ TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
       c.block_tokens = 32;
       c.kv_scale = kv_scale;
       c.seed = ++seed;
-      EXPECT_LT(RelError(c, &pool), kInt8Bound) << Describe(c);
-      EXPECT_LT(RelError(c, nullptr), kInt8Bound) << Describe(c) << " (no pool)";
+      const double err = RelError(c, &pool);
+      EXPECT_LT(err, bound) << Describe(c);
+      if (expect_ran) {
+        EXPECT_GT(err, 1e-6) << Describe(c) << ": the quantized-query path did not run";
+      }
+      EXPECT_LT(RelError(c, nullptr), bound) << Describe(c) << " (no pool)";
     }
   }
+}
+
+TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
+  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "no AVX-512 VNNI";
+  QuantizedQkMasksAndSplits({Format::Q4_0(), Format::Affine(4, 64, DType::kF16)}, kInt8Bound, 700, true);
 }
 
 // The int16 q.k path (every target with 4 or more float lanes; AVX-512 VNNI CPUs take the
@@ -501,40 +511,7 @@ TEST_P(AttentionInt16Targets, EveryServedFormatHeadDimAndGqaRatio) {
 }
 
 TEST_P(AttentionInt16Targets, MasksWindowsSoftcapSplitsAndScales) {
-  ThreadPool pool(2);
-  uint64_t seed = 1000;
-  for (const Format& f : {Format::Q4_0(), Format::Affine(4, 64, DType::kBF16)}) {
-    for (uint32_t window : {0u, 1u, 7u, 40u}) {
-      for (float softcap : {0.0f, 5.0f}) {
-        Case c;
-        c.k = c.v = f;
-        c.lengths = {90, 64, 3};
-        c.q_lens = {7, 1, 2};
-        c.window = window;
-        c.softcap = softcap;
-        c.scale = softcap > 0 ? 0.3f : 0.0f;
-        c.seed = ++seed;
-        EXPECT_LT(RelError(c, &pool), kInt16Bound) << Describe(c);
-      }
-    }
-    // One long row split across threads; larger K/V magnitudes (sharper softmax).
-    for (float kv_scale : {1.0f, 2.0f}) {
-      Case c;
-      c.k = c.v = f;
-      c.n_kv_heads = 1;
-      c.group = 4;
-      c.lengths = {3000};
-      c.block_tokens = 32;
-      c.kv_scale = kv_scale;
-      c.seed = ++seed;
-      const double err = RelError(c, &pool);
-      EXPECT_LT(err, kInt16Bound) << Describe(c);
-      if (Served()) {
-        EXPECT_GT(err, 1e-6) << Describe(c) << ": the int16 path did not run";
-      }
-      EXPECT_LT(RelError(c, nullptr), kInt16Bound) << Describe(c) << " (no pool)";
-    }
-  }
+  QuantizedQkMasksAndSplits({Format::Q4_0(), Format::Affine(4, 64, DType::kBF16)}, kInt16Bound, 1000, Served());
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTargets, AttentionInt16Targets,
