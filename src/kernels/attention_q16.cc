@@ -54,33 +54,35 @@ enum class QK { kQ8_0, kQ4_0, kA8, kA4 };
 template <QK F>
 constexpr bool kAffine = F == QK::kA8 || F == QK::kA4;
 
-// What a row's decoders need besides its bytes: affine scale / bias offsets, log2 of the
-// values per unit (q formats: 5).
+// What a row's decoders need besides its bytes: affine scale / bias offsets and dtype, log2 of
+// the values per unit (q formats: 5).
 struct RowGeo {
   size_t scales_off = 0, biases_off = 0;
   uint32_t unit_shift = 5;
+  DType scale_dtype = DType::kF16;
 };
 
 RowGeo MakeGeo(const Format& f, size_t d) {
   RowGeo g;
   if (f.kind == FormatKind::kAffine) {
     g.unit_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
+    g.scale_dtype = f.scale_dtype;
     g.scales_off = d * f.bits / 8;
     g.biases_off = g.scales_off + (d >> g.unit_shift) * DTypeSize(f.scale_dtype);
   }
   return g;
 }
 
-// Scale (and affine bias) of unit u of a row, as f32; kS: the affine scale dtype.
-template <QK F, DType kS>
+// Scale (and affine bias) of unit u of a row, as f32 (the affine scale dtype is read at run
+// time: one branch per unit, not a kernel per dtype).
+template <QK F>
 HWY_INLINE float UnitScale(const uint8_t* row, size_t u, const RowGeo& g) {
   if constexpr (F == QK::kQ8_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 34 * u, 0);
   if constexpr (F == QK::kQ4_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 18 * u, 0);
-  return kvtier::HWY_NAMESPACE::LoadScalar(kS, row + g.scales_off, u);
+  return kvtier::HWY_NAMESPACE::LoadScalar(g.scale_dtype, row + g.scales_off, u);
 }
-template <DType kS>
 HWY_INLINE float UnitBias(const uint8_t* row, size_t u, const RowGeo& g) {
-  return kvtier::HWY_NAMESPACE::LoadScalar(kS, row + g.biases_off, u);
+  return kvtier::HWY_NAMESPACE::LoadScalar(g.scale_dtype, row + g.biases_off, u);
 }
 
 // ---------------------------------------------------------------- K codes in int16
@@ -232,7 +234,7 @@ struct QCodes {
 // Per token: sum over K units of unit scale x (int16 codes . query codes), for the pass's 4
 // query vectors, into acc[g] (f32, N lanes each: summed across lanes later). q formats: one
 // unit per 32-value block (kUnits, a constant); affine: n_units groups of sb_per_unit blocks.
-template <size_t kD, QK KF, DType kS, size_t kUnits>
+template <size_t kD, QK KF, size_t kUnits>
 HWY_INLINE void TokenScores(const uint8_t* kr, const int16_t* qcodes, size_t n_units,
                             size_t sb_per_unit, const RowGeo& kg, VF acc[kQG]) {
   const DF df;
@@ -255,7 +257,7 @@ HWY_INLINE void TokenScores(const uint8_t* kr, const int16_t* qcodes, size_t n_u
         }
       }
     }
-    const VF dk = hn::Set(df, UnitScale<KF, kS>(kr, u, kg));
+    const VF dk = hn::Set(df, UnitScale<KF>(kr, u, kg));
     for (size_t g = 0; g < kQG; ++g) {
       acc[g] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(isum[g], isum1[g])), dk, acc[g]);
     }
@@ -282,7 +284,7 @@ HWY_INLINE void VPass(const uint8_t* vr, size_t vs, uint32_t n, const float* w, 
   }
 }
 
-template <size_t kD, QK KF, QK VF_, DType kS>
+template <size_t kD, QK KF, QK VF_>
 void RunQ16(const Job& job, const Item& it, float* partial) {
   const DF df;
   const hn::CappedTag<float, 4> d4;
@@ -353,7 +355,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
         for (uint32_t t = 0; t < nt; ++t) {
           if (t % 4 == 0) kdrip.Step();  // every 4 tokens
           VF acc[kQG];
-          TokenScores<kD, KF, kS, kKUnits>(kb + size_t{t} * ks, qcodes, k_units, k_sb_per_unit, kg, acc);
+          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, k_units, k_sb_per_unit, kg, acc);
           for (size_t g = 0; g < kQG; ++g) hn::Store(acc[g], df, part[t][g]);
         }
         for (uint32_t t = nt; t % kTB != 0; ++t) {
@@ -376,7 +378,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
           for (uint32_t t = 0; t < nt; ++t) {
             const uint8_t* kr = kb + size_t{t} * ks;
             for (size_t u = 0; u < k_units; ++u) {
-              const float bu = UnitBias<kS>(kr, u, kg);
+              const float bu = UnitBias(kr, u, kg);
               for (size_t g = 0; g < kQG; ++g) s[g][t] += bu * qsum[g * k_units + u];
             }
           }
@@ -406,12 +408,12 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
           for (size_t g = 0; g < kQG; ++g) pg[g] = s[g][t - t0];
           const auto p4 = hn::Load(d4, pg);
           for (size_t u = 0; u < v_units; ++u) {
-            const auto x = hn::Mul(p4, hn::Set(d4, UnitScale<VF_, kS>(vr, u, vg)));
+            const auto x = hn::Mul(p4, hn::Set(d4, UnitScale<VF_>(vr, u, vg)));
             hn::Store(x, d4, w[t - t0] + u * kQG);
             if constexpr (VF_ == QK::kQ4_0) {
               hn::Store(hn::MulAdd(x, hn::Set(d4, -8.0f), hn::Load(d4, off + u * kQG)), d4, off + u * kQG);
             } else if constexpr (kAffine<VF_>) {
-              hn::Store(hn::MulAdd(p4, hn::Set(d4, UnitBias<kS>(vr, u, vg)), hn::Load(d4, off + u * kQG)), d4,
+              hn::Store(hn::MulAdd(p4, hn::Set(d4, UnitBias(vr, u, vg)), hn::Load(d4, off + u * kQG)), d4,
                         off + u * kQG);
             }
           }
@@ -461,32 +463,20 @@ bool ToQK(const Format& f, QK* out) {
   }
 }
 
-template <size_t kD, DType kS>
-bool RunPair(const Job& job, const Item& it, float* partial, QK k, QK v) {
+template <size_t kD>
+bool RunD(const Job& job, const Item& it, float* partial, QK k, QK v) {
 #define KVTIER_Q16_PAIR(KF, VF)                            \
   if (k == QK::KF && v == QK::VF) {                        \
-    RunQ16<kD, QK::KF, QK::VF, kS>(job, it, partial);      \
+    RunQ16<kD, QK::KF, QK::VF>(job, it, partial);          \
     return true;                                           \
   }
-  if constexpr (kS == DType::kF16) {  // the q formats' scales are f16
-    KVTIER_Q16_PAIR(kQ8_0, kQ8_0)
-    KVTIER_Q16_PAIR(kQ4_0, kQ4_0)
-    KVTIER_Q16_PAIR(kQ8_0, kQ4_0)
-  }
+  KVTIER_Q16_PAIR(kQ8_0, kQ8_0)
+  KVTIER_Q16_PAIR(kQ4_0, kQ4_0)
+  KVTIER_Q16_PAIR(kQ8_0, kQ4_0)
   KVTIER_Q16_PAIR(kA8, kA8)
   KVTIER_Q16_PAIR(kA4, kA4)
 #undef KVTIER_Q16_PAIR
   return false;
-}
-
-template <size_t kD>
-bool RunD(const Job& job, const Item& it, float* partial, QK k, QK v, DType scale_dtype) {
-  switch (scale_dtype) {
-    case DType::kF16: return RunPair<kD, DType::kF16>(job, it, partial, k, v);
-    case DType::kBF16: return RunPair<kD, DType::kBF16>(job, it, partial, k, v);
-    case DType::kF32: return RunPair<kD, DType::kF32>(job, it, partial, k, v);
-    default: return false;
-  }
 }
 
 }  // namespace
@@ -502,12 +492,11 @@ bool RunItemQ16Impl(const Job& job, const Item& it, float* partial) {
     const bool k_aff = kv.k_format.kind == FormatKind::kAffine;
     const bool v_aff = kv.v_format.kind == FormatKind::kAffine;
     if (k_aff != v_aff || (k_aff && kv.k_format.scale_dtype != kv.v_format.scale_dtype)) return false;
-    const DType sd = k_aff ? kv.k_format.scale_dtype : DType::kF16;
     switch (kv.head_dim) {
-      case 64: return RunD<64>(job, it, partial, k, v, sd);
-      case 96: return RunD<96>(job, it, partial, k, v, sd);
-      case 128: return RunD<128>(job, it, partial, k, v, sd);
-      case 256: return RunD<256>(job, it, partial, k, v, sd);
+      case 64: return RunD<64>(job, it, partial, k, v);
+      case 96: return RunD<96>(job, it, partial, k, v);
+      case 128: return RunD<128>(job, it, partial, k, v);
+      case 256: return RunD<256>(job, it, partial, k, v);
       default: return false;
     }
   }
