@@ -168,23 +168,21 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
       VF mx[kQV];
       for (size_t v = 0; v < kQV; ++v) mx[v] = m[v];
       for (uint32_t tb0 = 0; tb0 < nt; tb0 += kTB) {
-        VF acc[kTB][kQV];
-        for (size_t j = 0; j < kTB; ++j) {
-          for (size_t v = 0; v < kQV; ++v) acc[j][v] = hn::Zero(df);
-        }
+        // Accumulator i: token i / kQV, lane vector i % kQV. Every loop over the accumulators
+        // is one flat loop: g++ 12 left a 2-D array of vectors in memory (a stack copy stored on
+        // every iteration of the d loop, half the speed on AVX-512).
+        VF acc[kTB * kQV];
+        for (size_t i = 0; i < kTB * kQV; ++i) acc[i] = hn::Zero(df);
         const float* kr = kt + tb0 * kD;
         for (size_t d = 0; d < kD; ++d) {
           VF qd[kQV];
           for (size_t v = 0; v < kQV; ++v) qd[v] = hn::Load(df, qt + d * NQ + v * N);
-          for (size_t j = 0; j < kTB; ++j) {
-            const VF kv_d = hn::Set(df, kr[j * kD + d]);
-            for (size_t v = 0; v < kQV; ++v) acc[j][v] = hn::MulAdd(kv_d, qd[v], acc[j][v]);
+          for (size_t i = 0; i < kTB * kQV; ++i) {
+            acc[i] = hn::MulAdd(hn::Set(df, kr[i / kQV * kD + d]), qd[i % kQV], acc[i]);
           }
         }
         // Stored whole (a runtime index into acc would keep it in memory in the loop above).
-        for (size_t j = 0; j < kTB; ++j) {
-          for (size_t v = 0; v < kQV; ++v) hn::Store(acc[j][v], df, pt + (tb0 + j) * NQ + v * N);
-        }
+        for (size_t i = 0; i < kTB * kQV; ++i) hn::Store(acc[i], df, pt + tb0 * NQ + i * N);
         const uint32_t nb = std::min<uint32_t>(kTB, nt - tb0);
         for (uint32_t j = 0; j < nb; ++j) {
           const auto tv = hn::Set(di, static_cast<int32_t>(ta + tb0 + j));
@@ -225,9 +223,9 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
 
       // O^T = O^T * corr + sum_t V[t] (broadcast) * P^T[t], kDB dims at a time.
       for (size_t d0 = 0; d0 < kD; d0 += kDB) {
-        VF o[kDB][kQV];
-        for (size_t j = 0; j < kDB; ++j) {
-          for (size_t v = 0; v < kQV; ++v) o[j][v] = hn::Mul(hn::Load(df, ot + (d0 + j) * NQ + v * N), corr[v]);
+        VF o[kDB * kQV];  // dim i / kQV, lane vector i % kQV; flat loops, as acc above
+        for (size_t i = 0; i < kDB * kQV; ++i) {
+          o[i] = hn::Mul(hn::Load(df, ot + d0 * NQ + i * N), corr[i % kQV]);
         }
         const size_t line = d0 / kDB * 64;
         const bool pf_k = line < kv.k_head_stride, pf_v = line < kv.v_head_stride;
@@ -239,14 +237,11 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
           VF p[kQV];
           for (size_t v = 0; v < kQV; ++v) p[v] = hn::Load(df, pt + t * NQ + v * N);
           const float* vr = vt + t * kD + d0;
-          for (size_t j = 0; j < kDB; ++j) {
-            const VF vd = hn::Set(df, vr[j]);
-            for (size_t v = 0; v < kQV; ++v) o[j][v] = hn::MulAdd(vd, p[v], o[j][v]);
+          for (size_t i = 0; i < kDB * kQV; ++i) {
+            o[i] = hn::MulAdd(hn::Set(df, vr[i / kQV]), p[i % kQV], o[i]);
           }
         }
-        for (size_t j = 0; j < kDB; ++j) {
-          for (size_t v = 0; v < kQV; ++v) hn::Store(o[j][v], df, ot + (d0 + j) * NQ + v * N);
-        }
+        for (size_t i = 0; i < kDB * kQV; ++i) hn::Store(o[i], df, ot + d0 * NQ + i * N);
       }
       t0 = t1;
     }
