@@ -118,13 +118,7 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
   Transpose4(x, c);
 }
 
-// Query bytes 4k .. 4k + 3 of a code half (lo / hi piece) and plane, in every int32 lane.
-template <size_t kD>
-KV_INL __m512i QWord(const QPack<kD>& qp, size_t sb, size_t plane, size_t half, size_t g, size_t k) {
-  int32_t v;
-  std::memcpy(&v, &qp.q[sb][plane][half][g][4 * k], 4);
-  return _mm512_set1_epi32(v);
-}
+
 
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
 // the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
@@ -221,12 +215,12 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_
       }
       for (size_t g = 0; g < 4; ++g) {
         for (size_t k = 0; k < 4; ++k) {
-          hacc[g] = _mm512_dpbusd_epi32(hacc[g], lo[k], QWord<kD>(qp, sb, 0, 0, g, k));
-          lacc[g] = _mm512_dpbusd_epi32(lacc[g], lo[k], QWord<kD>(qp, sb, 1, 0, g, k));
+          hacc[g] = DpBusdBcast(hacc[g], lo[k], &qp.q[sb][0][0][g][4 * k]);
+          lacc[g] = DpBusdBcast(lacc[g], lo[k], &qp.q[sb][1][0][g][4 * k]);
         }
         for (size_t k = 0; k < 4; ++k) {
-          hacc[g] = _mm512_dpbusd_epi32(hacc[g], hi[k], QWord<kD>(qp, sb, 0, 1, g, k));
-          lacc[g] = _mm512_dpbusd_epi32(lacc[g], hi[k], QWord<kD>(qp, sb, 1, 1, g, k));
+          hacc[g] = DpBusdBcast(hacc[g], hi[k], &qp.q[sb][0][1][g][4 * k]);
+          lacc[g] = DpBusdBcast(lacc[g], hi[k], &qp.q[sb][1][1][g][4 * k]);
         }
       }
     }
