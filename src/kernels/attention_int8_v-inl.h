@@ -148,8 +148,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
     }
   }
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
-    // Accumulator 4 g + c: query vector g, chunk c. Flat (g++ 12 kept a 2-D array of vectors
-    // in memory and copied it between registers: 94 instructions per loop trip instead of ~50).
+    // Accumulator 4 g + c: query vector g, chunk c (DpWssd keeps each in one register).
     __m512i o[16];
     for (size_t j = 0; j < 16; ++j) o[j] = _mm512_setzero_si512();
     for (uint32_t i = 0; i < np; ++i) {
