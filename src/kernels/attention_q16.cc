@@ -272,6 +272,7 @@ HWY_INLINE void VPass(const uint8_t* vr, size_t vs, uint32_t n, const float* w, 
                       VF o[kQG][kCG]) {
   const DF df;
   constexpr size_t kU = (kCG + kCPU - 1) / kCPU;  // units of the pass
+#pragma GCC unroll 2
   for (uint32_t t = 0; t < n; ++t, vr += vs, w += kWT) {
     VF vv[kCG];
     for (size_t c = 0; c < kCG; ++c) vv[c] = VCodes<F>(vr + ch[c].off, ch[c].shift);

@@ -513,6 +513,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
             const VF cg = hn::Set(df, corr[g]);
             for (size_t c = 0; c < kCG; ++c) o[g][c] = hn::Mul(hn::LoadU(df, acc_ptr[g] + (c0 + c) * N), cg);
           }
+#pragma GCC unroll 2
           for (uint32_t t = a; t < b; ++t) {
             const uint8_t* vr = vb + (t - t0) * kv.v_token_stride;
             VF vv[kCG];
