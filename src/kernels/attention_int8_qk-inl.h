@@ -1,6 +1,6 @@
 // Score side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, KTraits, QPack, Load4, KV_VNNI and KV_INL). Stateless;
-// thread-safe.
+// (it uses that file's Fmt, Geo, KTraits, QPack, Load4, DpBusdBcast, KV_VNNI and KV_INL).
+// Stateless; thread-safe.
 //
 // Scores come 16 tokens x 4 query vectors per step. For each 16-byte piece of a 32-value
 // sub-block, the 16 rows' pieces are loaded 4 to a zmm (one 128-bit lane per row) and transposed
@@ -117,8 +117,6 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
   for (uint32_t i = 0; i < 4; ++i) x[i] = Load4(r + 4 * i, KTraits<KF>::PieceOff(sb, p));
   Transpose4(x, c);
 }
-
-
 
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
 // the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K

@@ -1,5 +1,5 @@
 // V side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, KV_VNNI and KV_INL). Stateless; thread-safe.
+// (it uses that file's Fmt, Geo, DpWssd, KV_VNNI and KV_INL). Stateless; thread-safe.
 //
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
 // sum_t p[4 t + g] * v_t. Each 32-value block's scale is folded into the weights once per token,
