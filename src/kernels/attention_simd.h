@@ -111,6 +111,8 @@ inline NextTile PlanNextTile(const PagedKvView& kv, const PagedKvRow& row, const
 
 // Lines of the next tile's K (or V) rows of an item's heads, brought into L2 a few at a time
 // over the current tile's steps: spread out, not in a burst that holds every line-fill buffer.
+// A software prefetch holds a line-fill buffer until its line arrives (a DRAM latency), so the
+// finer the steps the fewer of the current tile's own L2 loads wait behind them.
 // The rows are one contiguous range when the item covers every KV head (rows of a token sit
 // together), else `n_rows` runs of `run_bytes` at `stride`.
 struct Drip {
@@ -135,6 +137,19 @@ struct Drip {
   inline void Step() {
     credit_ += rate_;
     if (credit_ >= kOne) Issue(static_cast<uint32_t>(credit_ >> 16));
+  }
+  // One fine step (a K chunk pair, a V token): for one contiguous range its lines are issued
+  // inline, a line or two at a time; runs of rows go through Issue as in Step.
+  inline void StepFine() {
+    credit_ += rate_;
+    if (credit_ < kOne) return;
+    if (stride_ != 0) {
+      Issue(static_cast<uint32_t>(credit_ >> 16));
+      return;
+    }
+    for (; credit_ >= kOne && left_ > 0; credit_ -= kOne, --left_, p_ += 64) {
+      __builtin_prefetch(p_, 0, 2);
+    }
   }
   // Issues what is left.
   inline void Finish() {
