@@ -380,7 +380,8 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   // V chunks per accumulator pass: kQG x kCG accumulators must leave registers for the decoded
   // chunks (16 vector registers below AVX-512).
   constexpr size_t kCG = N >= 16 ? 4 : 2;
-  constexpr bool kFineK = N >= 16;  // K drip steps per chunk pair (below: per score batch)
+  // Drip steps (see the tile loop): fine on AVX-512, per score batch / V chunk group below.
+  constexpr bool kFine = N >= 16;
   static_assert(N % kQG == 0 && V % kCG == 0, "fast path geometry");
   constexpr size_t kStride = kD + 2;
   const PagedKvView& kv = *job.kv;
@@ -435,12 +436,13 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
     const size_t block = static_cast<size_t>(row.block_table[t0 / bt]);
     const size_t slot = t0 % bt;
     {
-      // Fine steps: a line or two per K chunk pair (AVX-512; on AVX2 the scores' registers
-      // are too few) and per V token. One step per 4-token score batch and per V chunk
-      // group (16 and 64 lines at f16) held the fill buffers in bursts: 1.1-1.2x slower at 32K.
+      // AVX-512: fine steps, a line or two per K chunk pair and per V token. One step per
+      // 4-token score batch and per V chunk group (16 and 64 lines at f16) held the Intel
+      // device's fill buffers in bursts (1.1-1.2x slower at 32K). On the AMD AVX2 machine the
+      // fine steps were 1.1x slower (and the K step costs the scores' registers): coarse there.
       const uint64_t k_steps = uint64_t{nh} * npass * ((nt + kTB - 1) / std::max<size_t>(kTB, 1)) *
-                               (kFineK ? V / 2 : 1);
-      const uint64_t v_steps = uint64_t{nh} * npass * (V / kCG) * nt;
+                               (kFine ? V / 2 : 1);
+      const uint64_t v_steps = uint64_t{nh} * npass * (V / kCG) * (kFine ? nt : 1);
       const NextTile next = PlanNextTile(kv, row, it, t1, hi, kTile);
       kdrip.Plan(next.k, next.n, kv.k_token_stride, nh * kv.k_head_stride, k_steps);
       vdrip.Plan(next.v, next.n, kv.v_token_stride, nh * kv.v_head_stride, v_steps);
@@ -470,7 +472,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
         }
         // Scores: accumulator j = g * kTB + tt holds q_g . k_(t + tt).
         for (uint32_t t = t0; t < t1; t += kTB) {
-          if constexpr (!kFineK) kdrip.Step();
+          if constexpr (!kFine) kdrip.Step();
           VF acc[N];
           for (size_t j = 0; j < N; ++j) acc[j] = hn::Zero(df);
           const uint32_t ntb = std::min<uint32_t>(kTB, t1 - t);
@@ -479,7 +481,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
             kr[tt] = kb + (t - t0 + std::min<size_t>(tt, ntb - 1)) * kv.k_token_stride;
           }
           for (size_t k = 0; k < V; k += 2) {
-            if constexpr (kFineK) kdrip.StepFine();
+            if constexpr (kFine) kdrip.StepFine();
             VF k0[kTB], k1[kTB];
             for (size_t tt = 0; tt < kTB; ++tt) KDec::Pair(df, kr[tt], k, kc, k0[tt], k1[tt]);
             for (size_t g = 0; g < kQG; ++g) {
@@ -513,6 +515,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
           acc_ptr[g] = g < nqp ? partial + ((h - it.head_begin) * nq + i0 + g) * kStride + 2 : dummy;
         }
         for (size_t c0 = 0; c0 < V; c0 += kCG) {
+          if constexpr (!kFine) vdrip.Step();
           VF o[kQG][kCG];
           for (size_t g = 0; g < kQG; ++g) {
             const VF cg = hn::Set(df, corr[g]);
@@ -520,7 +523,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
           }
 #pragma GCC unroll 2
           for (uint32_t t = a; t < b; ++t) {
-            vdrip.StepFine();
+            if constexpr (kFine) vdrip.StepFine();
             const uint8_t* vr = vb + (t - t0) * kv.v_token_stride;
             VF vv[kCG];
             for (size_t c = 0; c < kCG; c += 2) VDec::Pair(df, vr, c0 + c, vc, vv[c], vv[c + 1]);
