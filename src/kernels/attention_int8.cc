@@ -14,7 +14,9 @@
 // online softmax (scores token-major, 4 query vectors per token) and V: codes are converted
 // in registers with each block's scale folded into the softmax weights and accumulated in f32
 // (attention_int8_v-inl.h; affine4 V in an even / odd value order that is restored when the
-// item ends). Software prefetches bring lines into L1 a step ahead (see ScoreStep16).
+// item ends). Items of every KV head (decode) bring the next tile into L2 a line or two at a
+// time over the current tile's score and V work (TileDrip); lines go from L2 into L1 a score
+// step ahead (see ScoreStep16).
 // Nothing here grows with the context. Stateless apart from the on/off switch; thread-safe.
 #include "kernels/attention_int8.h"
 
@@ -284,6 +286,32 @@ KV_INL void Softmax4(float* s, uint32_t nv, uint32_t t0, const int32_t a[4], con
   _mm_storeu_ps(corr, _mm512_castps512_ps128(c));
 }
 
+// The next tile's K and V lines (two contiguous ranges, K first), brought into L2 a line or
+// two at a time over the whole of the current tile: one Step per score slot (a sub-block and
+// query vector of a score step) and per V slot (a token pair of a V sweep), which take about
+// the same time. A software prefetch that misses holds a line-fill buffer for a DRAM latency:
+// in bursts they stall the tile's own loads, and drips during the score steps alone left DRAM
+// idle through the V pass (docs/kernels.md).
+struct TileDrip {
+  const uint8_t* p = nullptr;   // next line of the current range
+  const uint8_t* p2 = nullptr;  // the V range, once K is done
+  uint32_t left = 0, left2 = 0;  // lines
+  uint32_t rate = 0, credit = 0;  // lines per Step and owed, 16.16 fixed point
+  KV_INL void Step() {
+    credit += rate;
+    while (credit >= (1u << 16) && left > 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+      p += 64;
+      credit -= 1u << 16;
+      if (--left == 0) {
+        p = p2;
+        left = left2;
+        left2 = 0;
+      }
+    }
+  }
+};
+
 #include "kernels/attention_int8_qk-inl.h"
 #include "kernels/attention_int8_v-inl.h"
 
@@ -321,8 +349,9 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   // Per tile: first the scores of every head and pass, a 16-token step at a time with the heads
   // inside, so that K is read in address order (the rows of a step are one contiguous stretch
   // of the block) and the hardware prefetchers stream it; then softmax and V head by head.
-  // Software prefetches only bring rows into L1 a step ahead (next step's K rows, this step's V
-  // rows): prefetching whole tiles into L2 held the line-fill buffers and was slower.
+  // The next tile goes into L2 over the whole of this one (TileDrip: bursts of it, or a drip
+  // during the score steps alone, were slower); L1 prefetches bring the next step's K rows from
+  // L2 a step ahead.
   struct alignas(64) TileScores {
     float s[kTile * 4];  // [token][query vector of the pass]
   };
@@ -371,6 +400,28 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     // Scores, 16 tokens x 4 query vectors per step, token-major in sc. An item of every KV head
     // reads whole token rows: the prefetches are then lines of contiguous ranges.
     const bool all_heads = nh * khs == ks && nh * vhs == vs;
+    // The next tile into L2 over this one's score and V slots (a share of the lines per slot;
+    // the score slots get twice the V slots' when both formats are 4-bit: their fewer lines
+    // then go early, with room to spare, as measured on the device). Items of fewer heads
+    // (prefill) read strided rows and keep the L1 prefetches of this step's V rows instead.
+    TileDrip drip;
+    uint32_t score_rate = 0, v_rate = 0;
+    if (all_heads && n_next > 0) {
+      constexpr uint64_t kScoreWeight = KTraits<KF>::kNibble && KTraits<VF>::kNibble ? 2 : 1;
+      uint64_t passes = 0;
+      for (uint32_t ps = 0; ps < npass; ++ps) passes += masks[ps].lo < masks[ps].hi ? 1 : 0;
+      const uint64_t score_slots = uint64_t{(nt + 15) / 16} * nh * passes * (kD / 32) * 4;
+      const uint64_t v_slots = uint64_t{nh} * passes * (kD / 64) * ((nt + 1) / 2);
+      drip.p = next.k;
+      drip.left = static_cast<uint32_t>((n_next * ks + 63) / 64);
+      drip.p2 = next.v;
+      drip.left2 = static_cast<uint32_t>((n_next * vs + 63) / 64);
+      const uint64_t units = kScoreWeight * score_slots + v_slots;
+      const uint64_t unit = ((uint64_t{drip.left + drip.left2} << 16) + units - 1) / units;
+      score_rate = static_cast<uint32_t>(kScoreWeight * unit);
+      v_rate = static_cast<uint32_t>(unit);
+    }
+    drip.rate = score_rate;
     for (uint32_t t = t0; t < t1; t += 16) {
       const uint32_t ntb = std::min<uint32_t>(16, t1 - t);
       alignas(64) int32_t rel[16];  // rows from the head's first row of the tile
@@ -387,8 +438,6 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         n_kn = std::min<uint32_t>(16, n_next);
       }
       const uint32_t k_lines = kn ? static_cast<uint32_t>((n_kn * ks + 63) / 64) : 0;
-      const uint32_t v_lines = static_cast<uint32_t>((ntb * vs + 63) / 64);
-      const uint8_t* vstep = vt + size_t{t - t0} * vs;
       for (uint32_t h = 0; h < nh; ++h) {
         const uint8_t* kb = kt + h * khs;
         const uint8_t* r[16];
@@ -396,11 +445,9 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         L1Ahead ahead;
         if (all_heads) {  // a share of each range per head
           ahead.lines = true;
-          const uint32_t k0 = k_lines * h / nh, v0 = v_lines * h / nh;
+          const uint32_t k0 = k_lines * h / nh;
           ahead.kl = kn ? kn + size_t{kn_first} * ks + 64 * size_t{k0} : nullptr;
           ahead.n_kl = k_lines * (h + 1) / nh - k0;
-          ahead.vl = vstep + 64 * size_t{v0};
-          ahead.n_vl = v_lines * (h + 1) / nh - v0;
         } else {
           ahead.kbytes = kn ? khs : 0;
           ahead.vbytes = vhs;
@@ -411,13 +458,14 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         }
         for (uint32_t ps = 0; ps < npass; ++ps) {
           if (masks[ps].lo >= masks[ps].hi) continue;
-          ScoreStep16<kD, KF>(r, rel, ks, packs[size_t{h} * npass + ps], kent, ahead, kg.group_shift,
-                              kg.n_groups, sc[size_t{h} * npass + ps].s + 4 * (t - t0));
+          ScoreStep16<kD, KF>(r, rel, ks, packs[size_t{h} * npass + ps], kent, ahead, &drip,
+                              kg.group_shift, kg.n_groups, sc[size_t{h} * npass + ps].s + 4 * (t - t0));
           ahead = L1Ahead{};  // the rows are on their way
         }
       }
     }
     // Online softmax and V, head by head.
+    drip.rate = v_rate;
     for (uint32_t h = 0; h < nh; ++h) {
       const uint8_t* vb = vt + h * vhs;
       for (uint32_t ps = 0; ps < npass; ++ps) {
@@ -443,7 +491,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           acc_ptr[g] = st[g] ? st[g] + 2 : dummy;
         }
         AccumulateV<kD, VF>(vb + size_t{pm.lo - t0} * vs, vs, pm.hi - pm.lo, s + 4 * (pm.lo - t0), corr,
-                            acc_ptr, vmap);
+                            acc_ptr, vmap, &drip);
       }
     }
     t0 = t1;

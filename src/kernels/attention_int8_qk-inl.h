@@ -1,5 +1,6 @@
 // Score side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, KTraits, QPack, Load4, DpBusdBcast, KV_VNNI and KV_INL).
+// (it uses that file's Fmt, Geo, KTraits, QPack, TileDrip, Load4, DpBusdBcast, KV_VNNI and
+// KV_INL).
 // Stateless; thread-safe.
 //
 // Scores come 16 tokens x 4 query vectors per step. For each 16-byte piece of a 32-value
@@ -119,14 +120,14 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
 }
 
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
-// the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
-// rows and this step's V rows of all heads, a share per head) or, for items of fewer heads,
-// the first kbytes / vbytes of 16 K rows (the next step's) and 16 V rows (this step's).
+// the fill buffers). Either whole lines of one contiguous range (`lines`: the next step's K
+// rows of all heads, a share per head; the tile's V rows are then in L2, dripped during the
+// tile before) or, for items of fewer heads, the first kbytes / vbytes of 16 K rows (the next
+// step's) and 16 V rows (this step's).
 struct L1Ahead {
   bool lines = false;
-  const uint8_t* kl = nullptr;  // lines mode: first line and count of each range
-  const uint8_t* vl = nullptr;
-  uint32_t n_kl = 0, n_vl = 0;
+  const uint8_t* kl = nullptr;  // lines mode: first line and count
+  uint32_t n_kl = 0;
   const uint8_t* k[16];  // rows mode
   const uint8_t* v[16];
   size_t kbytes = 0, vbytes = 0;
@@ -138,9 +139,6 @@ KV_INL void PrefetchAhead(const L1Ahead& a, size_t sb, size_t kSb) {
     for (size_t i = a.n_kl * sb / kSb; i < a.n_kl * (sb + 1) / kSb; ++i) {
       _mm_prefetch(reinterpret_cast<const char*>(a.kl + 64 * i), _MM_HINT_T0);
     }
-    for (size_t i = a.n_vl * sb / kSb; i < a.n_vl * (sb + 1) / kSb; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(a.vl + 64 * i), _MM_HINT_T0);
-    }
     return;
   }
   for (size_t j = 16 * sb / kSb; j < 16 * (sb + 1) / kSb; ++j) {
@@ -151,10 +149,11 @@ KV_INL void PrefetchAhead(const L1Ahead& a, size_t sb, size_t kSb) {
 
 // Scores of rows r[0..15] (16 K rows of one head; duplicates past the tile's end) against the
 // pass's 4 query vectors: s[4 t + g] for t < 16 (s: 64 floats, 64-byte aligned).
+// `drip` steps once per sub-block and query vector.
 template <size_t kD, Fmt KF>
 KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_t ks,
                         const QPack<kD>& qp, const KEntries<kD, KF>& ke, const L1Ahead& ahead,
-                        uint32_t group_shift,
+                        TileDrip* drip, uint32_t group_shift,
                         uint32_t n_groups, float* s) {
   using KT = KTraits<KF>;
   constexpr size_t kSb = kD / 32;
@@ -212,6 +211,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_
         }
       }
       for (size_t g = 0; g < 4; ++g) {
+        drip->Step();
         for (size_t k = 0; k < 4; ++k) {
           hacc[g] = DpBusdBcast(hacc[g], lo[k], &qp.q[sb][0][0][g][4 * k]);
           lacc[g] = DpBusdBcast(lacc[g], lo[k], &qp.q[sb][1][0][g][4 * k]);

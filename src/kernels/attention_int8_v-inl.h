@@ -1,5 +1,5 @@
 // V side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, DpWssd, KV_VNNI and KV_INL). Stateless; thread-safe.
+// (it uses that file's Fmt, Geo, TileDrip, DpWssd, KV_VNNI and KV_INL). Stateless; thread-safe.
 //
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
 // sum_t p[4 t + g] * v_t. Each 32-value block's scale is folded into the weights once per token,
@@ -103,10 +103,13 @@ KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c
 // against the pair's weights (broadcast) accumulates in int32 (at most 32 * 32767 * 255 * 2 per
 // lane: no overflow) and the sums are scaled once per call. q4_0's code offset comes back as
 // -8 * sum_t w per block; affine biases as sum_t p * bias.
+// `drip` (the next tile's lines) steps once per token pair of each sweep.
 template <size_t kD, Fmt VF>
 __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs, uint32_t n,
                                                    const float* p, const float corr[4],
-                                                   float* const acc[4], const VScaleMap<kD>& sm) {
+                                                   float* const acc[4], const VScaleMap<kD>& sm,
+                                                   TileDrip* drip_out) {
+  TileDrip drip = *drip_out;
   using S = VShape<kD>;
   constexpr size_t kNB = S::kNB;
   constexpr bool kAffine = VF == Fmt::kA8 || VF == Fmt::kA4;
@@ -155,6 +158,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       const uint8_t* r0 = vr + size_t{2 * i} * vs;
       const uint8_t* r1 = 2 * i + 1 < n ? r0 + vs : r0;  // an odd call's last token: weight 0
       const int32_t* wi = wp + i * S::kW;
+      drip.Step();
       for (size_t bb = 0; bb < 2; ++bb) {
         __m512i c[2];
         VPairCodes<VF>(r0, r1, b0 + bb, c);
@@ -176,4 +180,5 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       }
     }
   }
+  *drip_out = drip;
 }
