@@ -120,14 +120,15 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
 }
 
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
-// the fill buffers). Either whole lines of one contiguous range (`lines`: the next step's K
-// rows of all heads, a share per head; the tile's V rows are then in L2, dripped during the
-// tile before) or, for items of fewer heads, the first kbytes / vbytes of 16 K rows (the next
-// step's) and 16 V rows (this step's).
+// the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
+// rows and, when the tile's V rows were not dripped into L2 during the tile before, this
+// step's V rows, of all heads, a share per head) or, for items of fewer heads, the first
+// kbytes / vbytes of 16 K rows (the next step's) and 16 V rows (this step's).
 struct L1Ahead {
   bool lines = false;
-  const uint8_t* kl = nullptr;  // lines mode: first line and count
-  uint32_t n_kl = 0;
+  const uint8_t* kl = nullptr;  // lines mode: first line and count of each range
+  const uint8_t* vl = nullptr;
+  uint32_t n_kl = 0, n_vl = 0;
   const uint8_t* k[16];  // rows mode
   const uint8_t* v[16];
   size_t kbytes = 0, vbytes = 0;
@@ -139,6 +140,9 @@ KV_INL void PrefetchAhead(const L1Ahead& a, size_t sb, size_t kSb) {
     for (size_t i = a.n_kl * sb / kSb; i < a.n_kl * (sb + 1) / kSb; ++i) {
       _mm_prefetch(reinterpret_cast<const char*>(a.kl + 64 * i), _MM_HINT_T0);
     }
+    for (size_t i = a.n_vl * sb / kSb; i < a.n_vl * (sb + 1) / kSb; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(a.vl + 64 * i), _MM_HINT_T0);
+    }
     return;
   }
   for (size_t j = 16 * sb / kSb; j < 16 * (sb + 1) / kSb; ++j) {
@@ -149,8 +153,8 @@ KV_INL void PrefetchAhead(const L1Ahead& a, size_t sb, size_t kSb) {
 
 // Scores of rows r[0..15] (16 K rows of one head; duplicates past the tile's end) against the
 // pass's 4 query vectors: s[4 t + g] for t < 16 (s: 64 floats, 64-byte aligned).
-// `drip` steps once per sub-block and query vector.
-template <size_t kD, Fmt KF>
+// With kDrip, `drip` steps once per sub-block and query vector.
+template <size_t kD, Fmt KF, bool kDrip>
 KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_t ks,
                         const QPack<kD>& qp, const KEntries<kD, KF>& ke, const L1Ahead& ahead,
                         TileDrip* drip, uint32_t group_shift,
@@ -211,7 +215,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_
         }
       }
       for (size_t g = 0; g < 4; ++g) {
-        drip->Step();
+        if constexpr (kDrip) drip->Step();
         for (size_t k = 0; k < 4; ++k) {
           hacc[g] = DpBusdBcast(hacc[g], lo[k], &qp.q[sb][0][0][g][4 * k]);
           lacc[g] = DpBusdBcast(lacc[g], lo[k], &qp.q[sb][1][0][g][4 * k]);

@@ -103,8 +103,8 @@ KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c
 // against the pair's weights (broadcast) accumulates in int32 (at most 32 * 32767 * 255 * 2 per
 // lane: no overflow) and the sums are scaled once per call. q4_0's code offset comes back as
 // -8 * sum_t w per block; affine biases as sum_t p * bias.
-// `drip` (the next tile's lines) steps once per token pair of each sweep.
-template <size_t kD, Fmt VF>
+// With kDrip, `drip` (the next tile's lines) steps once per token pair of each sweep.
+template <size_t kD, Fmt VF, bool kDrip>
 __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs, uint32_t n,
                                                    const float* p, const float corr[4],
                                                    float* const acc[4], const VScaleMap<kD>& sm,
@@ -158,7 +158,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       const uint8_t* r0 = vr + size_t{2 * i} * vs;
       const uint8_t* r1 = 2 * i + 1 < n ? r0 + vs : r0;  // an odd call's last token: weight 0
       const int32_t* wi = wp + i * S::kW;
-      drip.Step();
+      if constexpr (kDrip) drip.Step();
       for (size_t bb = 0; bb < 2; ++bb) {
         __m512i c[2];
         VPairCodes<VF>(r0, r1, b0 + bb, c);
