@@ -14,9 +14,9 @@
 // online softmax (scores token-major, 4 query vectors per token) and V: codes are converted
 // in registers with each block's scale folded into the softmax weights and accumulated in f32
 // (attention_int8_v-inl.h; affine4 V in an even / odd value order that is restored when the
-// item ends). With an 8-bit K or V, items of every KV head (decode) bring the next tile into
-// L2 a line or two at a time over the current tile's score and V work (TileDrip); L1
-// prefetches run a score step ahead (see ScoreStep16).
+// item ends). Items of every KV head (decode) bring the next tile into L2 a line or two at a
+// time over the current tile's score and V work (TileDrip); L1 prefetches run a score step
+// ahead (see ScoreStep16).
 // Nothing here grows with the context. Stateless apart from the on/off switch; thread-safe.
 #include "kernels/attention_int8.h"
 
@@ -349,9 +349,9 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   // Per tile: first the scores of every head and pass, a 16-token step at a time with the heads
   // inside, so that K is read in address order (the rows of a step are one contiguous stretch
   // of the block) and the hardware prefetchers stream it; then softmax and V head by head.
-  // With an 8-bit K or V the next tile goes into L2 over the whole of this one (TileDrip:
-  // bursts of it, or a drip during the score steps alone, were slower); L1 prefetches bring
-  // the next step's K rows (and, without the drip, this step's V rows) a step ahead.
+  // The next tile goes into L2 over the whole of this one (TileDrip: bursts of it, or a drip
+  // during the score steps alone, were slower); L1 prefetches bring the next step's K rows
+  // (and, where the tile's V rows were not dripped, this step's V rows) a step ahead.
   struct alignas(64) TileScores {
     float s[kTile * 4];  // [token][query vector of the pass]
   };
@@ -360,8 +360,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     alignas(16) int32_t b[4];
     uint32_t lo = 0, hi = 0;   // union of the ranges
   };
-  // See the drip below (per tile).
-  constexpr bool kDrip = !(KTraits<KF>::kNibble && KTraits<VF>::kNibble);
+  bool v_in_l2 = false;  // this tile's V rows were dripped into L2 during the tile before
   std::unique_ptr<TileScores[]> sc(new TileScores[size_t{nh} * npass]);  // [head][pass]
   std::unique_ptr<PassMask[]> masks(new PassMask[npass]);
   const size_t khs = kv.k_head_stride, vhs = kv.v_head_stride;
@@ -402,14 +401,12 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     // Scores, 16 tokens x 4 query vectors per step, token-major in sc. An item of every KV head
     // reads whole token rows: the prefetches are then lines of contiguous ranges.
     const bool all_heads = nh * khs == ks && nh * vhs == vs;
-    // With an 8-bit K or V, the next tile into L2 over this one's score and V slots (a share of
-    // the lines per slot): 1.1-1.25x faster than without in most device runs. Both formats
-    // 4-bit (half the lines) and items of fewer heads (prefill, strided rows): L1 prefetches
-    // of this step's V rows during the score step instead (for the 4-bit formats the drip
-    // measured from 0.8x to 1.15x between runs).
+    // Items of every KV head: the next tile into L2 over this one's score and V slots (a
+    // share of the lines per slot). Items of fewer heads (prefill, strided rows) and an item's
+    // last tile run the instantiations without it; a tile whose V rows were not dripped gets
+    // them by L1 prefetches a step ahead.
     TileDrip drip;
-    uint32_t score_rate = 0, v_rate = 0;
-    if (kDrip && all_heads && n_next > 0) {
+    if (all_heads && n_next > 0) {
       uint64_t passes = 0;
       for (uint32_t ps = 0; ps < npass; ++ps) passes += masks[ps].lo < masks[ps].hi ? 1 : 0;
       const uint64_t score_slots = uint64_t{(nt + 15) / 16} * nh * passes * (kD / 32) * 4;
@@ -418,11 +415,10 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
       drip.left = static_cast<uint32_t>((n_next * ks + 63) / 64);
       drip.p2 = next.v;
       drip.left2 = static_cast<uint32_t>((n_next * vs + 63) / 64);
-      const uint64_t units = score_slots + v_slots;
-      score_rate = v_rate = static_cast<uint32_t>(((uint64_t{drip.left + drip.left2} << 16) + units - 1) / units);
+      const uint64_t slots = score_slots + v_slots;
+      drip.rate = static_cast<uint32_t>(((uint64_t{drip.left + drip.left2} << 16) + slots - 1) / slots);
     }
-    drip.rate = score_rate;
-    const bool dripping = score_rate > 0;  // else the instantiations without it
+    const bool dripping = drip.rate > 0;  // else the instantiations without it
     for (uint32_t t = t0; t < t1; t += 16) {
       const uint32_t ntb = std::min<uint32_t>(16, t1 - t);
       alignas(64) int32_t rel[16];  // rows from the head's first row of the tile
@@ -439,7 +435,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         n_kn = std::min<uint32_t>(16, n_next);
       }
       const uint32_t k_lines = kn ? static_cast<uint32_t>((n_kn * ks + 63) / 64) : 0;
-      const uint32_t v_lines = kDrip ? 0 : static_cast<uint32_t>((ntb * vs + 63) / 64);
+      const uint32_t v_lines = v_in_l2 ? 0 : static_cast<uint32_t>((ntb * vs + 63) / 64);
       const uint8_t* vstep = vt + size_t{t - t0} * vs;
       for (uint32_t h = 0; h < nh; ++h) {
         const uint8_t* kb = kt + h * khs;
@@ -465,8 +461,8 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           if (masks[ps].lo >= masks[ps].hi) continue;
           const QPack<kD>& qp = packs[size_t{h} * npass + ps];
           float* out = sc[size_t{h} * npass + ps].s + 4 * (t - t0);
-          if (kDrip && dripping) {
-            ScoreStep16<kD, KF, kDrip>(r, rel, ks, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
+          if (dripping) {
+            ScoreStep16<kD, KF, true>(r, rel, ks, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
           } else {
             ScoreStep16<kD, KF, false>(r, rel, ks, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
           }
@@ -475,7 +471,6 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
       }
     }
     // Online softmax and V, head by head.
-    drip.rate = v_rate;
     for (uint32_t h = 0; h < nh; ++h) {
       const uint8_t* vb = vt + h * vhs;
       for (uint32_t ps = 0; ps < npass; ++ps) {
@@ -502,13 +497,14 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         }
         const uint8_t* vr = vb + size_t{pm.lo - t0} * vs;
         const float* p = s + 4 * (pm.lo - t0);
-        if (kDrip && dripping) {
-          AccumulateV<kD, VF, kDrip>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+        if (dripping) {
+          AccumulateV<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
         } else {
           AccumulateV<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
         }
       }
     }
+    v_in_l2 = dripping;
     t0 = t1;
   }
   if constexpr (VF == Fmt::kA4) {  // accumulators back from even / odd order to value order
