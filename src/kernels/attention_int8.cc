@@ -395,6 +395,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
       any = any || pm.lo < pm.hi;
     }
     if (!any) {
+      v_in_l2 = false;  // what the tile before dripped was this tile, not the next
       t0 = t1;
       continue;
     }
