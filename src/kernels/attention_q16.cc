@@ -9,7 +9,8 @@
 // scaled by the K unit scale times the query scale; affine biases add bias x sum(q) per unit
 // after the horizontal sums (N / 4 tokens x 4 query vectors at once, SumBatch). The online
 // softmax is the f32 kernels' (attention_common-inl.h). V: each unit's scale is folded into the
-// softmax weights once per token (w = p x scale), the V codes are converted to f32 without
+// softmax weights once per token (w = p x scale; N / 4 units per vector, the probabilities
+// transposed token-major 4 x 4 at a time), the V codes are converted to f32 without
 // scaling and accumulated with f32 FMAs, 4 query vectors x kCG chunks of N values per pass;
 // q4_0's offset comes back as -8 x sum_t w per block and affine biases as sum_t p x bias, once
 // per tile. The next tile's K and V are brought into L2 a few lines per step (Drip).
@@ -285,6 +286,45 @@ HWY_INLINE void VPass(const uint8_t* vr, size_t vs, uint32_t n, const float* w, 
   }
 }
 
+// Rows a, b, c, d of a 4 x 4 block, transposed: out[4 j + i] = row i, column j.
+template <class D4>
+HWY_INLINE void Transpose4x4(D4 d4, const float* a, const float* b, const float* c, const float* d, float* out) {
+  const hn::Repartition<uint64_t, D4> d64;
+  const auto ra = hn::LoadU(d4, a), rb = hn::LoadU(d4, b), rc = hn::LoadU(d4, c), rd = hn::LoadU(d4, d);
+  const auto ab0 = hn::BitCast(d64, hn::InterleaveLower(d4, ra, rb));  // a0 b0 a1 b1
+  const auto ab1 = hn::BitCast(d64, hn::InterleaveUpper(d4, ra, rb));  // a2 b2 a3 b3
+  const auto cd0 = hn::BitCast(d64, hn::InterleaveLower(d4, rc, rd));
+  const auto cd1 = hn::BitCast(d64, hn::InterleaveUpper(d4, rc, rd));
+  hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d64, ab0, cd0)), d4, out);
+  hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d64, ab0, cd0)), d4, out + 4);
+  hn::StoreU(hn::BitCast(d4, hn::InterleaveLower(d64, ab1, cd1)), d4, out + 8);
+  hn::StoreU(hn::BitCast(d4, hn::InterleaveUpper(d64, ab1, cd1)), d4, out + 12);
+}
+
+// The scales (kBias: affine biases) of V units k N / 4 .. k N / 4 + N / 4 - 1 of a row, each in
+// 4 lanes (one per query vector of a pass); units past n_units repeat the last one.
+template <QK F, bool kBias>
+HWY_INLINE VF UnitValues(const uint8_t* row, size_t k, size_t n_units, const RowGeo& g) {
+  constexpr size_t N = HWY_LANES(float);
+  const auto one = [&](size_t u) {
+    u = std::min(u, n_units - 1);
+    if constexpr (kBias) return UnitBias(row, u, g);
+    return UnitScale<F>(row, u, g);
+  };
+  const hn::CappedTag<float, 4> d4;
+  if constexpr (N == 4) {
+    return hn::Set(d4, one(k));
+  } else if constexpr (N == 8) {
+    const DF df;
+    return hn::Combine(df, hn::Set(d4, one(2 * k + 1)), hn::Set(d4, one(2 * k)));
+  } else {  // 16 lanes (RunItemQ16Impl serves 4 to 16)
+    const DF df;
+    const hn::Half<DF> dh;
+    return hn::Combine(df, hn::Combine(dh, hn::Set(d4, one(4 * k + 3)), hn::Set(d4, one(4 * k + 2))),
+                       hn::Combine(dh, hn::Set(d4, one(4 * k + 1)), hn::Set(d4, one(4 * k))));
+  }
+}
+
 template <size_t kD, QK KF, QK VF_>
 void RunQ16(const Job& job, const Item& it, float* partial) {
   const DF df;
@@ -294,7 +334,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
   constexpr size_t V = kD / N;         // V chunks per row
   constexpr size_t kCG = N >= 16 && V % 4 == 0 ? 4 : 2;  // V chunks per accumulator pass
   constexpr size_t kKUnits = kAffine<KF> ? 0 : kD / 32;  // K units, when constant
-  constexpr size_t kWT = kD / 32 * kQG;                   // floats of a token's V weights
+  constexpr size_t kWT = (kD / 32 * kQG + N - 1) / N * N;  // floats of a token's V weights (padded)
   static_assert(kTB >= 1 && 32 % (2 * N) == 0 && V % kCG == 0, "int16 path geometry");
   constexpr size_t kStride = kD + 2;
   const PagedKvView& kv = *job.kv;
@@ -324,6 +364,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
   HWY_ALIGN float lanes[N];
   HWY_ALIGN float w[kTile][kWT];               // V weights p x unit scale [token][unit][vector]
   HWY_ALIGN float off[kWT];                    // per V unit: what the offset / biases add
+  HWY_ALIGN float pt[kTile + 4][kQG];          // probabilities, token-major
   HWY_ALIGN float dummy[kD] = {};              // accumulators of a pass's missing vectors
   const uint32_t bt = kv.block_tokens;
   const size_t ks = kv.k_token_stride, vs = kv.v_token_stride;
@@ -400,25 +441,29 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
             acc_ptr[g] = dummy;
           }
         }
-        // V weights (unit scale folded in) and what each unit's offset or bias adds.
-        auto voff = hn::Zero(d4);
-        for (size_t u = 0; u < v_units; ++u) hn::Store(voff, d4, off + u * kQG);
+        // V weights (unit scale folded in) and what each unit's offset or bias adds, N / 4 units
+        // at a time: the probabilities token-major first (4 x 4 transposes).
+        for (uint32_t t = (a - t0) / 4 * 4; t < b - t0; t += 4) {
+          Transpose4x4(d4, s[0] + t, s[1] + t, s[2] + t, s[3] + t, pt[t]);
+        }
+        // Weight vectors per token (q formats: a constant, so that offv stays in registers).
+        const size_t nvw = kAffine<VF_> ? (v_units * kQG + N - 1) / N : kWT / N;
+        VF offv[kWT / N];
+        for (size_t k = 0; k < nvw; ++k) offv[k] = hn::Zero(df);
         for (uint32_t t = a; t < b; ++t) {
           const uint8_t* vr = vb + size_t{t - t0} * vs;
-          HWY_ALIGN float pg[kQG];
-          for (size_t g = 0; g < kQG; ++g) pg[g] = s[g][t - t0];
-          const auto p4 = hn::Load(d4, pg);
-          for (size_t u = 0; u < v_units; ++u) {
-            const auto x = hn::Mul(p4, hn::Set(d4, UnitScale<VF_>(vr, u, vg)));
-            hn::Store(x, d4, w[t - t0] + u * kQG);
+          const VF pv = hn::LoadDup128(df, pt[t - t0]);
+          for (size_t k = 0; k < nvw; ++k) {
+            const VF x = hn::Mul(pv, UnitValues<VF_, false>(vr, k, v_units, vg));
+            hn::Store(x, df, w[t - t0] + k * N);
             if constexpr (VF_ == QK::kQ4_0) {
-              hn::Store(hn::MulAdd(x, hn::Set(d4, -8.0f), hn::Load(d4, off + u * kQG)), d4, off + u * kQG);
+              offv[k] = hn::MulAdd(x, hn::Set(df, -8.0f), offv[k]);
             } else if constexpr (kAffine<VF_>) {
-              hn::Store(hn::MulAdd(p4, hn::Set(d4, UnitBias(vr, u, vg)), hn::Load(d4, off + u * kQG)), d4,
-                        off + u * kQG);
+              offv[k] = hn::MulAdd(pv, UnitValues<VF_, true>(vr, k, v_units, vg), offv[k]);
             }
           }
         }
+        for (size_t k = 0; k < nvw; ++k) hn::Store(offv[k], df, off + k * N);
         // Weighted V: 4 x kCG accumulators per pass over kCG chunks.
         for (size_t c0 = 0; c0 < V; c0 += kCG) {
           vdrip.Step();
