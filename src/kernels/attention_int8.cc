@@ -27,7 +27,7 @@
 #include <limits>
 #include <memory>
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KVTIER_NO_INT8)
 #define KVTIER_INT8_X86 1
 #if !defined(__clang__)
 // GCC 12's AVX-512 intrinsics start from self-initialised "undefined" vectors, which

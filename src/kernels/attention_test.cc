@@ -375,7 +375,7 @@ std::vector<std::pair<Format, Format>> Int8Pairs() {
 }
 
 TEST(AttentionInt8, EveryServedFormatHeadDimAndGqaRatio) {
-  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "no AVX-512 VNNI";
+  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
   ThreadPool pool(2);
   uint64_t seed = 500;
   double worst = 0, least = 1;
@@ -444,7 +444,7 @@ void QuantizedQkMasksAndSplits(std::initializer_list<Format> formats, double bou
 }
 
 TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
-  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "no AVX-512 VNNI";
+  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
   QuantizedQkMasksAndSplits({Format::Q4_0(), Format::Affine(4, 64, DType::kF16)}, kInt8Bound, 700, true);
 }
 
