@@ -7,7 +7,8 @@
 // its offset 8; affine codes as they are) and multiplied pairwise with the query codes
 // (ReorderWidenMulAccumulate: vpmaddwd on x86), summed in int32, converted once per unit and
 // scaled by the K unit scale times the query scale; affine biases add bias x sum(q) per unit
-// after the horizontal sums (N / 4 tokens x 4 query vectors at once, SumBatch). The online
+// (each lane a 1 / N share, before the horizontal sums: N / 4 tokens x 4 query vectors at once,
+// SumBatch). The online
 // softmax is the f32 kernels' (attention_common-inl.h). V: each unit's scale is folded into the
 // softmax weights once per token (w = p x scale; N / 4 units per vector, the probabilities
 // transposed token-major 4 x 4 at a time), the V codes are converted to f32 without
@@ -176,12 +177,13 @@ HWY_INLINE VF VCodes(const uint8_t* p, int shift) {
 // Query vectors of an item quantized to int16 with one scale per vector (max |q| / 32767: a
 // step of about 1e-4 of the largest value, far below the 1e-4 output bound), codes
 // [head][vector][kD] in the K codes' lane order, scales [head][vector] (times the softmax
-// scale) and, for affine K, the float sum of each scale group's values [head][vector][unit]
-// (times the softmax scale). Vectors past nq (a pass's padding) are zero.
+// scale) and, for affine K, each scale group's sum of the float values over N x the vector's
+// scale, broadcast [head][vector][unit][N] (TokenScores adds bias x this to each lane).
+// Vectors past nq (a pass's padding) are zero.
 template <size_t kD, QK KF>
 struct QCodes {
   hwy::AlignedFreeUniquePtr<int16_t[]> codes;
-  hwy::AlignedFreeUniquePtr<float[]> scale, sum;
+  hwy::AlignedFreeUniquePtr<float[]> scale, bias;
 
   void Build(const Job& job, const Item& it, const ItemQueries& qs, size_t unit, uint32_t nvec) {
     const DF df;
@@ -191,16 +193,16 @@ struct QCodes {
     const size_t n_units = kD / unit;
     codes = hwy::AllocateAligned<int16_t>(size_t{nh} * nvec * kD);
     scale = hwy::AllocateAligned<float>(size_t{nh} * nvec);
-    sum = hwy::AllocateAligned<float>(size_t{nh} * nvec * n_units);
+    bias = hwy::AllocateAligned<float>(kAffine<KF> ? size_t{nh} * nvec * n_units * N : 1);
     const hn::Rebind<int16_t, DF> d16n;  // N lanes
     for (uint32_t h = 0; h < nh; ++h) {
       for (uint32_t i = 0; i < nvec; ++i) {
         const size_t v = size_t{h} * nvec + i;
         int16_t* c = codes.get() + v * kD;
-        float* sm = sum.get() + v * n_units;
+        float* qb = bias.get() + (kAffine<KF> ? v * n_units * N : 0);
         if (i >= nq) {
           std::fill(c, c + kD, int16_t{0});
-          std::fill(sm, sm + n_units, 0.0f);
+          if constexpr (kAffine<KF>) std::fill(qb, qb + n_units * N, 0.0f);
           scale[v] = 0.0f;
           continue;
         }
@@ -220,10 +222,12 @@ struct QCodes {
           hn::StoreU(hn::DemoteTo(d16n, hn::NearestInt(hn::Mul(x0, inv))), d16n, c + k);
           hn::StoreU(hn::DemoteTo(d16n, hn::NearestInt(hn::Mul(x1, inv))), d16n, c + k + N);
         }
-        for (size_t u = 0; u < n_units; ++u) {
+        // sum(q) x softmax scale / (N x scale[v]), as the lanes' share.
+        const float share = amax > 0 ? 32767.0f / (static_cast<float>(N) * amax) : 0.0f;
+        for (size_t u = 0; kAffine<KF> && u < n_units; ++u) {
           VF su = hn::Zero(df);
           for (size_t k = u * unit; k < (u + 1) * unit; k += N) su = hn::Add(su, hn::LoadU(df, q + k));
-          sm[u] = hn::GetLane(hn::SumOfLanes(df, su)) * job.scale;
+          hn::Store(hn::Set(df, hn::GetLane(hn::SumOfLanes(df, su)) * share), df, qb + u * N);
         }
       }
     }
@@ -233,34 +237,44 @@ struct QCodes {
 // ---------------------------------------------------------------- the kernel
 
 // Per token: sum over K units of unit scale x (int16 codes . query codes), for the pass's 4
-// query vectors, into acc[g] (f32, N lanes each: summed across lanes later). q formats: one
-// unit per 32-value block (kUnits, a constant); affine: n_units groups of sb_per_unit blocks.
+// query vectors, into acc[g] (f32, N lanes each: summed across lanes later, then scaled by the
+// query scale). q formats: one unit per 32-value block (kUnits, a constant); affine: units of
+// 2^spu_shift blocks, and each unit's bias times qb[g][u] (every lane: the query's group sum
+// over N x its scale, so that the lanes' sum times the query scale adds bias x sum(q)).
 template <size_t kD, QK KF, size_t kUnits>
-HWY_INLINE void TokenScores(const uint8_t* kr, const int16_t* qcodes, size_t n_units,
-                            size_t sb_per_unit, const RowGeo& kg, VF acc[kQG]) {
+HWY_INLINE void TokenScores(const uint8_t* kr, const int16_t* qcodes, const float* qb, size_t n_units,
+                            uint32_t spu_shift, const RowGeo& kg, VF acc[kQG]) {
   const DF df;
   const D16 d16;
   const DI32 di32;
-  constexpr size_t L = 2 * HWY_LANES(float);
+  constexpr size_t N = HWY_LANES(float);
+  constexpr size_t L = 2 * N;
   constexpr size_t kNv = 32 / L;  // int16 vectors per 32-value block
-  const size_t nu = kUnits > 0 ? kUnits : n_units;
-  const size_t spu = kUnits > 0 ? 1 : sb_per_unit;
-  for (size_t g = 0; g < kQG; ++g) acc[g] = hn::Zero(df);
-  for (size_t u = 0; u < nu; ++u) {
-    hn::Vec<DI32> isum[kQG], isum1[kQG];
-    for (size_t g = 0; g < kQG; ++g) isum[g] = isum1[g] = hn::Zero(di32);
-    for (size_t sb = u * spu; sb < (u + 1) * spu; ++sb) {
-      for (size_t j = 0; j < kNv; ++j) {
-        const auto kc = KCodes<KF>(kr, sb, j);
-        for (size_t g = 0; g < kQG; ++g) {
-          const auto qv = hn::Load(d16, qcodes + g * kD + 32 * sb + j * L);
-          isum[g] = hn::ReorderWidenMulAccumulate(di32, kc, qv, isum[g], isum1[g]);
-        }
+  const size_t spu_mask = kUnits > 0 ? 0 : (size_t{1} << spu_shift) - 1;
+  hn::Vec<DI32> isum[kQG], isum1[kQG];
+  for (size_t g = 0; g < kQG; ++g) {
+    acc[g] = hn::Zero(df);
+    isum[g] = isum1[g] = hn::Zero(di32);
+  }
+#pragma GCC unroll 8
+  for (size_t sb = 0; sb < kD / 32; ++sb) {
+    for (size_t j = 0; j < kNv; ++j) {
+      const auto kc = KCodes<KF>(kr, sb, j);
+      for (size_t g = 0; g < kQG; ++g) {
+        const auto qv = hn::Load(d16, qcodes + g * kD + 32 * sb + j * L);
+        isum[g] = hn::ReorderWidenMulAccumulate(di32, kc, qv, isum[g], isum1[g]);
       }
     }
+    if ((sb & spu_mask) != spu_mask) continue;  // the unit goes on
+    const size_t u = sb >> spu_shift;
     const VF dk = hn::Set(df, UnitScale<KF>(kr, u, kg));
     for (size_t g = 0; g < kQG; ++g) {
       acc[g] = hn::MulAdd(hn::ConvertTo(df, hn::RearrangeToOddPlusEven(isum[g], isum1[g])), dk, acc[g]);
+      isum[g] = isum1[g] = hn::Zero(di32);
+    }
+    if constexpr (kAffine<KF>) {
+      const VF bu = hn::Set(df, UnitBias(kr, u, kg));
+      for (size_t g = 0; g < kQG; ++g) acc[g] = hn::MulAdd(bu, hn::Load(df, qb + (g * n_units + u) * N), acc[g]);
     }
   }
 }
@@ -344,7 +358,6 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
   const uint32_t npass = static_cast<uint32_t>((nq + kQG - 1) / kQG);
   const RowGeo kg = MakeGeo(kv.k_format, kD), vg = MakeGeo(kv.v_format, kD);
   const size_t k_units = kD >> kg.unit_shift, v_units = kD >> vg.unit_shift;
-  const size_t k_sb_per_unit = size_t{1} << (kg.unit_shift - 5);
   ItemQueries qs;
   PrepareItem(job, it, kD, partial, &qs);
   const size_t nvec = size_t{npass} * kQG;
@@ -391,13 +404,13 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
         if (a >= b) continue;
         const size_t qv0 = size_t{h} * nvec + i0;  // first vector of the pass in qc
         const int16_t* qcodes = qc.codes.get() + qv0 * kD;  // [vector][kD]
-        const float* qsum = qc.sum.get() + qv0 * k_units;
+        const float* qbias = qc.bias.get() + qv0 * k_units * N;  // [vector][unit][N]
         // Scores: per token the 4 vectors' lane partials, then kTB tokens x 4 vectors summed
         // across lanes at once and scaled by each vector's query scale.
         for (uint32_t t = 0; t < nt; ++t) {
           if (t % 4 == 0) kdrip.Step();  // every 4 tokens
           VF acc[kQG];
-          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, k_units, k_sb_per_unit, kg, acc);
+          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, qbias, k_units, kg.unit_shift - 5, kg, acc);
           for (size_t g = 0; g < kQG; ++g) hn::Store(acc[g], df, part[t][g]);
         }
         for (uint32_t t = nt; t % kTB != 0; ++t) {
@@ -414,15 +427,6 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
           hn::Store(hn::Mul(kvtier::HWY_NAMESPACE::SumBatch(df, in), vqs), df, lanes);
           for (size_t tt = 0; tt < kTB; ++tt) {
             for (size_t g = 0; g < kQG; ++g) s[g][t + tt] = lanes[g * kTB + tt];
-          }
-        }
-        if constexpr (kAffine<KF>) {  // biases: sum over groups of bias x sum of the query
-          for (uint32_t t = 0; t < nt; ++t) {
-            const uint8_t* kr = kb + size_t{t} * ks;
-            for (size_t u = 0; u < k_units; ++u) {
-              const float bu = UnitBias(kr, u, kg);
-              for (size_t g = 0; g < kQG; ++g) s[g][t] += bu * qsum[g * k_units + u];
-            }
           }
         }
         // Online softmax per query vector.
