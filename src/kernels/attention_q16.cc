@@ -222,12 +222,14 @@ struct QCodes {
           hn::StoreU(hn::DemoteTo(d16n, hn::NearestInt(hn::Mul(x0, inv))), d16n, c + k);
           hn::StoreU(hn::DemoteTo(d16n, hn::NearestInt(hn::Mul(x1, inv))), d16n, c + k + N);
         }
-        // sum(q) x softmax scale / (N x scale[v]), as the lanes' share.
-        const float share = amax > 0 ? 32767.0f / (static_cast<float>(N) * amax) : 0.0f;
-        for (size_t u = 0; kAffine<KF> && u < n_units; ++u) {
-          VF su = hn::Zero(df);
-          for (size_t k = u * unit; k < (u + 1) * unit; k += N) su = hn::Add(su, hn::LoadU(df, q + k));
-          hn::Store(hn::Set(df, hn::GetLane(hn::SumOfLanes(df, su)) * share), df, qb + u * N);
+        if constexpr (kAffine<KF>) {
+          // sum(q) x softmax scale / (N x scale[v]), as the lanes' share.
+          const float share = amax > 0 ? 32767.0f / (static_cast<float>(N) * amax) : 0.0f;
+          for (size_t u = 0; u < n_units; ++u) {
+            VF su = hn::Zero(df);
+            for (size_t k = u * unit; k < (u + 1) * unit; k += N) su = hn::Add(su, hn::LoadU(df, q + k));
+            hn::Store(hn::Set(df, hn::GetLane(hn::SumOfLanes(df, su)) * share), df, qb + u * N);
+          }
         }
       }
     }
@@ -404,7 +406,8 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
         if (a >= b) continue;
         const size_t qv0 = size_t{h} * nvec + i0;  // first vector of the pass in qc
         const int16_t* qcodes = qc.codes.get() + qv0 * kD;  // [vector][kD]
-        const float* qbias = qc.bias.get() + qv0 * k_units * N;  // [vector][unit][N]
+        // [vector][unit][N]; q formats have none (their buffer is a single float)
+        const float* qbias = kAffine<KF> ? qc.bias.get() + qv0 * k_units * N : nullptr;
         // Scores: per token the 4 vectors' lane partials, then kTB tokens x 4 vectors summed
         // across lanes at once and scaled by each vector's query scale.
         for (uint32_t t = 0; t < nt; ++t) {
