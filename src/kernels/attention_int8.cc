@@ -11,10 +11,11 @@
 // -offset * sum(query codes). Affine biases add bias * sum(q) with the float query. Per tile
 // of at most 32 tokens, every head's scores come first, step by step with the heads inside (K
 // read in address order), into one small buffer per head and pass; then, head by head, the
-// online softmax (scores token-major, 4 query vectors per token) and V: codes are converted
-// in registers with each block's scale folded into the softmax weights and accumulated in f32
-// (attention_int8_v-inl.h; affine4 V in an even / odd value order that is restored when the
-// item ends). Items of every KV head (decode) bring the next tile into L2 a line or two at a
+// online softmax (scores token-major, 4 query vectors per token) and V: each block's scale is
+// folded into the softmax weights, which are rounded per tile (int16 for 8-bit V, summed two
+// tokens per `vpdpwssd`; 8 bits for 4-bit V, four tokens per `vpdpbusd`) and the int32 sums
+// scaled into f32 accumulators once per tile (attention_int8_v-inl.h; affine4 V in an even /
+// odd value order that is restored when the item ends). Items of every KV head (decode) bring the next tile into L2 a line or two at a
 // time over the current tile's score and V work (TileDrip); L1 prefetches run a score step
 // ahead (see ScoreStep16).
 // Nothing here grows with the context. Stateless apart from the on/off switch; thread-safe.
@@ -187,6 +188,17 @@ KV_INL __m512i DpWssd(__m512i acc, __m512i a, __m512i b) {
   return _mm512_dpwssd_epi32(acc, a, b);
 #else
   __asm__("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+#endif
+}
+
+// acc + per int32 lane the sum of the 4 products of a's unsigned bytes with b's signed bytes
+// (vpdpbusd); asm as DpWssd above.
+KV_INL __m512i DpBusd(__m512i acc, __m512i a, __m512i b) {
+#if defined(__clang__)
+  return _mm512_dpbusd_epi32(acc, a, b);
+#else
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
   return acc;
 #endif
 }
@@ -498,7 +510,13 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         }
         const uint8_t* vr = vb + size_t{pm.lo - t0} * vs;
         const float* p = s + 4 * (pm.lo - t0);
-        if (dripping) {
+        if constexpr (VF == Fmt::kQ4_0 || VF == Fmt::kA4) {
+          if (dripping) {
+            AccumulateV4<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+          } else {
+            AccumulateV4<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+          }
+        } else if (dripping) {
           AccumulateV<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
         } else {
           AccumulateV<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);

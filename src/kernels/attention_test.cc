@@ -354,12 +354,16 @@ TEST(Attention, DenseLeftPaddedBatchWithMlxMasks) {
 }
 
 // The int8 q.k path (AVX-512 VNNI CPUs): the query is quantized (two int8 planes) and V's
-// softmax weights are rounded to int16 per tile, so the bound is the one docs/kernels.md
-// states, relative error < 1e-3 against the float64 reference on the dequantized K/V (the
-// issue allows 1e-2), for every format, head_dim and GQA ratio it serves. The errors seen are
-// 1.6e-5 .. 6.4e-5; a path that did not run would show ~1e-7, so the test also checks that it
-// ran.
+// softmax weights are rounded per tile, to int16 for 8-bit V and to 8 bits for 4-bit V, so the
+// bounds are the ones docs/kernels.md states against the float64 reference on the dequantized
+// K/V: relative error < 1e-3 with 8-bit V and < 1e-2 with 4-bit V (the issue allows 1e-2 where
+// the kernel quantizes the query), for every format, head_dim and GQA ratio it serves. The
+// errors seen are 1.6e-5 .. 6.4e-5 with 8-bit V and up to 2.1e-3 with 4-bit V; a path that did not
+// run would show ~1e-7, so the test also checks that it ran.
 constexpr double kInt8Bound = 1e-3;
+constexpr double kInt8Bound4BitV = 1e-2;
+
+double Int8Bound(const Format& v) { return v.bits == 4 ? kInt8Bound4BitV : kInt8Bound; }
 
 std::vector<std::pair<Format, Format>> Int8Pairs() {
   std::vector<std::pair<Format, Format>> v = {{Format::Q8_0(), Format::Q8_0()},
@@ -378,7 +382,7 @@ TEST(AttentionInt8, EveryServedFormatHeadDimAndGqaRatio) {
   if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
   ThreadPool pool(2);
   uint64_t seed = 500;
-  double worst = 0, least = 1;
+  double worst[2] = {0, 0}, least = 1;  // [4-bit V]
   for (const auto& [kf, vf] : Int8Pairs()) {
     for (uint32_t d : {64u, 128u, 256u}) {
       if (!kf.CheckHeadDim(d).ok() || !vf.CheckHeadDim(d).ok()) continue;
@@ -394,14 +398,15 @@ TEST(AttentionInt8, EveryServedFormatHeadDimAndGqaRatio) {
         c.block_tokens = 16;
         c.seed = ++seed;
         const double err = RelError(c, &pool);
-        EXPECT_LT(err, kInt8Bound) << Describe(c);
-        worst = std::max(worst, err);
+        EXPECT_LT(err, Int8Bound(vf)) << Describe(c);
+        worst[vf.bits == 4] = std::max(worst[vf.bits == 4], err);
         least = std::min(least, err);
       }
     }
   }
   EXPECT_GT(least, 1e-6) << "the int8 path did not run";
-  std::printf("int8 q.k: relative error %.2e .. %.2e (bound %.0e)\n", least, worst, kInt8Bound);
+  std::printf("int8 q.k: relative error %.2e .. %.2e with 8-bit V (bound %.0e), up to %.2e with 4-bit V (bound %.0e)\n",
+              least, worst[0], kInt8Bound, worst[1], kInt8Bound4BitV);
 }
 
 // Masks, windows, soft-cap and an explicit scale on two formats, then one long row split
@@ -445,7 +450,8 @@ void QuantizedQkMasksAndSplits(std::initializer_list<Format> formats, double bou
 
 TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
   if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
-  QuantizedQkMasksAndSplits({Format::Q4_0(), Format::Affine(4, 64, DType::kF16)}, kInt8Bound, 700, true);
+  QuantizedQkMasksAndSplits({Format::Q4_0(), Format::Affine(4, 64, DType::kF16)}, kInt8Bound4BitV, 700, true);
+  QuantizedQkMasksAndSplits({Format::Q8_0(), Format::Affine(8, 64, DType::kF16)}, kInt8Bound, 800, true);
 }
 
 // The int16 q.k path (every target with 4 or more float lanes; AVX-512 VNNI CPUs take the
