@@ -152,13 +152,15 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       _mm512_store_si512(wp + i * S::kW + 16 * v, _mm512_or_si512(_mm512_and_si512(a, low16), _mm512_slli_epi32(b, 16)));
     }
   }
+  const uint8_t* rows[kTile + 1];  // an odd call's last pair repeats its row (weight 0)
+  for (uint32_t t = 0; t < 2 * np; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     // Accumulator 4 g + c: query vector g, chunk c (DpWssd keeps each in one register).
     __m512i o[16];
     for (size_t j = 0; j < 16; ++j) o[j] = _mm512_setzero_si512();
     for (uint32_t i = 0; i < np; ++i) {
-      const uint8_t* r0 = vr + size_t{2 * i} * vs;
-      const uint8_t* r1 = 2 * i + 1 < n ? r0 + vs : r0;  // an odd call's last token: weight 0
+      const uint8_t* r0 = rows[2 * i];
+      const uint8_t* r1 = rows[2 * i + 1];
       const int32_t* wi = wp + i * S::kW;
       if constexpr (kDrip) drip.Step();
       for (size_t bb = 0; bb < 2; ++bb) {
@@ -274,14 +276,15 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
     const __m512 rounded = _mm512_mul_ps(_mm512_cvtepi32_ps(wsum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-8.0f)));
     _mm512_store_ps(bias + 16 * v, _mm512_add_ps(rounded, _mm512_add_ps(exact[v], psum[v])));
   }
+  const uint8_t* rows[kTile + 3];  // the last quad's padding repeats the last row (weight 0)
+  for (uint32_t t = 0; t < 4 * nq4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     // Accumulator 4 g + c: query vector g, chunk c (DpBusd keeps each in one register).
     __m512i o[16];
     for (size_t j = 0; j < 16; ++j) o[j] = _mm512_setzero_si512();
     for (uint32_t i = 0; i < nq4; ++i) {
-      const uint8_t* r[4];
-      for (uint32_t k = 0; k < 4; ++k) r[k] = vr + size_t{std::min(4 * i + k, n - 1)} * vs;
+      const uint8_t* const* r = rows + 4 * i;
       const int32_t* wi = wq + i * S::kW;
       const int32_t* fi = flip + i * S::kW;
       if constexpr (kDrip) {  // the slots of two token pairs
