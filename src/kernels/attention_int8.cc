@@ -15,9 +15,9 @@
 // folded into the softmax weights, which are rounded per tile (int16 for 8-bit V, summed two
 // tokens per `vpdpwssd`; 8 bits for 4-bit V, four tokens per `vpdpbusd`) and the int32 sums
 // scaled into f32 accumulators once per tile (attention_int8_v-inl.h; affine4 V in an even /
-// odd value order that is restored when the item ends). Items of every KV head (decode) bring the next tile into L2 a line or two at a
-// time over the current tile's score and V work (TileDrip); L1 prefetches run a score step
-// ahead (see ScoreStep16).
+// odd value order that is restored when the item ends). Items of every KV head (decode) bring
+// the next tile into L2 a line or two at a time over the current tile's score and V work
+// (TileDrip); L1 prefetches run a score step ahead (see ScoreStep16).
 // Nothing here grows with the context. Stateless apart from the on/off switch; thread-safe.
 #include "kernels/attention_int8.h"
 

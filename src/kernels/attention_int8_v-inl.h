@@ -97,6 +97,25 @@ KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c
   }
 }
 
+// Adds a sweep's int32 sums (accumulator 4 g + c: query vector g, chunk c of blocks b0 and
+// b0 + 1) into the f32 accumulators: acc = acc * corr + (kBias: bias) + step * sum, with the
+// step and bias of the chunk's block and query vector (lane 4 b + g).
+template <bool kBias>
+KV_INL void FlushSweep(const __m512i o[16], size_t b0, const float corr[4], float* const acc[4],
+                       const float* step, const float* bias) {
+  for (size_t g = 0; g < 4; ++g) {
+    const __m512 cg = _mm512_set1_ps(corr[g]);
+    for (size_t c = 0; c < 4; ++c) {
+      const size_t b = b0 + c / 2;
+      float* a = acc[g] + (2 * b0 + c) * 16;
+      __m512 base = _mm512_mul_ps(_mm512_loadu_ps(a), cg);
+      if constexpr (kBias) base = _mm512_add_ps(base, _mm512_set1_ps(bias[4 * b + g]));
+      const __m512 sum = _mm512_cvtepi32_ps(o[4 * g + c]);
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(sum, _mm512_set1_ps(step[4 * b + g]), base));
+    }
+  }
+}
+
 // Weighted V of one pass (see the header comment) over n <= kTile rows from vr (stride vs), p
 // the n tokens' probabilities ([n][4]). Not inlined, so that the sweeps' 16 accumulators
 // (4 query vectors x 4 chunks) get the registers to themselves. Per call (a tile), each weight
@@ -173,16 +192,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
         }
       }
     }
-    for (size_t g = 0; g < 4; ++g) {
-      const __m512 cg = _mm512_set1_ps(corr[g]);
-      for (size_t c = 0; c < 4; ++c) {
-        const size_t b = b0 + c / 2;
-        float* a = acc[g] + (2 * b0 + c) * 16;
-        __m512 base = _mm512_mul_ps(_mm512_loadu_ps(a), cg);
-        if constexpr (VF != Fmt::kQ8_0) base = _mm512_add_ps(base, _mm512_set1_ps(bias[4 * b + g]));
-        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(o[4 * g + c]), _mm512_set1_ps(step[4 * b + g]), base));
-      }
-    }
+    FlushSweep<VF != Fmt::kQ8_0>(o, b0, corr, acc, step, bias);
   }
   *drip_out = drip;
 }
@@ -238,7 +248,9 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
       _mm512_store_ps(w + t * S::kW + 16 * v, x);
       wmax[v] = _mm512_max_ps(wmax[v], x);
       exact[v] = _mm512_fmadd_ps(x, _mm512_mask_blend_ps(ng, centre_pos, centre_neg), exact[v]);
-      if constexpr (kAffine) psum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, psum[v]);
+      if constexpr (kAffine) {
+        psum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, psum[v]);
+      }
     }
   }
   const uint32_t nq4 = (n + 3) / 4;
@@ -260,10 +272,12 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
       __m512i packed = _mm512_setzero_si512(), fl = _mm512_setzero_si512();
       for (uint32_t k = 0; k < 4; ++k) {
         const size_t t = 4 * i + k;
-        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_load_ps(w + t * S::kW + 16 * v), inv[v]));
+        const __m512 x = _mm512_load_ps(w + t * S::kW + 16 * v);
+        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[v]));
         const __mmask16 ng = neg[t * S::kVecs + v];
+        const __m512i byte_k = _mm512_set1_epi32(static_cast<int>(0xffu << (8 * k)));
         packed = _mm512_or_si512(packed, _mm512_slli_epi32(a, static_cast<int>(8 * k)));
-        fl = _mm512_mask_or_epi32(fl, ng, fl, _mm512_set1_epi32(static_cast<int>(0xffu << (8 * k))));
+        fl = _mm512_mask_or_epi32(fl, ng, fl, byte_k);
         wsum[v] = _mm512_add_epi32(wsum[v], a);
       }
       _mm512_store_si512(wq + i * S::kW + 16 * v, packed);
@@ -273,7 +287,8 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
   for (size_t v = 0; v < S::kVecs; ++v) {
     const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(1.0f / 255.0f));
     _mm512_store_ps(step + 16 * v, st);
-    const __m512 rounded = _mm512_mul_ps(_mm512_cvtepi32_ps(wsum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-8.0f)));
+    const __m512 rounded =
+        _mm512_mul_ps(_mm512_cvtepi32_ps(wsum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-8.0f)));
     _mm512_store_ps(bias + 16 * v, _mm512_add_ps(rounded, _mm512_add_ps(exact[v], psum[v])));
   }
   const uint8_t* rows[kTile + 3];  // the last quad's padding repeats the last row (weight 0)
@@ -304,15 +319,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
         }
       }
     }
-    for (size_t g = 0; g < 4; ++g) {
-      const __m512 cg = _mm512_set1_ps(corr[g]);
-      for (size_t c = 0; c < 4; ++c) {
-        const size_t b = b0 + c / 2;
-        float* a = acc[g] + (2 * b0 + c) * 16;
-        const __m512 base = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(a), cg), _mm512_set1_ps(bias[4 * b + g]));
-        _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(o[4 * g + c]), _mm512_set1_ps(step[4 * b + g]), base));
-      }
-    }
+    FlushSweep<true>(o, b0, corr, acc, step, bias);
   }
   *drip_out = drip;
 }

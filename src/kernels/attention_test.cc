@@ -358,8 +358,8 @@ TEST(Attention, DenseLeftPaddedBatchWithMlxMasks) {
 // bounds are the ones docs/kernels.md states against the float64 reference on the dequantized
 // K/V: relative error < 1e-3 with 8-bit V and < 1e-2 with 4-bit V (the issue allows 1e-2 where
 // the kernel quantizes the query), for every format, head_dim and GQA ratio it serves. The
-// errors seen are 1.6e-5 .. 6.4e-5 with 8-bit V and up to 2.1e-3 with 4-bit V; a path that did not
-// run would show ~1e-7, so the test also checks that it ran.
+// errors seen are 1.6e-5 .. 6.4e-5 with 8-bit V and up to 2.1e-3 with 4-bit V; a path that
+// did not run would show ~1e-7, so the test also checks that it ran.
 constexpr double kInt8Bound = 1e-3;
 constexpr double kInt8Bound4BitV = 1e-2;
 
@@ -405,7 +405,8 @@ TEST(AttentionInt8, EveryServedFormatHeadDimAndGqaRatio) {
     }
   }
   EXPECT_GT(least, 1e-6) << "the int8 path did not run";
-  std::printf("int8 q.k: relative error %.2e .. %.2e with 8-bit V (bound %.0e), up to %.2e with 4-bit V (bound %.0e)\n",
+  std::printf("int8 q.k: relative error %.2e .. %.2e with 8-bit V (bound %.0e), up to %.2e "
+              "with 4-bit V (bound %.0e)\n",
               least, worst[0], kInt8Bound, worst[1], kInt8Bound4BitV);
 }
 
