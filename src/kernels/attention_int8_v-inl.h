@@ -78,15 +78,11 @@ KV_INL __m256i Interleave16(const uint8_t* a, const uint8_t* b) {  // 16 bytes o
                                  _mm_unpackhi_epi8(x0, x1), 1);
 }
 
+// Block b's 32 codes of rows r0 and r1 as int16 pairs (8-bit V: q8_0 signed, affine8 not).
 template <Fmt F>
 KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c[2]) {
-  if constexpr (F == Fmt::kQ4_0 || F == Fmt::kA4) {
-    const size_t o = F == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b;
-    const __m512i z = _mm512_cvtepu8_epi16(Interleave16(r0 + o, r1 + o));
-    const __m512i nib = _mm512_set1_epi16(0x0f);
-    c[0] = _mm512_and_si512(z, nib);
-    c[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), nib);
-  } else if constexpr (F == Fmt::kQ8_0) {
+  static_assert(F == Fmt::kQ8_0 || F == Fmt::kA8, "8-bit V formats only (4-bit: QuadBytes)");
+  if constexpr (F == Fmt::kQ8_0) {
     const size_t o = 34 * b + 2;
     c[0] = _mm512_cvtepi8_epi16(Interleave16(r0 + o, r1 + o));
     c[1] = _mm512_cvtepi8_epi16(Interleave16(r0 + o + 16, r1 + o + 16));
@@ -122,20 +118,21 @@ KV_INL void FlushSweep(const __m512i o[16], size_t b0, const float corr[4], floa
 // w[t][b][g] = p[4 t + g] * scale(t, b) is rounded to a multiple of max_t |w| / 32767 (its
 // block and query vector's largest), i.e. to 2^-15 of the largest; a pair of tokens' codes is interleaved as int16 pairs (VPairCodes), `vpdpwssd`
 // against the pair's weights (broadcast) accumulates in int32 (at most 32 * 32767 * 255 * 2 per
-// lane: no overflow) and the sums are scaled once per call. q4_0's code offset comes back as
-// -8 * sum_t w per block; affine biases as sum_t p * bias.
+// lane: no overflow) and the sums are scaled once per call; affine biases come back as
+// sum_t p * bias. 8-bit V only (q8_0, affine8): 4-bit V takes AccumulateV4.
 // With kDrip, `drip` (the next tile's lines) steps once per token pair of each sweep.
 template <size_t kD, Fmt VF, bool kDrip>
 __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs, uint32_t n,
                                                    const float* p, const float corr[4],
                                                    float* const acc[4], const VScaleMap<kD>& sm,
                                                    TileDrip* drip_out) {
+  static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kA8, "8-bit V formats only");
   TileDrip drip = *drip_out;
   using S = VShape<kD>;
   constexpr size_t kNB = S::kNB;
-  constexpr bool kAffine = VF == Fmt::kA8 || VF == Fmt::kA4;
+  constexpr bool kAffine = VF == Fmt::kA8;
   alignas(64) float w[(kTile + 1) * S::kW];   // [token][weight lane 4 b + g]
-  alignas(64) float step[S::kW], bias[S::kW];  // per lane: the int16 step; what the offset adds
+  alignas(64) float step[S::kW], bias[S::kW];  // per lane: the int16 step; affine: the biases
   alignas(64) int32_t wp[kTile / 2 * S::kW];  // [token pair][lane]: (w[2 i], w[2 i + 1]) as int16
   __m512 wmax[S::kVecs], wsum[S::kVecs];
   for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = _mm512_setzero_ps();
@@ -149,8 +146,6 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       wmax[v] = _mm512_max_ps(wmax[v], _mm512_and_ps(x, abs_mask));
       if constexpr (kAffine) {
         wsum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, wsum[v]);
-      } else if constexpr (VF == Fmt::kQ4_0) {
-        wsum[v] = _mm512_add_ps(wsum[v], x);
       }
     }
   }
@@ -160,7 +155,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
     const __mmask16 nz = _mm512_cmp_ps_mask(wmax[v], _mm512_setzero_ps(), _CMP_GT_OQ);
     inv[v] = _mm512_maskz_div_ps(nz, _mm512_set1_ps(32767.0f), wmax[v]);
     _mm512_store_ps(step + 16 * v, _mm512_mul_ps(wmax[v], _mm512_set1_ps(1.0f / 32767.0f)));
-    _mm512_store_ps(bias + 16 * v, VF == Fmt::kQ4_0 ? _mm512_mul_ps(wsum[v], _mm512_set1_ps(-8.0f)) : wsum[v]);
+    _mm512_store_ps(bias + 16 * v, wsum[v]);
   }
   const uint32_t np = (n + 1) / 2;
   const __m512i low16 = _mm512_set1_epi32(0xffff);
@@ -192,7 +187,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
         }
       }
     }
-    FlushSweep<VF != Fmt::kQ8_0>(o, b0, corr, acc, step, bias);
+    FlushSweep<kAffine>(o, b0, corr, acc, step, bias);
   }
   *drip_out = drip;
 }
