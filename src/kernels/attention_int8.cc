@@ -13,7 +13,7 @@
 // read in address order), into one small buffer per head and pass; then, head by head, the
 // online softmax (scores token-major, 4 query vectors per token) and V: each block's scale is
 // folded into the softmax weights, which are rounded per tile (int16 for 8-bit V, summed two
-// tokens per `vpdpwssd`; 8 bits for 4-bit V, four tokens per `vpdpbusd`) and the int32 sums
+// tokens per `vpdpwssd`; int8 for 4-bit V, four tokens per `vpdpbusd`) and the int32 sums
 // scaled into f32 accumulators once per tile (attention_int8_v-inl.h; affine4 V in an even /
 // odd value order that is restored when the item ends). Items of every KV head (decode) bring
 // the next tile into L2 a line or two at a time over the current tile's score and V work

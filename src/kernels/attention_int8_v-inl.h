@@ -1,5 +1,5 @@
 // V side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, TileDrip, DpWssd, DpBusd, Load4, KV_VNNI and KV_INL).
+// (it uses that file's Fmt, Geo, TileDrip, DpWssd, DpBusd, DpBusdBcast, Load4, KV_VNNI and KV_INL).
 // Stateless; thread-safe.
 //
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
@@ -8,7 +8,7 @@
 // row's first bytes by one word permute); the weights are rounded to int16 per call and the
 // codes of two tokens at a time, widened to int16 pairs, are multiplied by `vpdpwssd` (two
 // products per 32-bit lane, half the instructions of f32 FMAs) into int32 sums that are scaled
-// once per call (AccumulateV: 8-bit V). 4-bit V rounds the weights to 8 bits and takes 4 tokens
+// once per call (AccumulateV: 8-bit V). 4-bit V rounds the weights to int8 and takes 4 tokens
 // per `vpdpbusd` (AccumulateV4). q4_0's code offset and the affine biases are added per block
 // once per call; affine4 values are in even / odd order, restored when the item ends.
 #pragma once
@@ -95,8 +95,9 @@ KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c
 
 // Adds a sweep's int32 sums (accumulator 4 g + c: query vector g, chunk c of blocks b0 and
 // b0 + 1) into the f32 accumulators: acc = acc * corr + (kBias: bias) + step * sum, with the
-// step and bias of the chunk's block and query vector (lane 4 b + g).
-template <bool kBias>
+// step and bias of the chunk's block and query vector (lane 4 b + g). With kHiBytes, the odd
+// chunks hold 16 x their sums (high nibbles not shifted down).
+template <bool kBias, bool kHiBytes = false>
 KV_INL void FlushSweep(const __m512i o[16], size_t b0, const float corr[4], float* const acc[4],
                        const float* step, const float* bias) {
   for (size_t g = 0; g < 4; ++g) {
@@ -106,8 +107,8 @@ KV_INL void FlushSweep(const __m512i o[16], size_t b0, const float corr[4], floa
       float* a = acc[g] + (2 * b0 + c) * 16;
       __m512 base = _mm512_mul_ps(_mm512_loadu_ps(a), cg);
       if constexpr (kBias) base = _mm512_add_ps(base, _mm512_set1_ps(bias[4 * b + g]));
-      const __m512 sum = _mm512_cvtepi32_ps(o[4 * g + c]);
-      _mm512_storeu_ps(a, _mm512_fmadd_ps(sum, _mm512_set1_ps(step[4 * b + g]), base));
+      const float st = kHiBytes && c % 2 == 1 ? step[4 * b + g] * 0.0625f : step[4 * b + g];
+      _mm512_storeu_ps(a, _mm512_fmadd_ps(_mm512_cvtepi32_ps(o[4 * g + c]), _mm512_set1_ps(st), base));
     }
   }
 }
@@ -201,17 +202,17 @@ KV_INL __m512i QuadBytes(const uint8_t* const r[4], size_t o) {
   return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(didx, Load4(r, o)), bshuf);
 }
 
-// Weighted V as AccumulateV, for 4-bit V (q4_0, affine4): the weights are rounded to 8 bits
-// (|w| in steps of its block and query vector's max_t |w| / 255, per call) and 4 tokens' code
-// bytes share a 32-bit lane, so one `vpdpbusd` (weights unsigned, codes signed) takes 4
-// tokens x 16 values: half the multiply-adds of the int16 pairs. A block with a negative scale
-// (q4_0's takes the sign of the block's largest value) has its codes flipped (xor 0xff: 15 - c
-// in both nibbles), so that w (c - off) = |w| (c' - K) with K = off, or 15 - off when flipped
-// (q4_0: off 8; affine4: 0). Per lane the offsets come back as -8 x the rounded weights' sum
-// plus (8 - K) x the exact |w|' sum: the rounding errors then multiply c - 8, centred codes
-// (uncentred affine codes doubled the error). Relative error below 1e-2 against the
-// dequantized reference (docs/kernels.md), against the 4-bit codes' own error of up to 1/15
-// of a block's range; 8-bit V keeps AccumulateV's int16 weights.
+// Weighted V as AccumulateV, for 4-bit V (q4_0, affine4): the weights w = p x scale(t, b),
+// signed, are rounded to int8 (steps of max_t |w| / 127, per call, block and query vector) and
+// 4 tokens' code bytes share a 32-bit lane, so one `vpdpbusd` (codes unsigned, the 4 tokens'
+// weights signed and broadcast from memory) takes 4 tokens x 16 values: half the multiply-adds
+// of the int16 pairs. The low nibbles are masked; the high ones are not shifted down: the whole
+// bytes (lo + 16 hi) are summed and the low sums taken off after the sweep (exact in int32). Per lane the code offset
+// comes back as -8 x step x the rounded weights' sum plus (8 - off) x the exact weights' sum
+// (q4_0: off 8; affine4: 0; plus affine's sum_t p x bias), so that the rounding errors multiply
+// centred codes (c - 8). Relative error below 1e-2 against the dequantized reference
+// (docs/kernels.md), against the 4-bit codes' own error of up to 1/15 of a block's range; 8-bit
+// V keeps AccumulateV's int16 weights.
 template <size_t kD, Fmt VF, bool kDrip>
 __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs, uint32_t n,
                                                     const float* p, const float corr[4],
@@ -222,27 +223,21 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
   using S = VShape<kD>;
   constexpr size_t kNB = S::kNB;
   constexpr bool kAffine = VF == Fmt::kA4;
-  constexpr float kOff = VF == Fmt::kQ4_0 ? 8.0f : 0.0f;
-  alignas(64) float w[(kTile + 3) * S::kW];       // [token][lane 4 b + g]: |p x scale(t, b)|
-  __mmask16 neg[(kTile + 3) * S::kVecs];          // [token][vector]: lanes with a scale < 0
-  alignas(64) float step[S::kW], bias[S::kW];     // per lane: the 8-bit step; the offsets
-  alignas(64) int32_t wq[kTile / 4 * S::kW];      // [quad][lane]: 4 tokens' 8-bit weights
-  alignas(64) int32_t flip[kTile / 4 * S::kW];    // [quad][lane]: 0xff bytes for flipped tokens
-  __m512 wmax[S::kVecs], psum[S::kVecs], exact[S::kVecs];  // exact: sum_t (8 - K) |w|
-  for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = psum[v] = exact[v] = _mm512_setzero_ps();
+  constexpr bool kCentre = VF == Fmt::kA4;  // 8 - off is 8 (affine4) or 0 (q4_0)
+  alignas(64) float w[(kTile + 3) * S::kW];      // [token][lane 4 b + g]: p x scale(t, b)
+  alignas(64) float step[S::kW], bias[S::kW];    // per lane: the int8 step; the offsets
+  alignas(64) int8_t wq[kTile / 4 * S::kW * 4];  // [quad][lane][token of the quad]: int8 weights
+  __m512 wmax[S::kVecs], wsum[S::kVecs], psum[S::kVecs];  // max |w|, sum w, affine: sum p bias
+  for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = psum[v] = _mm512_setzero_ps();
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512 centre_pos = _mm512_set1_ps(8.0f - kOff), centre_neg = _mm512_set1_ps(kOff - 7.0f);
   for (uint32_t t = 0; t < n; ++t) {
     const uint8_t* row = vr + t * vs;
     const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
     for (size_t v = 0; v < S::kVecs; ++v) {
-      const __m512 sc = PickHalves<kD>(row, sm, v, sm.sidx[v]);
-      const __mmask16 ng = _mm512_cmp_ps_mask(sc, _mm512_setzero_ps(), _CMP_LT_OQ);
-      neg[t * S::kVecs + v] = ng;
-      const __m512 x = _mm512_mul_ps(_mm512_and_ps(sc, abs_mask), pv);
+      const __m512 x = _mm512_mul_ps(PickHalves<kD>(row, sm, v, sm.sidx[v]), pv);
       _mm512_store_ps(w + t * S::kW + 16 * v, x);
-      wmax[v] = _mm512_max_ps(wmax[v], x);
-      exact[v] = _mm512_fmadd_ps(x, _mm512_mask_blend_ps(ng, centre_pos, centre_neg), exact[v]);
+      wmax[v] = _mm512_max_ps(wmax[v], _mm512_and_ps(x, abs_mask));
+      if constexpr (kCentre) wsum[v] = _mm512_add_ps(wsum[v], x);
       if constexpr (kAffine) {
         psum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, psum[v]);
       }
@@ -250,71 +245,67 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
   }
   const uint32_t nq4 = (n + 3) / 4;
   for (uint32_t t = n; t < 4 * nq4; ++t) {  // the last quad's padding: weight 0
-    for (size_t v = 0; v < S::kVecs; ++v) {
-      _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
-      neg[t * S::kVecs + v] = 0;
-    }
+    for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
   }
   __m512 inv[S::kVecs];
-  __m512i wsum[S::kVecs];  // sum_t of the rounded weights
+  __m512i isum[S::kVecs];  // sum_t of the rounded weights
   for (size_t v = 0; v < S::kVecs; ++v) {
     const __mmask16 nz = _mm512_cmp_ps_mask(wmax[v], _mm512_setzero_ps(), _CMP_GT_OQ);
-    inv[v] = _mm512_maskz_div_ps(nz, _mm512_set1_ps(255.0f), wmax[v]);
-    wsum[v] = _mm512_setzero_si512();
+    inv[v] = _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), wmax[v]);
+    isum[v] = _mm512_setzero_si512();
   }
+  // 4 tokens' int32 weights to bytes: the two saturating packs (|w| <= 127: exact) leave byte
+  // 4 k + i of each 128-bit lane = token k's dword i of the lane; the shuffle puts the 4
+  // tokens' bytes of dword i together.
+  const __m512i quad = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i ones = _mm512_set1_epi8(1);
   for (uint32_t i = 0; i < nq4; ++i) {
     for (size_t v = 0; v < S::kVecs; ++v) {
-      __m512i packed = _mm512_setzero_si512(), fl = _mm512_setzero_si512();
+      __m512i a[4];
       for (uint32_t k = 0; k < 4; ++k) {
-        const size_t t = 4 * i + k;
-        const __m512 x = _mm512_load_ps(w + t * S::kW + 16 * v);
-        const __m512i a = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[v]));
-        const __mmask16 ng = neg[t * S::kVecs + v];
-        const __m512i byte_k = _mm512_set1_epi32(static_cast<int>(0xffu << (8 * k)));
-        packed = _mm512_or_si512(packed, _mm512_slli_epi32(a, static_cast<int>(8 * k)));
-        fl = _mm512_mask_or_epi32(fl, ng, fl, byte_k);
-        wsum[v] = _mm512_add_epi32(wsum[v], a);
+        const __m512 x = _mm512_load_ps(w + (4 * i + k) * S::kW + 16 * v);
+        a[k] = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[v]));
       }
-      _mm512_store_si512(wq + i * S::kW + 16 * v, packed);
-      _mm512_store_si512(flip + i * S::kW + 16 * v, fl);
+      const __m512i packed = _mm512_shuffle_epi8(
+          _mm512_packs_epi16(_mm512_packs_epi32(a[0], a[1]), _mm512_packs_epi32(a[2], a[3])), quad);
+      _mm512_store_si512(wq + 4 * (i * S::kW + 16 * v), packed);
+      isum[v] = DpBusd(isum[v], ones, packed);
     }
   }
   for (size_t v = 0; v < S::kVecs; ++v) {
-    const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(1.0f / 255.0f));
+    const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(1.0f / 127.0f));
     _mm512_store_ps(step + 16 * v, st);
-    const __m512 rounded =
-        _mm512_mul_ps(_mm512_cvtepi32_ps(wsum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-8.0f)));
-    _mm512_store_ps(bias + 16 * v, _mm512_add_ps(rounded, _mm512_add_ps(exact[v], psum[v])));
+    __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-8.0f)));
+    if constexpr (kCentre) b = _mm512_fmadd_ps(wsum[v], _mm512_set1_ps(8.0f), b);
+    _mm512_store_ps(bias + 16 * v, _mm512_add_ps(b, psum[v]));
   }
   const uint8_t* rows[kTile + 3];  // the last quad's padding repeats the last row (weight 0)
   for (uint32_t t = 0; t < 4 * nq4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
-    // Accumulator 4 g + c: query vector g, chunk c (DpBusd keeps each in one register).
+    // Accumulator 4 g + c: query vector g, chunk c (2 bb: low nibbles, 2 bb + 1: whole bytes).
     __m512i o[16];
     for (size_t j = 0; j < 16; ++j) o[j] = _mm512_setzero_si512();
     for (uint32_t i = 0; i < nq4; ++i) {
       const uint8_t* const* r = rows + 4 * i;
-      const int32_t* wi = wq + i * S::kW;
-      const int32_t* fi = flip + i * S::kW;
+      const int8_t* wi = wq + 4 * i * S::kW;
       if constexpr (kDrip) {  // the slots of two token pairs
         drip.Step();
         drip.Step();
       }
       for (size_t bb = 0; bb < 2; ++bb) {
         const size_t b = b0 + bb;
-        const size_t at = VF == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b;
-        const __m512i z = _mm512_xor_si512(QuadBytes(r, at), _mm512_set1_epi32(fi[4 * b]));
+        const __m512i z = QuadBytes(r, VF == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b);
         const __m512i lo = _mm512_and_si512(z, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), low4);
         for (size_t g = 0; g < 4; ++g) {
-          const __m512i wv = _mm512_set1_epi32(wi[4 * b + g]);
-          o[4 * g + 2 * bb] = DpBusd(o[4 * g + 2 * bb], wv, lo);
-          o[4 * g + 2 * bb + 1] = DpBusd(o[4 * g + 2 * bb + 1], wv, hi);
+          o[4 * g + 2 * bb] = DpBusdBcast(o[4 * g + 2 * bb], lo, wi + 4 * (4 * b + g));
+          o[4 * g + 2 * bb + 1] = DpBusdBcast(o[4 * g + 2 * bb + 1], z, wi + 4 * (4 * b + g));
         }
       }
     }
-    FlushSweep<true>(o, b0, corr, acc, step, bias);
+    for (size_t j = 1; j < 16; j += 2) o[j] = _mm512_sub_epi32(o[j], o[j - 1]);  // 16 x high
+    FlushSweep<true, true>(o, b0, corr, acc, step, bias);
   }
   *drip_out = drip;
 }
