@@ -27,6 +27,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <type_traits>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KVTIER_NO_INT8)
 #define KVTIER_INT8_X86 1
@@ -337,7 +338,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   const uint32_t nh = it.head_end - it.head_begin;
   const uint32_t npass = (nq + 3) / 4;
   const Geo kg = MakeGeo(kv.k_format, kD), vg = MakeGeo(kv.v_format, kD);
-  const VScaleMap<kD> vmap = MakeVScaleMap<kD, VF>(vg);
+  const VScales<kD, VF> vsc = MakeVScales<kD, VF>(vg);
   ItemQueries qs;
   PrepareItem(job, it, kD, partial, &qs);
 
@@ -512,14 +513,14 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         const float* p = s + 4 * (pm.lo - t0);
         if constexpr (VF == Fmt::kQ4_0 || VF == Fmt::kA4) {
           if (dripping) {
-            AccumulateV4<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+            AccumulateV4<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
           } else {
-            AccumulateV4<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+            AccumulateV4<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
           }
         } else if (dripping) {
-          AccumulateV<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+          AccumulateV<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
         } else {
-          AccumulateV<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vmap, &drip);
+          AccumulateV<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
         }
       }
     }

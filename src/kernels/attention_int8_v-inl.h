@@ -20,41 +20,33 @@ struct VShape {
   static constexpr size_t kW = 16 * kVecs;               // floats of a token's weights
 };
 
-// Where the scales (and affine biases) of a row's blocks are: weight vector v covers blocks
-// 4 v .. 4 v + 3; their f16 scales are words sidx (biases: bidx) of the 128-byte window at byte
-// win[v] of the row, read with masks that stop at the row's end.
+// Where the scales of a q8_0 / q4_0 row's blocks are: weight vector v covers blocks 4 v ..
+// 4 v + 3, whose f16 scales are words sidx of the 128-byte window at byte win[v] of the row,
+// read with masks that stop at the row's end.
 template <size_t kD>
 struct VScaleMap {
   size_t win[VShape<kD>::kVecs] = {};
-  __m512i sidx[VShape<kD>::kVecs], bidx[VShape<kD>::kVecs];
+  __m512i sidx[VShape<kD>::kVecs];
   __mmask32 m0[VShape<kD>::kVecs] = {}, m1[VShape<kD>::kVecs] = {};
   bool two = false;  // some index reaches the window's second 64 bytes
 };
 
 template <size_t kD, Fmt VF>
-KV_VNNI VScaleMap<kD> MakeVScaleMap(const Geo& vg) {
+KV_VNNI VScaleMap<kD> MakeVScaleMap() {
+  static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kQ4_0, "q formats (affine: VEntries)");
   constexpr size_t kNB = VShape<kD>::kNB;
-  constexpr bool kAffine = VF == Fmt::kA8 || VF == Fmt::kA4;
-  const size_t row_bytes = VF == Fmt::kQ4_0 ? 18 * kNB : VF == Fmt::kQ8_0 ? 34 * kNB
-                                                         : vg.biases_off + 2 * vg.n_groups;
+  constexpr size_t kBlock = VF == Fmt::kQ4_0 ? 18 : 34;  // bytes
   VScaleMap<kD> m;
   for (size_t v = 0; v < VShape<kD>::kVecs; ++v) {
-    m.win[v] = VF == Fmt::kQ4_0 ? 72 * v : VF == Fmt::kQ8_0 ? 136 * v : vg.scales_off;
-    alignas(64) int16_t s[32] = {}, b[32] = {};
+    m.win[v] = 4 * kBlock * v;
+    alignas(64) int16_t s[32] = {};
     for (size_t i = 0; i < 16; ++i) {
       const size_t blk = std::min(4 * v + i / 4, kNB - 1);
-      if constexpr (kAffine) {
-        const size_t gr = (32 * blk) >> vg.group_shift;
-        s[i] = static_cast<int16_t>(gr);
-        b[i] = static_cast<int16_t>(vg.n_groups + gr);
-      } else {
-        s[i] = static_cast<int16_t>((VF == Fmt::kQ4_0 ? 18 * blk : 34 * blk) / 2 - m.win[v] / 2);
-      }
-      m.two = m.two || s[i] >= 32 || b[i] >= 32;
+      s[i] = static_cast<int16_t>(kBlock * blk / 2 - m.win[v] / 2);
+      m.two = m.two || s[i] >= 32;
     }
     m.sidx[v] = _mm512_load_si512(s);
-    m.bidx[v] = _mm512_load_si512(b);
-    const size_t words = (row_bytes - m.win[v]) / 2;
+    const size_t words = (kBlock * kNB - m.win[v]) / 2;
     m.m0[v] = words >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << words) - 1);
     const size_t w1 = words > 32 ? std::min<size_t>(words - 32, 32) : 0;
     m.m1[v] = w1 >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << w1) - 1);
@@ -69,6 +61,107 @@ KV_INL __m512 PickHalves(const uint8_t* row, const VScaleMap<kD>& m, size_t v, _
   if (!m.two) return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, lo)));
   const __m512i hi = _mm512_maskz_loadu_epi16(m.m1[v], row + m.win[v] + 64);
   return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, idx, hi)));
+}
+
+// Where the scales and biases of 4 affine V rows are and how they reach the weight lanes:
+// KEntries (the K side's loader) leaves dm[q] lane 4 j + e = entry 4 q + e of row j (the group
+// scales, then the biases), and lane 4 b' + g of row j's weight vector v takes the entry of
+// block 4 v + b' from dm[src] or dm[src2] (one vpermt2ps). Affine rows keep their scales and
+// biases apart from the codes, where 4 rows at a time paid (1.03-1.05x in one binary); q
+// formats' per-row word permute (VScaleMap) measured level with it.
+template <size_t kD, Fmt VF>
+struct VEntries {
+  static_assert(VF == Fmt::kA8 || VF == Fmt::kA4, "affine formats (q formats: VScaleMap)");
+  using S = VShape<kD>;
+  KEntries<kD, VF> ke;
+  uint32_t s_src[S::kVecs], s_src2[S::kVecs], b_src[S::kVecs], b_src2[S::kVecs];
+  __m512i s_idx[4][S::kVecs], b_idx[4][S::kVecs];  // [row j of 4][vector]
+
+  KV_VNNI explicit VEntries(const Geo& vg) : ke(vg) {
+    for (size_t v = 0; v < S::kVecs; ++v) {
+      for (uint32_t bias = 0; bias < 2; ++bias) {
+        uint32_t e[4];
+        for (size_t i = 0; i < 4; ++i) {
+          const size_t blk = std::min(4 * v + i, S::kNB - 1);
+          e[i] = bias * vg.n_groups + static_cast<uint32_t>((32 * blk) >> vg.group_shift);
+        }
+        const uint32_t src = e[0] / 4;  // the 4 (ascending) entries span at most 2 vectors
+        (bias ? b_src : s_src)[v] = src;
+        (bias ? b_src2 : s_src2)[v] = std::min(src + 1, ke.n_gath - 1);
+        for (uint32_t j = 0; j < 4; ++j) {
+          alignas(64) int32_t idx[16];
+          for (size_t l = 0; l < 16; ++l) {
+            const uint32_t x = e[l / 4];
+            idx[l] = static_cast<int32_t>((x / 4 - src) * 16 + 4 * j + x % 4);
+          }
+          (bias ? b_idx : s_idx)[j][v] = _mm512_load_si512(idx);
+        }
+      }
+    }
+  }
+};
+
+// What a V path reads the scales (and biases) with.
+template <size_t kD, Fmt VF>
+using VScales = std::conditional_t<VF == Fmt::kA8 || VF == Fmt::kA4, VEntries<kD, VF>, VScaleMap<kD>>;
+
+template <size_t kD, Fmt VF>
+KV_VNNI VScales<kD, VF> MakeVScales(const Geo& vg) {
+  if constexpr (VF == Fmt::kA8 || VF == Fmt::kA4) {
+    return VEntries<kD, VF>(vg);
+  } else {
+    return MakeVScaleMap<kD, VF>();
+  }
+}
+
+// Stores a token's weight vector x at w; *wmax = max(*wmax, |x|), with kSumW *wsum += x.
+template <bool kSumW>
+KV_INL void AddWeight(__m512 x, float* w, __m512* wmax, __m512* wsum) {
+  _mm512_store_ps(w, x);
+  *wmax = _mm512_max_ps(*wmax, _mm512_and_ps(x, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff))));
+  if constexpr (kSumW) *wsum = _mm512_add_ps(*wsum, x);
+}
+
+// The weights of a call: w[t][16 v + lane] = p[4 t + g] * scale(t, b), lane 4 b' + g of vector
+// v holding block b = 4 v + b', for t < n; per vector wmax = max_t |w|, with kSumW wsum =
+// sum_t w, and for affine bsum = sum_t p[4 t + g] * bias(t, b). rows[0 .. 4 ceil(n / 4)): the
+// call's rows, the last quad padded with repeats.
+template <size_t kD, Fmt VF, bool kSumW>
+KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
+                        const VScales<kD, VF>& vsc, float* w, __m512* wmax, __m512* wsum,
+                        __m512* bsum) {
+  using S = VShape<kD>;
+  if constexpr (VF == Fmt::kA8 || VF == Fmt::kA4) {
+    const __m512i lane_j = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (uint32_t i = 0; 4 * i < n; ++i) {
+      const uint8_t* const* r = rows + 4 * i;
+      const __m512i rowoff = _mm512_permutexvar_epi32(  // lane 4 j + e: row j's offset from r[0]
+          lane_j, _mm512_castsi128_si512(_mm_setr_epi32(0, static_cast<int>(r[1] - r[0]),
+                                                        static_cast<int>(r[2] - r[0]),
+                                                        static_cast<int>(r[3] - r[0]))));
+      __m512 dm[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                      _mm512_setzero_ps()};
+      vsc.ke.Rows4(r, rowoff, dm);
+      for (uint32_t j = 0; j < 4 && 4 * i + j < n; ++j) {
+        const uint32_t t = 4 * i + j;
+        const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
+        for (size_t v = 0; v < S::kVecs; ++v) {
+          const __m512 sc = _mm512_permutex2var_ps(dm[vsc.s_src[v]], vsc.s_idx[j][v], dm[vsc.s_src2[v]]);
+          AddWeight<kSumW>(_mm512_mul_ps(sc, pv), w + t * S::kW + 16 * v, &wmax[v], &wsum[v]);
+          const __m512 bi = _mm512_permutex2var_ps(dm[vsc.b_src[v]], vsc.b_idx[j][v], dm[vsc.b_src2[v]]);
+          bsum[v] = _mm512_fmadd_ps(bi, pv, bsum[v]);
+        }
+      }
+    }
+  } else {
+    for (uint32_t t = 0; t < n; ++t) {
+      const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
+      for (size_t v = 0; v < S::kVecs; ++v) {
+        const __m512 sc = PickHalves<kD>(rows[t], vsc, v, vsc.sidx[v]);
+        AddWeight<kSumW>(_mm512_mul_ps(sc, pv), w + t * S::kW + 16 * v, &wmax[v], &wsum[v]);
+      }
+    }
+  }
 }
 
 KV_INL __m256i Interleave16(const uint8_t* a, const uint8_t* b) {  // 16 bytes of each, byte-wise
@@ -125,8 +218,8 @@ KV_INL void FlushSweep(const __m512i o[16], size_t b0, const float corr[4], floa
 template <size_t kD, Fmt VF, bool kDrip>
 __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs, uint32_t n,
                                                    const float* p, const float corr[4],
-                                                   float* const acc[4], const VScaleMap<kD>& sm,
-                                                   TileDrip* drip_out) {
+                                                   float* const acc[4],
+                                                   const VScales<kD, VF>& vsc, TileDrip* drip_out) {
   static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kA8, "8-bit V formats only");
   TileDrip drip = *drip_out;
   using S = VShape<kD>;
@@ -137,19 +230,9 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
   alignas(64) int32_t wp[kTile / 2 * S::kW];  // [token pair][lane]: (w[2 i], w[2 i + 1]) as int16
   __m512 wmax[S::kVecs], wsum[S::kVecs];
   for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = _mm512_setzero_ps();
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (uint32_t t = 0; t < n; ++t) {
-    const uint8_t* row = vr + t * vs;
-    const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
-    for (size_t v = 0; v < S::kVecs; ++v) {
-      const __m512 x = _mm512_mul_ps(PickHalves<kD>(row, sm, v, sm.sidx[v]), pv);
-      _mm512_store_ps(w + t * S::kW + 16 * v, x);
-      wmax[v] = _mm512_max_ps(wmax[v], _mm512_and_ps(x, abs_mask));
-      if constexpr (kAffine) {
-        wsum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, wsum[v]);
-      }
-    }
-  }
+  const uint8_t* rows[kTile + 3];  // padded to whole quads with repeats of the last row (weight 0)
+  for (uint32_t t = 0; t < (n + 3) / 4 * 4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
+  TileWeights<kD, VF, false>(rows, n, p, vsc, w, wmax, /*wsum: unused*/ wmax, wsum);
   for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + n * S::kW + 16 * v, _mm512_setzero_ps());
   __m512 inv[S::kVecs];
   for (size_t v = 0; v < S::kVecs; ++v) {
@@ -167,8 +250,6 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       _mm512_store_si512(wp + i * S::kW + 16 * v, _mm512_or_si512(_mm512_and_si512(a, low16), _mm512_slli_epi32(b, 16)));
     }
   }
-  const uint8_t* rows[kTile + 1];  // an odd call's last pair repeats its row (weight 0)
-  for (uint32_t t = 0; t < 2 * np; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     // Accumulator 4 g + c: query vector g, chunk c (DpWssd keeps each in one register).
     __m512i o[16];
@@ -216,34 +297,22 @@ KV_INL __m512i QuadBytes(const uint8_t* const r[4], size_t o) {
 template <size_t kD, Fmt VF, bool kDrip>
 __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs, uint32_t n,
                                                     const float* p, const float corr[4],
-                                                    float* const acc[4], const VScaleMap<kD>& sm,
-                                                    TileDrip* drip_out) {
+                                                    float* const acc[4],
+                                                    const VScales<kD, VF>& vsc, TileDrip* drip_out) {
   static_assert(VF == Fmt::kQ4_0 || VF == Fmt::kA4, "4-bit V formats only");
   TileDrip drip = *drip_out;
   using S = VShape<kD>;
   constexpr size_t kNB = S::kNB;
-  constexpr bool kAffine = VF == Fmt::kA4;
   constexpr bool kCentre = VF == Fmt::kA4;  // 8 - off is 8 (affine4) or 0 (q4_0)
   alignas(64) float w[(kTile + 3) * S::kW];      // [token][lane 4 b + g]: p x scale(t, b)
   alignas(64) float step[S::kW], bias[S::kW];    // per lane: the int8 step; the offsets
   alignas(64) int8_t wq[kTile / 4 * S::kW * 4];  // [quad][lane][token of the quad]: int8 weights
   __m512 wmax[S::kVecs], wsum[S::kVecs], psum[S::kVecs];  // max |w|, sum w, affine: sum p bias
   for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = psum[v] = _mm512_setzero_ps();
-  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  for (uint32_t t = 0; t < n; ++t) {
-    const uint8_t* row = vr + t * vs;
-    const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
-    for (size_t v = 0; v < S::kVecs; ++v) {
-      const __m512 x = _mm512_mul_ps(PickHalves<kD>(row, sm, v, sm.sidx[v]), pv);
-      _mm512_store_ps(w + t * S::kW + 16 * v, x);
-      wmax[v] = _mm512_max_ps(wmax[v], _mm512_and_ps(x, abs_mask));
-      if constexpr (kCentre) wsum[v] = _mm512_add_ps(wsum[v], x);
-      if constexpr (kAffine) {
-        psum[v] = _mm512_fmadd_ps(PickHalves<kD>(row, sm, v, sm.bidx[v]), pv, psum[v]);
-      }
-    }
-  }
   const uint32_t nq4 = (n + 3) / 4;
+  const uint8_t* rows[kTile + 3];  // the last quad's padding repeats the last row (weight 0)
+  for (uint32_t t = 0; t < 4 * nq4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
+  TileWeights<kD, VF, kCentre>(rows, n, p, vsc, w, wmax, wsum, psum);
   for (uint32_t t = n; t < 4 * nq4; ++t) {  // the last quad's padding: weight 0
     for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
   }
@@ -280,8 +349,6 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
     if constexpr (kCentre) b = _mm512_fmadd_ps(wsum[v], _mm512_set1_ps(8.0f), b);
     _mm512_store_ps(bias + 16 * v, _mm512_add_ps(b, psum[v]));
   }
-  const uint8_t* rows[kTile + 3];  // the last quad's padding repeats the last row (weight 0)
-  for (uint32_t t = 0; t < 4 * nq4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     // Accumulator 4 g + c: query vector g, chunk c (2 bb: low nibbles, 2 bb + 1: whole bytes).
