@@ -527,15 +527,19 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     v_in_l2 = dripping;
     t0 = t1;
   }
-  if constexpr (VF == Fmt::kA4) {  // accumulators back from even / odd order to value order
+  // Accumulators back to value order: float 16 c + d of a 32-value block (lane d of chunk c)
+  // holds value 2 d + c for affine4 (even / odd) and 8 (d / 4) + 4 c + d % 4 for 8-bit V
+  // (VPairCodes' in-lane unpack order); q4_0 is in value order.
+  if constexpr (VF != Fmt::kQ4_0) {
     for (size_t j = 0; j < size_t{nh} * nq; ++j) {
       float* acc = partial + j * kStride + 2;
       for (size_t p = 0; p < kD; p += 32) {
         float tmp[32];
         std::memcpy(tmp, acc + p, sizeof(tmp));
-        for (size_t i = 0; i < 16; ++i) {
-          acc[p + 2 * i] = tmp[i];
-          acc[p + 2 * i + 1] = tmp[16 + i];
+        for (size_t c = 0; c < 2; ++c) {
+          for (size_t d = 0; d < 16; ++d) {
+            acc[p + (VF == Fmt::kA4 ? 2 * d + c : 8 * (d / 4) + 4 * c + d % 4)] = tmp[16 * c + d];
+          }
         }
       }
     }

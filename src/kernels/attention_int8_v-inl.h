@@ -5,12 +5,14 @@
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
 // sum_t p[4 t + g] * v_t. Each 32-value block's scale is folded into the weights once per token,
 // w[t][b][g] = p[4 t + g] * scale(t, b) (lanes 4 b + g, the scales of 4 blocks picked from the
-// row's first bytes by one word permute); the weights are rounded to int16 per call and the
-// codes of two tokens at a time, widened to int16 pairs, are multiplied by `vpdpwssd` (two
-// products per 32-bit lane, half the instructions of f32 FMAs) into int32 sums that are scaled
-// once per call (AccumulateV: 8-bit V). 4-bit V rounds the weights to int8 and takes 4 tokens
-// per `vpdpbusd` (AccumulateV4). q4_0's code offset and the affine biases are added per block
-// once per call; affine4 values are in even / odd order, restored when the item ends.
+// row's first bytes by one word permute; affine: 4 rows' scales and biases at a time); the
+// weights are rounded to int16 per call and the codes of two tokens at a time, widened to int16
+// pairs, are multiplied by `vpdpwssd` (two products per 32-bit lane, half the instructions of
+// f32 FMAs) into int32 sums that are scaled once per call (AccumulateV: 8-bit V). 4-bit V
+// rounds the weights to int8 and takes 4 tokens per `vpdpbusd` (AccumulateV4). q4_0's code
+// offset and the affine biases are added per block once per call. The accumulators of affine4
+// (even / odd values) and of 8-bit V (in-lane unpack order) are put back in value order when
+// the item ends.
 #pragma once
 
 template <size_t kD>
@@ -164,26 +166,19 @@ KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
   }
 }
 
-KV_INL __m256i Interleave16(const uint8_t* a, const uint8_t* b) {  // 16 bytes of each, byte-wise
-  const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(a));
-  const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(x0, x1)),
-                                 _mm_unpackhi_epi8(x0, x1), 1);
-}
-
-// Block b's 32 codes of rows r0 and r1 as int16 pairs (8-bit V: q8_0 signed, affine8 not).
+// Block b's 32 codes of rows r0 and r1 as int16 pairs (r0's, r1's) per 32-bit lane: each row
+// widened (q8_0 signed, affine8 not) and the two interleaved in-lane, so that c[0] lane 4 l + i
+// holds value 8 l + i and c[1] value 8 l + 4 + i (RunInt8 restores the value order when the item ends).
 template <Fmt F>
 KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c[2]) {
   static_assert(F == Fmt::kQ8_0 || F == Fmt::kA8, "8-bit V formats only (4-bit: QuadBytes)");
-  if constexpr (F == Fmt::kQ8_0) {
-    const size_t o = 34 * b + 2;
-    c[0] = _mm512_cvtepi8_epi16(Interleave16(r0 + o, r1 + o));
-    c[1] = _mm512_cvtepi8_epi16(Interleave16(r0 + o + 16, r1 + o + 16));
-  } else {
-    const size_t o = 32 * b;
-    c[0] = _mm512_cvtepu8_epi16(Interleave16(r0 + o, r1 + o));
-    c[1] = _mm512_cvtepu8_epi16(Interleave16(r0 + o + 16, r1 + o + 16));
-  }
+  const size_t o = F == Fmt::kQ8_0 ? 34 * b + 2 : 32 * b;
+  const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + o));
+  const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + o));
+  const __m512i a = F == Fmt::kQ8_0 ? _mm512_cvtepi8_epi16(x0) : _mm512_cvtepu8_epi16(x0);
+  const __m512i z = F == Fmt::kQ8_0 ? _mm512_cvtepi8_epi16(x1) : _mm512_cvtepu8_epi16(x1);
+  c[0] = _mm512_unpacklo_epi16(a, z);
+  c[1] = _mm512_unpackhi_epi16(a, z);
 }
 
 // Adds a sweep's int32 sums (accumulator 4 g + c: query vector g, chunk c of blocks b0 and
@@ -210,7 +205,8 @@ KV_INL void FlushSweep(const __m512i o[16], size_t b0, const float corr[4], floa
 // the n tokens' probabilities ([n][4]). Not inlined, so that the sweeps' 16 accumulators
 // (4 query vectors x 4 chunks) get the registers to themselves. Per call (a tile), each weight
 // w[t][b][g] = p[4 t + g] * scale(t, b) is rounded to a multiple of max_t |w| / 32767 (its
-// block and query vector's largest), i.e. to 2^-15 of the largest; a pair of tokens' codes is interleaved as int16 pairs (VPairCodes), `vpdpwssd`
+// block and query vector's largest), i.e. to 2^-15 of the largest; a pair of tokens' codes is
+// interleaved as int16 pairs (VPairCodes), `vpdpwssd`
 // against the pair's weights (broadcast) accumulates in int32 (at most 32 * 32767 * 255 * 2 per
 // lane: no overflow) and the sums are scaled once per call; affine biases come back as
 // sum_t p * bias. 8-bit V only (q8_0, affine8): 4-bit V takes AccumulateV4.
