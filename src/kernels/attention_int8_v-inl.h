@@ -1,5 +1,6 @@
 // V side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, TileDrip, DpWssd, DpBusd, DpBusdBcast, Load4, KV_VNNI and KV_INL).
+// (it uses that file's Fmt, Geo, KTraits, KEntries, TileDrip, DpWssd, DpBusd, DpBusdBcast, Load4,
+// KV_VNNI and KV_INL).
 // Stateless; thread-safe.
 //
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
@@ -168,7 +169,8 @@ KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
 
 // Block b's 32 codes of rows r0 and r1 as int16 pairs (r0's, r1's) per 32-bit lane: each row
 // widened (q8_0 signed, affine8 not) and the two interleaved in-lane, so that c[0] lane 4 l + i
-// holds value 8 l + i and c[1] value 8 l + 4 + i (RunInt8 restores the value order when the item ends).
+// holds value 8 l + i and c[1] value 8 l + 4 + i (RunInt8 restores the value order when the
+// item ends).
 template <Fmt F>
 KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c[2]) {
   static_assert(F == Fmt::kQ8_0 || F == Fmt::kA8, "8-bit V formats only (4-bit: QuadBytes)");
@@ -284,10 +286,10 @@ KV_INL __m512i QuadBytes(const uint8_t* const r[4], size_t o) {
 // 4 tokens' code bytes share a 32-bit lane, so one `vpdpbusd` (codes unsigned, the 4 tokens'
 // weights signed and broadcast from memory) takes 4 tokens x 16 values: half the multiply-adds
 // of the int16 pairs. The low nibbles are masked; the high ones are not shifted down: the whole
-// bytes (lo + 16 hi) are summed and the low sums taken off after the sweep (exact in int32). Per lane the code offset
-// comes back as -8 x step x the rounded weights' sum plus (8 - off) x the exact weights' sum
-// (q4_0: off 8; affine4: 0; plus affine's sum_t p x bias), so that the rounding errors multiply
-// centred codes (c - 8). Relative error below 1e-2 against the dequantized reference
+// bytes (lo + 16 hi) are summed and the low sums taken off after the sweep (exact in int32).
+// Per lane the code offset comes back as -8 x step x the rounded weights' sum plus (8 - off) x
+// the exact weights' sum (q4_0: off 8; affine4: 0; plus affine's sum_t p x bias), so that the
+// rounding errors multiply centred codes (c - 8). Relative error below 1e-2 against the dequantized reference
 // (docs/kernels.md), against the 4-bit codes' own error of up to 1/15 of a block's range; 8-bit
 // V keeps AccumulateV's int16 weights.
 template <size_t kD, Fmt VF, bool kDrip>
