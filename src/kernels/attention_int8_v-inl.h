@@ -117,6 +117,12 @@ KV_VNNI VScales<kD, VF> MakeVScales(const Geo& vg) {
   }
 }
 
+// The n rows of a call from vr (stride vs), padded to whole quads with repeats of the last row
+// (which the V paths weigh 0): rows[0 .. 4 ceil(n / 4)), at most kTile + 3.
+inline void CallRows(const uint8_t* vr, size_t vs, uint32_t n, const uint8_t* rows[]) {
+  for (uint32_t t = 0; t < (n + 3) / 4 * 4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
+}
+
 // Stores a token's weight vector x at w; *wmax = max(*wmax, |x|), with kSumW *wsum += x.
 template <bool kSumW>
 KV_INL void AddWeight(__m512 x, float* w, __m512* wmax, __m512* wsum) {
@@ -228,8 +234,8 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
   alignas(64) int32_t wp[kTile / 2 * S::kW];  // [token pair][lane]: (w[2 i], w[2 i + 1]) as int16
   __m512 wmax[S::kVecs], wsum[S::kVecs];
   for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = _mm512_setzero_ps();
-  const uint8_t* rows[kTile + 3];  // padded to whole quads with repeats of the last row (weight 0)
-  for (uint32_t t = 0; t < (n + 3) / 4 * 4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
+  const uint8_t* rows[kTile + 3];
+  CallRows(vr, vs, n, rows);
   TileWeights<kD, VF, false>(rows, n, p, vsc, w, wmax, /*wsum: unused*/ wmax, wsum);
   for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + n * S::kW + 16 * v, _mm512_setzero_ps());
   __m512 inv[S::kVecs];
@@ -308,8 +314,8 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
   __m512 wmax[S::kVecs], wsum[S::kVecs], psum[S::kVecs];  // max |w|, sum w, affine: sum p bias
   for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = psum[v] = _mm512_setzero_ps();
   const uint32_t nq4 = (n + 3) / 4;
-  const uint8_t* rows[kTile + 3];  // the last quad's padding repeats the last row (weight 0)
-  for (uint32_t t = 0; t < 4 * nq4; ++t) rows[t] = vr + size_t{std::min(t, n - 1)} * vs;
+  const uint8_t* rows[kTile + 3];
+  CallRows(vr, vs, n, rows);
   TileWeights<kD, VF, kCentre>(rows, n, p, vsc, w, wmax, wsum, psum);
   for (uint32_t t = n; t < 4 * nq4; ++t) {  // the last quad's padding: weight 0
     for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
