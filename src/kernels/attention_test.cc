@@ -565,5 +565,48 @@ TEST(Attention, BadShapesAreErrors) {
   EXPECT_NE(st.message().find("null query"), std::string::npos);
 }
 
+// The int8 path's own error beside the format's: one decode row (GQA 4, head_dim 128) of 300,
+// 3,000 and 30,000 tokens, against the float64 reference on the dequantized K/V (the kernel's
+// error) and against the same path on f32 K/V (the format's error on the output: the K/V
+// codes' rounding). The kernel's error must stay within the bound, far below the format's
+// (4-bit V: its int8 weights' rounding; 8-bit V: its int16 weights') and flat in the length
+// (rounded per tile, nothing accumulates across tiles).
+TEST(AttentionInt8, ErrorFarBelowTheFormatsOwnAndFlatInLength) {
+  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
+  ThreadPool pool(2);
+  for (const Format& f : {Format::Q4_0(), Format::Affine(4, 64, DType::kF16), Format::Q8_0(),
+                          Format::Affine(8, 64, DType::kF16)}) {
+    std::vector<double> errs;
+    for (uint32_t len : {300u, 3000u, 30000u}) {
+      Case c;
+      c.k = c.v = f;
+      c.n_kv_heads = 1;
+      c.group = 4;
+      c.lengths = {len};
+      c.block_tokens = 32;
+      c.seed = 900 + len;
+      std::vector<float> got, exact;
+      const double err = RelError(c, &pool, DType::kF32, &got);
+      Case cf = c;
+      cf.k = cf.v = Format::F32();
+      EXPECT_LT(RelError(cf, &pool, DType::kF32, &exact), 1e-5);
+      ASSERT_EQ(got.size(), exact.size());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        num += (double{got[i]} - exact[i]) * (double{got[i]} - exact[i]);
+        den += double{exact[i]} * exact[i];
+      }
+      const double fmt_err = std::sqrt(num / den);
+      EXPECT_LT(err, Int8Bound(f)) << Describe(c);
+      EXPECT_LT(err, (f.bits == 4 ? 0.1 : 0.02) * fmt_err) << Describe(c);
+      EXPECT_GT(err, 1e-6) << Describe(c) << ": the int8 path did not run";
+      std::printf("int8 %-14s %5u tokens: kernel error %.2e, format error on the output %.2e\n",
+                  f.spec().c_str(), len, err, fmt_err);
+      errs.push_back(err);
+    }
+    EXPECT_LT(errs.back(), 1.5 * errs.front()) << f.spec() << ": error grows with the length";
+  }
+}
+
 }  // namespace
 }  // namespace kvtier
