@@ -179,9 +179,10 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
   for (auto& c : configs) {  // warm-up
     KVTIER_RETURN_IF_ERROR(Attention(c->view, q.data(), c->q_lens, p, out.data(), &pool));
   }
-  std::vector<double> memcpy_runs;
+  std::vector<double> memcpy_runs, read_runs;
   for (int r = 0; r < config.repeats; ++r) {
     memcpy_runs.push_back(MemcpyProbeGbps(pool, size_t{256} << 20, 1));
+    read_runs.push_back(ReadProbeGbps(pool, size_t{512} << 20, 1));
     for (auto& c : configs) {
       Timer timer;
       KVTIER_RETURN_IF_ERROR(Attention(c->view, q.data(), c->q_lens, p, out.data(), &pool));
@@ -190,6 +191,7 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
     if (progress) progress(++done, total);
   }
   report.memcpy_gbps = Median(memcpy_runs);
+  report.read_gbps = Median(read_runs);
   report.peak_gflops = PeakFmaGflops(pool);
   std::map<std::string, double> f16_ms;  // "mode/ctx/batch" -> ms
   for (auto& c : configs) {
@@ -200,6 +202,9 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
     row.floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.memcpy_gbps * 1e9),
                             c->flops / (report.peak_gflops * 1e9)) * 1e3;
     row.vs_floor = row.ms / row.floor_ms;
+    row.read_floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.read_gbps * 1e9),
+                                 c->flops / (report.peak_gflops * 1e9)) * 1e3;
+    row.vs_read_floor = row.ms / row.read_floor_ms;
     if (row.k_format == "f16" && row.v_format == "f16") {
       f16_ms[row.mode + "/" + std::to_string(row.ctx) + "/" + std::to_string(row.batch)] = row.ms;
     }
@@ -223,22 +228,23 @@ std::string FormatBenchAttentionTable(const BenchAttentionReport& r) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "bench-attention: %d query / %d KV heads x head_dim %d, %d-token blocks, SIMD %s, "
-                "%d threads, median of %d\nmemcpy probe %.1f GB/s (read + write), FMA peak %.1f "
-                "GFLOP/s\n\n",
+                "%d threads, median of %d\nmemcpy probe %.1f GB/s (read + write), read probe %.1f GB/s, "
+                "FMA peak %.1f GFLOP/s\nfloor: max(KV bytes / memcpy GB/s, FLOPs / peak); x read: "
+                "the same with the read probe's GB/s\n\n",
                 c.heads, c.kv_heads, c.head_dim, c.block_tokens, r.simd_target.c_str(), r.threads,
-                c.repeats, r.memcpy_gbps, r.peak_gflops);
+                c.repeats, r.memcpy_gbps, r.read_gbps, r.peak_gflops);
   out += line;
-  std::snprintf(line, sizeof line, "%-8s %6s %5s %-20s %10s %10s %8s %9s %9s %8s %8s\n", "mode",
+  std::snprintf(line, sizeof line, "%-8s %6s %5s %-20s %10s %10s %8s %9s %9s %8s %7s %8s\n", "mode",
                 "ctx", "batch", "K/V", "ms", "KV MiB", "GB/s", "GFLOP/s", "floor ms", "x floor",
-                "vs f16");
+                "x read", "vs f16");
   out += line;
   for (const BenchAttentionRow& row : r.rows) {
     const std::string kvname =
         row.k_format == row.v_format ? row.k_format : row.k_format + "/" + row.v_format;
-    std::snprintf(line, sizeof line, "%-8s %6u %5u %-20s %10.3f %10.1f %8.1f %9.1f %9.3f %8.2f %7.2fx\n",
+    std::snprintf(line, sizeof line, "%-8s %6u %5u %-20s %10.3f %10.1f %8.1f %9.1f %9.3f %8.2f %7.2f %7.2fx\n",
                   row.mode.c_str(), row.ctx, row.batch, kvname.c_str(), row.ms,
                   static_cast<double>(row.kv_bytes) / (1 << 20), row.gbps, row.gflops,
-                  row.floor_ms, row.vs_floor, row.speedup_vs_f16);
+                  row.floor_ms, row.vs_floor, row.vs_read_floor, row.speedup_vs_f16);
     out += line;
   }
   return out;
@@ -256,6 +262,7 @@ std::string FormatBenchAttentionJson(const BenchAttentionReport& r) {
                  {"threads", r.threads}, {"seed", c.seed},
                  {"simd_target", r.simd_target}};
   j["memcpy_gbps"] = r.memcpy_gbps;
+  j["read_gbps"] = r.read_gbps;
   j["peak_gflops"] = r.peak_gflops;
   j["rows"] = nlohmann::json::array();
   for (const BenchAttentionRow& row : r.rows) {
@@ -271,6 +278,8 @@ std::string FormatBenchAttentionJson(const BenchAttentionReport& r) {
                          {"gflops", row.gflops},
                          {"floor_ms", row.floor_ms},
                          {"vs_floor", row.vs_floor},
+                         {"read_floor_ms", row.read_floor_ms},
+                         {"vs_read_floor", row.vs_read_floor},
                          {"speedup_vs_f16", row.speedup_vs_f16}});
   }
   return j.dump(2) + "\n";

@@ -46,6 +46,8 @@ struct BenchAttentionRow {
   double gflops = 0;      // 4 * heads * head_dim * visible keys (QK and PV) / time
   double floor_ms = 0;    // max(kv_bytes / memcpy bandwidth, flops / peak)
   double vs_floor = 0;    // ms / floor_ms
+  double read_floor_ms = 0;  // max(kv_bytes / read-only bandwidth, flops / peak)
+  double vs_read_floor = 0;  // ms / read_floor_ms
   double speedup_vs_f16 = 0;  // f16 ms / ms at the same mode, ctx and batch (0 if no f16 row)
 };
 
@@ -53,7 +55,8 @@ struct BenchAttentionReport {
   BenchAttentionConfig config;
   std::string simd_target;
   int threads = 0;
-  double memcpy_gbps = 0;
+  double memcpy_gbps = 0;  // (read + write) / time of a parallel memcpy
+  double read_gbps = 0;    // read / time of a parallel read-only stream
   double peak_gflops = 0;
   std::vector<BenchAttentionRow> rows;
 };

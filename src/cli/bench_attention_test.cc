@@ -2,8 +2,9 @@
 // carries the keys, and bad flags name the flag.
 #include "cli/bench_attention.h"
 
-#include <gtest/gtest.h>
+#include <algorithm>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 namespace kvtier::cli {
@@ -31,6 +32,7 @@ TEST(BenchAttention, RowsForEveryConfigurationWithConsistentColumns) {
   // 2 contexts x 2 batches decode + 1 prefill, for 3 formats.
   ASSERT_EQ(r->rows.size(), 15u);
   EXPECT_GT(r->memcpy_gbps, 0.0);
+  EXPECT_GT(r->read_gbps, 0.0);
   EXPECT_GT(r->peak_gflops, 0.0);
   for (const BenchAttentionRow& row : r->rows) {
     SCOPED_TRACE(::testing::Message() << row.mode << " " << row.ctx << " " << row.k_format << "/"
@@ -40,6 +42,13 @@ TEST(BenchAttention, RowsForEveryConfigurationWithConsistentColumns) {
                                (row.v_format == "f16" ? 128u : 36u);
     EXPECT_EQ(row.kv_bytes, uint64_t{row.batch} * row.ctx * 2 * row_bytes);
     EXPECT_NEAR(row.vs_floor, row.ms / row.floor_ms, 1e-9);
+    EXPECT_NEAR(row.vs_read_floor, row.ms / row.read_floor_ms, 1e-9);
+    // Both floors: the larger of the bytes' time (at the memcpy or the read probe's GB/s) and
+    // the FLOPs' time at the peak.
+    const double flop_ms = row.gflops * row.ms / r->peak_gflops;
+    const double bytes = static_cast<double>(row.kv_bytes);
+    EXPECT_NEAR(row.floor_ms, std::max(bytes / (r->memcpy_gbps * 1e6), flop_ms), 1e-9 * row.floor_ms);
+    EXPECT_NEAR(row.read_floor_ms, std::max(bytes / (r->read_gbps * 1e6), flop_ms), 1e-9 * row.read_floor_ms);
     EXPECT_GT(row.speedup_vs_f16, 0.0);
     if (row.k_format == "f16") {
       EXPECT_DOUBLE_EQ(row.speedup_vs_f16, 1.0);
@@ -60,14 +69,16 @@ TEST(BenchAttention, JsonKeys) {
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const nlohmann::json j = nlohmann::json::parse(FormatBenchAttentionJson(*r));
   EXPECT_TRUE(j.contains("memcpy_gbps"));
+  EXPECT_TRUE(j.contains("read_gbps"));
   EXPECT_TRUE(j.contains("peak_gflops"));
   for (const char* k : {"mode", "ctx", "batch", "k_format", "v_format", "ms", "gbps", "gflops",
-                        "floor_ms", "speedup_vs_f16"}) {
+                        "floor_ms", "vs_floor", "read_floor_ms", "vs_read_floor", "speedup_vs_f16"}) {
     EXPECT_TRUE(j["rows"][0].contains(k)) << k;
   }
   EXPECT_EQ(j["rows"][2]["k_format"], "q8_0");
   EXPECT_EQ(j["rows"][2]["v_format"], "q4_0");
   EXPECT_NE(FormatBenchAttentionTable(*r).find("x floor"), std::string::npos);
+  EXPECT_NE(FormatBenchAttentionTable(*r).find("read probe"), std::string::npos);
 }
 
 TEST(BenchAttention, BadFlagsNameTheFlag) {

@@ -40,6 +40,22 @@ double FmaChains(size_t iters, float* sink) {
   return static_cast<double>(iters) * 12 * 2 * hn::Lanes(df);
 }
 
+// Reads n bytes (a multiple of 4 vectors) with 4 independent add chains; returns their sum, so
+// that the loads cannot be dropped.
+uint64_t SumWords(const uint8_t* p, size_t n) {
+  const hn::ScalableTag<uint64_t> d;
+  const size_t lanes = hn::Lanes(d);
+  const uint64_t* w = reinterpret_cast<const uint64_t*>(p);
+  auto s0 = hn::Zero(d), s1 = hn::Zero(d), s2 = hn::Zero(d), s3 = hn::Zero(d);
+  for (size_t i = 0; i + 4 * lanes <= n / 8; i += 4 * lanes) {
+    s0 = hn::Add(s0, hn::Load(d, w + i));
+    s1 = hn::Add(s1, hn::Load(d, w + i + lanes));
+    s2 = hn::Add(s2, hn::Load(d, w + i + 2 * lanes));
+    s3 = hn::Add(s3, hn::Load(d, w + i + 3 * lanes));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+}
+
 }  // namespace kvtier::probe::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -47,6 +63,7 @@ HWY_AFTER_NAMESPACE();
 namespace kvtier {
 namespace probe {
 HWY_EXPORT(FmaChains);
+HWY_EXPORT(SumWords);
 }  // namespace probe
 
 double MemcpyProbeGbps(ThreadPool& pool, size_t bytes, int repeats) {
@@ -66,6 +83,23 @@ double MemcpyProbeGbps(ThreadPool& pool, size_t bytes, int repeats) {
     times.push_back(t.Seconds());
   }
   return 2.0 * static_cast<double>(bytes) / Median(times) / 1e9;
+}
+
+double ReadProbeGbps(ThreadPool& pool, size_t bytes, int repeats) {
+  const size_t n = static_cast<size_t>(pool.num_threads());
+  const size_t chunk = (bytes / n + 4095) / 4096 * 4096;  // whole pages: every load aligned
+  AlignedBuffer buf(chunk * n);
+  std::memset(buf.data(), 1, chunk * n);  // touch every page before timing
+  std::vector<uint64_t> sums(n);  // kept: a call through the dispatch table is not dropped
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    Timer t;
+    pool.ParallelFor(n, 1, [&](size_t b, size_t e) {
+      for (size_t i = b; i < e; ++i) sums[i] = HWY_DYNAMIC_DISPATCH(probe::SumWords)(buf.data() + i * chunk, chunk);
+    });
+    times.push_back(t.Seconds());
+  }
+  return static_cast<double>(chunk * n) / Median(times) / 1e9;
 }
 
 double PeakFmaGflops(ThreadPool& pool) {
