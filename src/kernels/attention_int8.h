@@ -1,7 +1,8 @@
 // The int8 q.k path (attention_int8.cc): the query is quantized once per item into two int8
 // planes (one scale per 32 values) and q.k runs on the K codes with AVX-512 VNNI dot products.
 // Internal to src/kernels. Output error against the float64 reference on dequantized K/V:
-// relative error < 1e-3 (docs/kernels.md states the bound; attention_test.cc tests it).
+// relative error < 1e-3 with 8-bit V, < 1e-2 with 4-bit V (whose softmax weights are rounded to
+// int8; docs/kernels.md states the bounds; attention_test.cc tests them).
 #pragma once
 
 #include "kernels/attention_simd.h"
