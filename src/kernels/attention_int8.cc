@@ -476,9 +476,9 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           const QPack<kD>& qp = packs[size_t{h} * npass + ps];
           float* out = sc[size_t{h} * npass + ps].s + 4 * (t - t0);
           if (dripping) {
-            ScoreStep16<kD, KF, true>(r, rel, ks, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
+            ScoreStep16<kD, KF, true>(r, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
           } else {
-            ScoreStep16<kD, KF, false>(r, rel, ks, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
+            ScoreStep16<kD, KF, false>(r, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
           }
           ahead = L1Ahead{};  // the rows are on their way
         }

@@ -68,9 +68,8 @@ struct KEntries {
     q8_shift = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
   }
 
-  // Entries of rows r[0..3] (r[j] = r[0] + rowoff lane j): dm[q] lane 4 j + e = entry 4 q + e
-  // of row j, as f32.
-  KV_INL void Rows4(const uint8_t* const r[4], __m512i rowoff, __m512 dm[4]) const {
+  // Entries of rows r[0..3]: dm[q] lane 4 j + e = entry 4 q + e of row j, as f32.
+  KV_INL void Rows4(const uint8_t* const r[4], __m512 dm[4]) const {
     if constexpr (KF == Fmt::kQ4_0 && kD <= 128) {
       // Scales at words 0, 9, 18, 27 of each row's first 64 bytes: two 2-row permutes.
       const __m512i w01 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[0]), q4_idx,
@@ -100,6 +99,12 @@ struct KEntries {
         dm[0] = _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(x01), x23, 1));
         return;
       }
+      // Lane 4 j + e: row j's offset from r[0] (the rows of a tile lie within one block).
+      const __m512i rowoff = _mm512_permutexvar_epi32(
+          _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+          _mm512_castsi128_si512(_mm_setr_epi32(0, static_cast<int>(r[1] - r[0]),
+                                                static_cast<int>(r[2] - r[0]),
+                                                static_cast<int>(r[3] - r[0]))));
       for (uint32_t q = 0; q < n_gath; ++q) {
         __m512i e = _mm512_i32gather_epi32(_mm512_add_epi32(rowoff, _mm512_load_si512(ent_off[q])),
                                            r[0], 1);
@@ -155,10 +160,9 @@ KV_INL void PrefetchAhead(const L1Ahead& a, size_t sb, size_t kSb) {
 // pass's 4 query vectors: s[4 t + g] for t < 16 (s: 64 floats, 64-byte aligned).
 // With kDrip, `drip` steps once per sub-block and query vector.
 template <size_t kD, Fmt KF, bool kDrip>
-KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_t ks,
-                        const QPack<kD>& qp, const KEntries<kD, KF>& ke, const L1Ahead& ahead,
-                        TileDrip* drip, uint32_t group_shift,
-                        uint32_t n_groups, float* s) {
+KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
+                        const KEntries<kD, KF>& ke, const L1Ahead& ahead, TileDrip* drip,
+                        uint32_t group_shift, uint32_t n_groups, float* s) {
   using KT = KTraits<KF>;
   constexpr size_t kSb = kD / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
@@ -167,16 +171,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const int32_t rel[16], size_
   alignas(64) float ent[16][16];
   {
     __m512 dm[4][4];  // [rows 4 i ..][entry vector q]
-    const __m512i lane_j = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    for (uint32_t i = 0; i < 4; ++i) {
-      // Offsets of rows 4 i + j from row 4 i, for the gathers.
-      const __m512i rowoff = _mm512_mullo_epi32(
-          _mm512_sub_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(lane_j, _mm512_set1_epi32(4 * static_cast<int32_t>(i))),
-                                                    _mm512_loadu_si512(rel)),
-                           _mm512_set1_epi32(rel[4 * i])),
-          _mm512_set1_epi32(static_cast<int32_t>(ks)));
-      ke.Rows4(r + 4 * i, rowoff, dm[i]);
-    }
+    for (uint32_t i = 0; i < 4; ++i) ke.Rows4(r + 4 * i, dm[i]);
     for (uint32_t q = 0; q < ke.n_gath; ++q) {
       const __m512i in[4] = {_mm512_castps_si512(dm[0][q]), _mm512_castps_si512(dm[1][q]),
                              _mm512_castps_si512(dm[2][q]), _mm512_castps_si512(dm[3][q])};

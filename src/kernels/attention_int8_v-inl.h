@@ -141,16 +141,11 @@ KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
                         __m512* bsum) {
   using S = VShape<kD>;
   if constexpr (VF == Fmt::kA8 || VF == Fmt::kA4) {
-    const __m512i lane_j = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     for (uint32_t i = 0; 4 * i < n; ++i) {
       const uint8_t* const* r = rows + 4 * i;
-      const __m512i rowoff = _mm512_permutexvar_epi32(  // lane 4 j + e: row j's offset from r[0]
-          lane_j, _mm512_castsi128_si512(_mm_setr_epi32(0, static_cast<int>(r[1] - r[0]),
-                                                        static_cast<int>(r[2] - r[0]),
-                                                        static_cast<int>(r[3] - r[0]))));
       __m512 dm[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
                       _mm512_setzero_ps()};
-      vsc.ke.Rows4(r, rowoff, dm);
+      vsc.ke.Rows4(r, dm);
       for (uint32_t j = 0; j < 4 && 4 * i + j < n; ++j) {
         const uint32_t t = 4 * i + j;
         const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
