@@ -228,8 +228,8 @@ std::string FormatBenchAttentionTable(const BenchAttentionReport& r) {
   char line[512];
   std::snprintf(line, sizeof line,
                 "bench-attention: %d query / %d KV heads x head_dim %d, %d-token blocks, SIMD %s, "
-                "%d threads, median of %d\nmemcpy probe %.1f GB/s (read + write), read probe %.1f GB/s, "
-                "FMA peak %.1f GFLOP/s\nfloor: max(KV bytes / memcpy GB/s, FLOPs / peak); x read: "
+                "%d threads, median of %d\nmemcpy probe %.1f GB/s (read + write), read probe "
+                "%.1f GB/s, FMA peak %.1f GFLOP/s\nfloor: max(KV bytes / memcpy GB/s, FLOPs / peak); x read: "
                 "the same with the read probe's GB/s\n\n",
                 c.heads, c.kv_heads, c.head_dim, c.block_tokens, r.simd_target.c_str(), r.threads,
                 c.repeats, r.memcpy_gbps, r.read_gbps, r.peak_gflops);
@@ -241,7 +241,8 @@ std::string FormatBenchAttentionTable(const BenchAttentionReport& r) {
   for (const BenchAttentionRow& row : r.rows) {
     const std::string kvname =
         row.k_format == row.v_format ? row.k_format : row.k_format + "/" + row.v_format;
-    std::snprintf(line, sizeof line, "%-8s %6u %5u %-20s %10.3f %10.1f %8.1f %9.1f %9.3f %8.2f %7.2f %7.2fx\n",
+    std::snprintf(line, sizeof line,
+                  "%-8s %6u %5u %-20s %10.3f %10.1f %8.1f %9.1f %9.3f %8.2f %7.2f %7.2fx\n",
                   row.mode.c_str(), row.ctx, row.batch, kvname.c_str(), row.ms,
                   static_cast<double>(row.kv_bytes) / (1 << 20), row.gbps, row.gflops,
                   row.floor_ms, row.vs_floor, row.vs_read_floor, row.speedup_vs_f16);

@@ -47,8 +47,10 @@ TEST(BenchAttention, RowsForEveryConfigurationWithConsistentColumns) {
     // the FLOPs' time at the peak.
     const double flop_ms = row.gflops * row.ms / r->peak_gflops;
     const double bytes = static_cast<double>(row.kv_bytes);
-    EXPECT_NEAR(row.floor_ms, std::max(bytes / (r->memcpy_gbps * 1e6), flop_ms), 1e-9 * row.floor_ms);
-    EXPECT_NEAR(row.read_floor_ms, std::max(bytes / (r->read_gbps * 1e6), flop_ms), 1e-9 * row.read_floor_ms);
+    EXPECT_NEAR(row.floor_ms, std::max(bytes / (r->memcpy_gbps * 1e6), flop_ms),
+                1e-9 * row.floor_ms);
+    EXPECT_NEAR(row.read_floor_ms, std::max(bytes / (r->read_gbps * 1e6), flop_ms),
+                1e-9 * row.read_floor_ms);
     EXPECT_GT(row.speedup_vs_f16, 0.0);
     if (row.k_format == "f16") {
       EXPECT_DOUBLE_EQ(row.speedup_vs_f16, 1.0);
@@ -72,7 +74,8 @@ TEST(BenchAttention, JsonKeys) {
   EXPECT_TRUE(j.contains("read_gbps"));
   EXPECT_TRUE(j.contains("peak_gflops"));
   for (const char* k : {"mode", "ctx", "batch", "k_format", "v_format", "ms", "gbps", "gflops",
-                        "floor_ms", "vs_floor", "read_floor_ms", "vs_read_floor", "speedup_vs_f16"}) {
+                        "floor_ms", "vs_floor", "read_floor_ms", "vs_read_floor",
+                        "speedup_vs_f16"}) {
     EXPECT_TRUE(j["rows"][0].contains(k)) << k;
   }
   EXPECT_EQ(j["rows"][2]["k_format"], "q8_0");

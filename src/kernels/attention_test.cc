@@ -572,7 +572,9 @@ TEST(Attention, BadShapesAreErrors) {
 // (4-bit V: its int8 weights' rounding; 8-bit V: its int16 weights') and flat in the length
 // (rounded per tile, nothing accumulates across tiles).
 TEST(AttentionInt8, ErrorFarBelowTheFormatsOwnAndFlatInLength) {
-  if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
+  if (!attn::Int8QkAvailable()) {
+    GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
+  }
   ThreadPool pool(2);
   for (const Format& f : {Format::Q4_0(), Format::Affine(4, 64, DType::kF16), Format::Q8_0(),
                           Format::Affine(8, 64, DType::kF16)}) {

@@ -95,7 +95,9 @@ double ReadProbeGbps(ThreadPool& pool, size_t bytes, int repeats) {
   for (int r = 0; r < repeats; ++r) {
     Timer t;
     pool.ParallelFor(n, 1, [&](size_t b, size_t e) {
-      for (size_t i = b; i < e; ++i) sums[i] = HWY_DYNAMIC_DISPATCH(probe::SumWords)(buf.data() + i * chunk, chunk);
+      for (size_t i = b; i < e; ++i) {
+        sums[i] = HWY_DYNAMIC_DISPATCH(probe::SumWords)(buf.data() + i * chunk, chunk);
+      }
     });
     times.push_back(t.Seconds());
   }
