@@ -199,11 +199,14 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
     row.ms = Median(c->times);
     row.gbps = static_cast<double>(row.kv_bytes) / (row.ms * 1e-3) / 1e9;
     row.gflops = c->flops / (row.ms * 1e-3) / 1e9;
-    row.floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.memcpy_gbps * 1e9),
-                            c->flops / (report.peak_gflops * 1e9)) * 1e3;
+    // Roofline floor in ms at a bandwidth: the bytes' time or the FLOPs' time at the peak.
+    const auto floor_ms = [&](double gbps) {
+      return std::max(static_cast<double>(row.kv_bytes) / (gbps * 1e9),
+                      c->flops / (report.peak_gflops * 1e9)) * 1e3;
+    };
+    row.floor_ms = floor_ms(report.memcpy_gbps);
     row.vs_floor = row.ms / row.floor_ms;
-    row.read_floor_ms = std::max(static_cast<double>(row.kv_bytes) / (report.read_gbps * 1e9),
-                                 c->flops / (report.peak_gflops * 1e9)) * 1e3;
+    row.read_floor_ms = floor_ms(report.read_gbps);
     row.vs_read_floor = row.ms / row.read_floor_ms;
     if (row.k_format == "f16" && row.v_format == "f16") {
       f16_ms[row.mode + "/" + std::to_string(row.ctx) + "/" + std::to_string(row.batch)] = row.ms;
@@ -229,13 +232,13 @@ std::string FormatBenchAttentionTable(const BenchAttentionReport& r) {
   std::snprintf(line, sizeof line,
                 "bench-attention: %d query / %d KV heads x head_dim %d, %d-token blocks, SIMD %s, "
                 "%d threads, median of %d\nmemcpy probe %.1f GB/s (read + write), read probe "
-                "%.1f GB/s, FMA peak %.1f GFLOP/s\nfloor: max(KV bytes / memcpy GB/s, FLOPs / peak); x read: "
-                "the same with the read probe's GB/s\n\n",
+                "%.1f GB/s, FMA peak %.1f GFLOP/s\nfloor: max(KV bytes / memcpy GB/s, FLOPs / "
+                "peak); x read: the same with the read probe's GB/s\n\n",
                 c.heads, c.kv_heads, c.head_dim, c.block_tokens, r.simd_target.c_str(), r.threads,
                 c.repeats, r.memcpy_gbps, r.read_gbps, r.peak_gflops);
   out += line;
-  std::snprintf(line, sizeof line, "%-8s %6s %5s %-20s %10s %10s %8s %9s %9s %8s %7s %8s\n", "mode",
-                "ctx", "batch", "K/V", "ms", "KV MiB", "GB/s", "GFLOP/s", "floor ms", "x floor",
+  std::snprintf(line, sizeof line, "%-8s %6s %5s %-20s %10s %10s %8s %9s %9s %8s %7s %8s\n",
+                "mode", "ctx", "batch", "K/V", "ms", "KV MiB", "GB/s", "GFLOP/s", "floor ms", "x floor",
                 "x read", "vs f16");
   out += line;
   for (const BenchAttentionRow& row : r.rows) {

@@ -49,6 +49,20 @@ struct ExactQk {
   ~ExactQk() { SetQuantizedQk(true); }
 };
 
+// ||got - want|| / ||want|| (||got - want|| where want is all zero); infinite if got is not
+// finite.
+template <class Got, class Want>
+double RelDiff(const Got& got, const Want& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (!std::isfinite(g)) return INFINITY;
+    num += (g - w) * (g - w);
+    den += w * w;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
 // Builds the cache (2 layers; layer 1 is used), runs both, returns ||out - ref|| / ||ref||.
 double RelError(const Case& c, ThreadPool* pool, DType out_dtype = DType::kF32,
                 std::vector<float>* out_copy = nullptr) {
@@ -93,16 +107,10 @@ double RelError(const Case& c, ThreadPool* pool, DType out_dtype = DType::kF32,
   std::vector<uint8_t> out(q.size() * DTypeSize(out_dtype), 0xFF);
   st = Attention(*view, q.data(), c.q_lens, p, out.data(), pool);
   EXPECT_TRUE(st.ok()) << st.ToString();
-  double num = 0, den = 0;
-  if (out_copy) out_copy->resize(q.size());
-  for (size_t i = 0; i < q.size(); ++i) {
-    const double got = LoadAs(out_dtype, out.data(), i);
-    if (!std::isfinite(got)) return INFINITY;
-    if (out_copy) (*out_copy)[i] = static_cast<float>(got);
-    num += (got - want[i]) * (got - want[i]);
-    den += want[i] * want[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  std::vector<double> got(q.size());
+  for (size_t i = 0; i < q.size(); ++i) got[i] = LoadAs(out_dtype, out.data(), i);
+  if (out_copy) out_copy->assign(got.begin(), got.end());
+  return RelDiff(got, want);
 }
 
 std::string Describe(const Case& c) {
@@ -593,12 +601,7 @@ TEST(AttentionInt8, ErrorFarBelowTheFormatsOwnAndFlatInLength) {
       cf.k = cf.v = Format::F32();
       EXPECT_LT(RelError(cf, &pool, DType::kF32, &exact), 1e-5);
       ASSERT_EQ(got.size(), exact.size());
-      double num = 0, den = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        num += (double{got[i]} - exact[i]) * (double{got[i]} - exact[i]);
-        den += double{exact[i]} * exact[i];
-      }
-      const double fmt_err = std::sqrt(num / den);
+      const double fmt_err = RelDiff(got, exact);
       EXPECT_LT(err, Int8Bound(f)) << Describe(c);
       EXPECT_LT(err, (f.bits == 4 ? 0.1 : 0.02) * fmt_err) << Describe(c);
       EXPECT_GT(err, 1e-6) << Describe(c) << ": the int8 path did not run";

@@ -1,6 +1,7 @@
 // Machine probes for roofline floors, measured in the same run as what they bound:
 // memory bandwidth (a parallel memcpy, and a read-only stream) and peak f32 FMA throughput
-// (independent FMA chains on the widest vector target). Each call uses the given pool's threads; call from one thread.
+// (independent FMA chains on the widest vector target). Each call uses the given pool's
+// threads; call from one thread.
 #pragma once
 
 #include <cstddef>
