@@ -249,6 +249,9 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
       _mm512_store_si512(wp + i * S::kW + 16 * v, _mm512_or_si512(_mm512_and_si512(a, low16), _mm512_slli_epi32(b, 16)));
     }
   }
+  // Sweeps unrolled: the weights' offsets are then constants from one pointer (rolled, g++ 12
+  // kept 8 pointers, most of them in xmm registers, moved back per token pair).
+#pragma GCC unroll 4
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     // Accumulator 4 g + c: query vector g, chunk c (DpWssd keeps each in one register).
     __m512i o[16];
@@ -349,6 +352,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
     _mm512_store_ps(bias + 16 * v, _mm512_add_ps(b, psum[v]));
   }
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 4  // as in AccumulateV
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     // Accumulator 4 g + c: query vector g, chunk c (2 bb: low nibbles, 2 bb + 1: whole bytes).
     __m512i o[16];
