@@ -302,9 +302,9 @@ KV_INL void Softmax4(float* s, uint32_t nv, uint32_t t0, const int32_t a[4], con
 // The next tile's K and V lines (two contiguous ranges, K first), brought into L2 a line or
 // two at a time over the whole of the current tile: a step per score slot (a sub-block and
 // query vector of a score step; the score step takes a sub-block's 4 at once) and per V slot
-// (a token pair of a V sweep), which take about the same time. A software prefetch that misses holds a line-fill buffer for a DRAM latency:
-// in bursts they stall the tile's own loads, and drips during the score steps alone left DRAM
-// idle through the V pass (docs/kernels.md).
+// (a token pair of a V sweep), which take about the same time. A software prefetch that misses
+// holds a line-fill buffer for a DRAM latency: in bursts they stall the tile's own loads, and
+// drips during the score steps alone left DRAM idle through the V pass (docs/kernels.md).
 struct TileDrip {
   const uint8_t* p = nullptr;   // next line of the current range
   const uint8_t* p2 = nullptr;  // the V range, once K is done
