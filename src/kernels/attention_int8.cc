@@ -257,7 +257,9 @@ KV_INL __m512 GroupSum(__m512 v) {
 
 // Online softmax over a tile for 4 query vectors; s is token-major ([token][4]), nv vectors of
 // 4 tokens from t0. Query g sees keys [a[g], b[g]). Updates m, l and returns the factors the
-// accumulators must be scaled by; leaves probabilities in s (0 where masked).
+// accumulators must be scaled by; leaves probabilities in s (0 where masked). kMasked false:
+// every query sees all 4 nv tokens (the masks are skipped).
+template <bool kMasked>
 KV_INL void Softmax4(float* s, uint32_t nv, uint32_t t0, const int32_t a[4], const int32_t b[4],
                      float softcap, float m[4], float l[4], float corr[4]) {
   const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -273,11 +275,13 @@ KV_INL void Softmax4(float* s, uint32_t nv, uint32_t t0, const int32_t a[4], con
       x = _mm512_mul_ps(cap, _mm512_sub_ps(one, _mm512_div_ps(_mm512_set1_ps(2.0f),
                                                               _mm512_add_ps(e, one))));
     }
-    const __m512i t = _mm512_add_epi32(tj, _mm512_set1_epi32(static_cast<int32_t>(t0 + 4 * k)));
-    const __mmask16 vis = _mm512_cmpge_epi32_mask(t, va) & _mm512_cmplt_epi32_mask(t, vb);
-    x = _mm512_mask_mov_ps(neg_inf, vis, x);
+    if constexpr (kMasked) {
+      const __m512i t = _mm512_add_epi32(tj, _mm512_set1_epi32(static_cast<int32_t>(t0 + 4 * k)));
+      const __mmask16 vis = _mm512_cmpge_epi32_mask(t, va) & _mm512_cmplt_epi32_mask(t, vb);
+      x = _mm512_mask_mov_ps(neg_inf, vis, x);
+    }
     mx = _mm512_max_ps(mx, x);
-    _mm512_store_ps(s + 16 * k, x);
+    if (kMasked || softcap > 0) _mm512_store_ps(s + 16 * k, x);
   }
   const __m512 m_old = _mm512_broadcast_f32x4(_mm_loadu_ps(m));
   const __m512 m_new = _mm512_max_ps(m_old, GroupMax(mx));
@@ -288,8 +292,8 @@ KV_INL void Softmax4(float* s, uint32_t nv, uint32_t t0, const int32_t a[4], con
   __m512 sum = _mm512_setzero_ps();
   for (uint32_t k = 0; k < nv; ++k) {
     const __m512 x = _mm512_load_ps(s + 16 * k);
-    const __mmask16 vis = _mm512_cmp_ps_mask(x, neg_inf, _CMP_NEQ_OQ);
-    const __m512 p = _mm512_maskz_mov_ps(vis, Exp(_mm512_sub_ps(x, m_safe)));
+    __m512 p = Exp(_mm512_sub_ps(x, m_safe));
+    if constexpr (kMasked) p = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, neg_inf, _CMP_NEQ_OQ), p);
     sum = _mm512_add_ps(sum, p);
     _mm512_store_ps(s + 16 * k, p);
   }
@@ -500,7 +504,15 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           m[g] = st[g] ? st[g][0] : -std::numeric_limits<float>::infinity();
           l[g] = st[g] ? st[g][1] : 0.0f;
         }
-        Softmax4(s, (nt + 3) / 4, t0, pm.a, pm.b, job.softcap, m, l, corr);
+        bool whole = nqp == 4 && nt % 4 == 0;  // every query sees every token of the tile
+        for (uint32_t g = 0; g < 4 && whole; ++g) {
+          whole = pm.a[g] == static_cast<int32_t>(t0) && pm.b[g] == static_cast<int32_t>(t1);
+        }
+        if (whole) {
+          Softmax4<false>(s, nt / 4, t0, pm.a, pm.b, job.softcap, m, l, corr);
+        } else {
+          Softmax4<true>(s, (nt + 3) / 4, t0, pm.a, pm.b, job.softcap, m, l, corr);
+        }
         float* acc_ptr[4];
         for (uint32_t g = 0; g < 4; ++g) {
           if (st[g]) {
