@@ -57,11 +57,11 @@ KV_VNNI VScaleMap<kD> MakeVScaleMap() {
   return m;
 }
 
-// 16 f16 words of the row's window v picked by idx, as f32.
-template <size_t kD>
+// 16 f16 words of the row's window v picked by idx, as f32 (kTwo: m.two).
+template <size_t kD, bool kTwo>
 KV_INL __m512 PickHalves(const uint8_t* row, const VScaleMap<kD>& m, size_t v, __m512i idx) {
   const __m512i lo = _mm512_maskz_loadu_epi16(m.m0[v], row + m.win[v]);
-  if (!m.two) return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, lo)));
+  if (!kTwo) return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, lo)));
   const __m512i hi = _mm512_maskz_loadu_epi16(m.m1[v], row + m.win[v] + 64);
   return _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi16(lo, idx, hi)));
 }
@@ -131,6 +131,20 @@ KV_INL void AddWeight(__m512 x, float* w, __m512* wmax, __m512* wsum) {
   if constexpr (kSumW) *wsum = _mm512_add_ps(*wsum, x);
 }
 
+// TileWeights' loop for q formats (below).
+template <size_t kD, bool kSumW, bool kTwo>
+KV_INL void QWeights(const uint8_t* const* rows, uint32_t n, const float* p, const VScaleMap<kD>& m,
+                     float* w, __m512* wmax, __m512* wsum) {
+  using S = VShape<kD>;
+  for (uint32_t t = 0; t < n; ++t) {
+    const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
+    for (size_t v = 0; v < S::kVecs; ++v) {
+      const __m512 sc = PickHalves<kD, kTwo>(rows[t], m, v, m.sidx[v]);
+      AddWeight<kSumW>(_mm512_mul_ps(sc, pv), w + t * S::kW + 16 * v, &wmax[v], &wsum[v]);
+    }
+  }
+}
+
 // The weights of a call: w[t][16 v + lane] = p[4 t + g] * scale(t, b), lane 4 b' + g of vector
 // v holding block b = 4 v + b', for t < n; per vector wmax = max_t |w|, with kSumW wsum =
 // sum_t w, and for affine bsum = sum_t p[4 t + g] * bias(t, b). rows[0 .. 4 ceil(n / 4)): the
@@ -158,12 +172,13 @@ KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
       }
     }
   } else {
-    for (uint32_t t = 0; t < n; ++t) {
-      const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
-      for (size_t v = 0; v < S::kVecs; ++v) {
-        const __m512 sc = PickHalves<kD>(rows[t], vsc, v, vsc.sidx[v]);
-        AddWeight<kSumW>(_mm512_mul_ps(sc, pv), w + t * S::kW + 16 * v, &wmax[v], &wsum[v]);
-      }
+    // A local copy, and the loop chosen by `two` once: read through the reference, g++ 12
+    // reloaded the masks and tested `two` per token (the stores to w might have changed them).
+    const VScaleMap<kD> m = vsc;
+    if (m.two) {
+      QWeights<kD, kSumW, true>(rows, n, p, m, w, wmax, wsum);
+    } else {
+      QWeights<kD, kSumW, false>(rows, n, p, m, w, wmax, wsum);
     }
   }
 }
