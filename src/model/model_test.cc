@@ -88,7 +88,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"llama", GgmlType::kF16, Format::F16(), 1e-4},
                       Case{"qwen3", GgmlType::kBF16, Format::BF16(), 1e-3},
                       Case{"llama", GgmlType::kQ8_0, Format::Q8_0(), 1e-2},
-                      Case{"qwen2", GgmlType::kQ4_0, Format::Q4_0(), 1e-2}),
+                      // 4-bit V on the attention kernels' int8 path (CPUs with AVX-512
+                      // VNNI) rounds the softmax weights to int8: up to 1e-2 on each attention
+                      // output (docs/kernels.md), 1.0e-2 .. 1.8e-2 on these logits after two
+                      // layers, against 0.1 and more for the q4_0 rows' own rounding.
+                      Case{"qwen2", GgmlType::kQ4_0, Format::Q4_0(), 3e-2}),
     [](const auto& info) {
       return info.param.arch + "_" + GgmlTypeName(static_cast<uint32_t>(info.param.wtype)) +
              "_" + info.param.kv.name();
