@@ -376,6 +376,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     alignas(16) int32_t a[4];  // query g sees keys [a[g], b[g]) of the tile
     alignas(16) int32_t b[4];
     uint32_t lo = 0, hi = 0;   // union of the ranges
+    bool whole = false;        // 4 queries that all see the whole tile, of whole quads
   };
   bool v_in_l2 = false;  // this tile's V rows were dripped into L2 during the tile before
   std::unique_ptr<TileScores[]> sc(new TileScores[size_t{nh} * npass]);  // [head][pass]
@@ -398,6 +399,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
       const uint32_t nqp = std::min<uint32_t>(4, nq - i0);
       pm.lo = t1;
       pm.hi = t0;
+      pm.whole = nqp == 4 && nt % 4 == 0;
       for (uint32_t g = 0; g < 4; ++g) {
         pm.a[g] = pm.b[g] = 0;
         if (g >= nqp) continue;
@@ -408,6 +410,10 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         pm.b[g] = static_cast<int32_t>(bg);
         pm.lo = std::min(pm.lo, ag);
         pm.hi = std::max(pm.hi, bg);
+      }
+      for (uint32_t g = 0; g < 4; ++g) {
+        pm.whole = pm.whole && pm.a[g] == static_cast<int32_t>(t0) &&
+                   pm.b[g] == static_cast<int32_t>(t1);
       }
       any = any || pm.lo < pm.hi;
     }
@@ -504,11 +510,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           m[g] = st[g] ? st[g][0] : -std::numeric_limits<float>::infinity();
           l[g] = st[g] ? st[g][1] : 0.0f;
         }
-        bool whole = nqp == 4 && nt % 4 == 0;  // every query sees every token of the tile
-        for (uint32_t g = 0; g < 4 && whole; ++g) {
-          whole = pm.a[g] == static_cast<int32_t>(t0) && pm.b[g] == static_cast<int32_t>(t1);
-        }
-        if (whole) {
+        if (pm.whole) {
           Softmax4<false>(s, nt / 4, t0, pm.a, pm.b, job.softcap, m, l, corr);
         } else {
           Softmax4<true>(s, (nt + 3) / 4, t0, pm.a, pm.b, job.softcap, m, l, corr);
