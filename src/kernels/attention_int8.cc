@@ -443,6 +443,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
       drip.rate = static_cast<uint32_t>(((uint64_t{drip.left + drip.left2} << 16) + slots - 1) / slots);
     }
     const bool dripping = drip.rate > 0;  // else the instantiations without it
+    TileDrip sdrip = drip;  // the score steps' copy: its address stays here (registers)
     for (uint32_t t = t0; t < t1; t += 16) {
       const uint32_t ntb = std::min<uint32_t>(16, t1 - t);
       alignas(64) int32_t rel[16];  // rows from the head's first row of the tile
@@ -486,14 +487,15 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
           const QPack<kD>& qp = packs[size_t{h} * npass + ps];
           float* out = sc[size_t{h} * npass + ps].s + 4 * (t - t0);
           if (dripping) {
-            ScoreStep16<kD, KF, true>(r, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
+            ScoreStep16<kD, KF, true>(r, qp, kent, ahead, &sdrip, kg.group_shift, kg.n_groups, out);
           } else {
-            ScoreStep16<kD, KF, false>(r, qp, kent, ahead, &drip, kg.group_shift, kg.n_groups, out);
+            ScoreStep16<kD, KF, false>(r, qp, kent, ahead, &sdrip, kg.group_shift, kg.n_groups, out);
           }
           ahead = L1Ahead{};  // the rows are on their way
         }
       }
     }
+    drip = sdrip;
     // Online softmax and V, head by head.
     for (uint32_t h = 0; h < nh; ++h) {
       const uint8_t* vb = vt + h * vhs;
