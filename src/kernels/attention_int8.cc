@@ -405,15 +405,12 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         if (g >= nqp) continue;
         const uint32_t ag = std::max(t0, qs.first[i0 + g]);
         const uint32_t bg = std::min(t1, qs.pos[i0 + g] + 1);
+        pm.whole = pm.whole && ag == t0 && bg == t1;
         if (ag >= bg) continue;
         pm.a[g] = static_cast<int32_t>(ag);
         pm.b[g] = static_cast<int32_t>(bg);
         pm.lo = std::min(pm.lo, ag);
         pm.hi = std::max(pm.hi, bg);
-      }
-      for (uint32_t g = 0; g < 4; ++g) {
-        pm.whole = pm.whole && pm.a[g] == static_cast<int32_t>(t0) &&
-                   pm.b[g] == static_cast<int32_t>(t1);
       }
       any = any || pm.lo < pm.hi;
     }

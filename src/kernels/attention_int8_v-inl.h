@@ -375,10 +375,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
     for (uint32_t i = 0; i < nq4; ++i) {
       const uint8_t* const* r = rows + 4 * i;
       const int8_t* wi = wq + 4 * i * S::kW;
-      if constexpr (kDrip) {  // the slots of two token pairs
-        drip.Step();
-        drip.Step();
-      }
+      if constexpr (kDrip) drip.Step(2);  // the slots of two token pairs
       for (size_t bb = 0; bb < 2; ++bb) {
         const size_t b = b0 + bb;
         const __m512i z = QuadBytes(r, VF == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b);
