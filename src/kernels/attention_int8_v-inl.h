@@ -145,6 +145,43 @@ KV_INL void QWeights(const uint8_t* const* rows, uint32_t n, const float* p, con
   }
 }
 
+// TileWeights' loop for affine formats (below). kOne: every entry of a row is in dm[0] (at
+// most 4 scales and biases), so one single-source permute per lane set, and the index vectors
+// are copied into locals: read through the reference with run-time sources, g++ 12 kept dm on
+// the stack and reloaded it per token.
+template <size_t kD, Fmt VF, bool kSumW, bool kOne>
+KV_INL void AffineWeights(const uint8_t* const* rows, uint32_t n, const float* p,
+                          const VEntries<kD, VF>& vsc, float* w, __m512* wmax, __m512* wsum,
+                          __m512* bsum) {
+  using S = VShape<kD>;
+  const VEntries<kD, VF> e = vsc;
+  for (uint32_t i = 0; 4 * i < n; ++i) {
+    const uint8_t* const* r = rows + 4 * i;
+    __m512 dm[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                    _mm512_setzero_ps()};
+    e.ke.Rows4(r, dm);
+    const uint32_t nj = std::min<uint32_t>(4, n - 4 * i);
+#pragma GCC unroll 4
+    for (uint32_t j = 0; j < 4; ++j) {
+      if (j >= nj) break;
+      const uint32_t t = 4 * i + j;
+      const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
+      for (size_t v = 0; v < S::kVecs; ++v) {
+        __m512 sc, bi;
+        if constexpr (kOne) {
+          sc = _mm512_permutexvar_ps(e.s_idx[j][v], dm[0]);
+          bi = _mm512_permutexvar_ps(e.b_idx[j][v], dm[0]);
+        } else {
+          sc = _mm512_permutex2var_ps(dm[e.s_src[v]], e.s_idx[j][v], dm[e.s_src2[v]]);
+          bi = _mm512_permutex2var_ps(dm[e.b_src[v]], e.b_idx[j][v], dm[e.b_src2[v]]);
+        }
+        AddWeight<kSumW>(_mm512_mul_ps(sc, pv), w + t * S::kW + 16 * v, &wmax[v], &wsum[v]);
+        bsum[v] = _mm512_fmadd_ps(bi, pv, bsum[v]);
+      }
+    }
+  }
+}
+
 // The weights of a call: w[t][16 v + lane] = p[4 t + g] * scale(t, b), lane 4 b' + g of vector
 // v holding block b = 4 v + b', for t < n; per vector wmax = max_t |w|, with kSumW wsum =
 // sum_t w, and for affine bsum = sum_t p[4 t + g] * bias(t, b). rows[0 .. 4 ceil(n / 4)): the
@@ -153,23 +190,11 @@ template <size_t kD, Fmt VF, bool kSumW>
 KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
                         const VScales<kD, VF>& vsc, float* w, __m512* wmax, __m512* wsum,
                         __m512* bsum) {
-  using S = VShape<kD>;
   if constexpr (VF == Fmt::kA8 || VF == Fmt::kA4) {
-    for (uint32_t i = 0; 4 * i < n; ++i) {
-      const uint8_t* const* r = rows + 4 * i;
-      __m512 dm[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
-                      _mm512_setzero_ps()};
-      vsc.ke.Rows4(r, dm);
-      for (uint32_t j = 0; j < 4 && 4 * i + j < n; ++j) {
-        const uint32_t t = 4 * i + j;
-        const __m512 pv = _mm512_broadcast_f32x4(_mm_loadu_ps(p + 4 * t));
-        for (size_t v = 0; v < S::kVecs; ++v) {
-          const __m512 sc = _mm512_permutex2var_ps(dm[vsc.s_src[v]], vsc.s_idx[j][v], dm[vsc.s_src2[v]]);
-          AddWeight<kSumW>(_mm512_mul_ps(sc, pv), w + t * S::kW + 16 * v, &wmax[v], &wsum[v]);
-          const __m512 bi = _mm512_permutex2var_ps(dm[vsc.b_src[v]], vsc.b_idx[j][v], dm[vsc.b_src2[v]]);
-          bsum[v] = _mm512_fmadd_ps(bi, pv, bsum[v]);
-        }
-      }
+    if (vsc.ke.n_gath == 1) {
+      AffineWeights<kD, VF, kSumW, true>(rows, n, p, vsc, w, wmax, wsum, bsum);
+    } else {
+      AffineWeights<kD, VF, kSumW, false>(rows, n, p, vsc, w, wmax, wsum, bsum);
     }
   } else {
     // A local copy, and the loop chosen by `two` once: read through the reference, g++ 12
