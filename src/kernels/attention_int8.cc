@@ -368,8 +368,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   // of the block) and the hardware prefetchers stream it; then softmax and V head by head.
   // The next tile goes into L2 over the whole of this one (TileDrip: bursts of it, or a drip
   // during the score steps alone, were slower); L1 prefetches bring the next step's K rows
-  // and this step's V rows a step ahead (V's too where they were dripped: from a cold cache
-  // the drip alone left V's first loads waiting, q8_0 1.2x slower on one thread).
+  // (and, where the tile's V rows were not dripped, this step's V rows) a step ahead.
   struct alignas(64) TileScores {
     float s[kTile * 4];  // [token][query vector of the pass]
   };
@@ -379,6 +378,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     uint32_t lo = 0, hi = 0;   // union of the ranges
     bool whole = false;        // 4 queries that all see the whole tile, of whole quads
   };
+  bool v_in_l2 = false;  // this tile's V rows were dripped into L2 during the tile before
   std::unique_ptr<TileScores[]> sc(new TileScores[size_t{nh} * npass]);  // [head][pass]
   std::unique_ptr<PassMask[]> masks(new PassMask[npass]);
   const size_t khs = kv.k_head_stride, vhs = kv.v_head_stride;
@@ -415,6 +415,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
       any = any || pm.lo < pm.hi;
     }
     if (!any) {
+      v_in_l2 = false;  // what the tile before dripped was this tile, not the next
       t0 = t1;
       continue;
     }
@@ -423,7 +424,8 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
     const bool all_heads = nh * khs == ks && nh * vhs == vs;
     // Items of every KV head: the next tile into L2 over this one's score and V slots (a
     // share of the lines per slot). Items of fewer heads (prefill, strided rows) and an item's
-    // last tile run the instantiations without it.
+    // last tile run the instantiations without it; a tile whose V rows were not dripped gets
+    // them by L1 prefetches a step ahead.
     TileDrip drip;
     if (all_heads && n_next > 0) {
       uint64_t passes = 0;
@@ -455,7 +457,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         n_kn = std::min<uint32_t>(16, n_next);
       }
       const uint32_t k_lines = kn ? static_cast<uint32_t>((n_kn * ks + 63) / 64) : 0;
-      const uint32_t v_lines = static_cast<uint32_t>((ntb * vs + 63) / 64);
+      const uint32_t v_lines = v_in_l2 ? 0 : static_cast<uint32_t>((ntb * vs + 63) / 64);
       const uint8_t* vstep = vt + size_t{t - t0} * vs;
       for (uint32_t h = 0; h < nh; ++h) {
         const uint8_t* kb = kt + h * khs;
@@ -535,6 +537,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         }
       }
     }
+    v_in_l2 = dripping;
     t0 = t1;
   }
   // Accumulators back to value order: float 16 c + d of a 32-value block (lane d of chunk c)

@@ -126,7 +126,8 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
 
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
 // the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
-// rows and this step's V rows, of all heads, a share per head) or, for items of fewer heads, the first
+// rows and, when the tile's V rows were not dripped into L2 during the tile before, this
+// step's V rows, of all heads, a share per head) or, for items of fewer heads, the first
 // kbytes / vbytes of 16 K rows (the next step's) and 16 V rows (this step's).
 struct L1Ahead {
   bool lines = false;
