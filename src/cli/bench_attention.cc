@@ -63,10 +63,10 @@ Result<Plan> Validate(const BenchAttentionConfig& c) {
                                                          1 << 22));
   }
   for (const std::string& f : SplitComma(c.formats)) {
-    KVTIER_ASSIGN_OR_RETURN(KvFormats kvf, ParseKvFormats("--formats", f));
+    KVTIER_ASSIGN_OR_RETURN(KvFormats kvf, ParseKvFormats("--kv-type", f));
     p.formats.push_back(kvf);
   }
-  if (p.formats.empty()) return Status::InvalidArgument("--formats: no format given");
+  if (p.formats.empty()) return Status::InvalidArgument("--kv-type: no format given");
   return p;
 }
 
@@ -122,7 +122,7 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
     o.v_format = f.v;
     o.block_tokens = static_cast<uint32_t>(config.block_tokens);
     Result<KvBlockLayout> layout = KvBlockLayout::Make(shape, f.k, f.v, o.block_tokens);
-    if (!layout.ok()) return Status::InvalidArgument("--formats " + f.name + ": " + layout.status().message());
+    if (!layout.ok()) return Status::InvalidArgument("--kv-type " + f.name + ": " + layout.status().message());
     o.capacity_bytes = (uint64_t{max_batch} * ((max_ctx + o.block_tokens - 1) / o.block_tokens) +
                         4 * max_batch + 8) * layout->block_stride;
     KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> kv_pool, BlockPool::Create(o));

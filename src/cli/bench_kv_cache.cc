@@ -100,14 +100,14 @@ Result<std::vector<Format>> ParseFormatList(const BenchKvCacheConfig& c) {
     item.erase(item.find_last_not_of(" \t") + 1);
     if (item.empty()) continue;
     Result<Format> f = ParseFormat(item, {.group = c.group_size, .scale_dtype = c.dtype});
-    if (!f.ok()) return Status::InvalidArgument("--formats: " + f.status().message());
+    if (!f.ok()) return Status::InvalidArgument("--kv-type: " + f.status().message());
     Status hd = f->CheckHeadDim(static_cast<size_t>(c.head_dim));
     if (!hd.ok()) return Status::InvalidArgument("--head-dim: " + hd.message());
     ++parsed;
     if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
   }
   if (parsed == 0) {
-    return Status::InvalidArgument("--formats: no format in '" + c.formats + "'");
+    return Status::InvalidArgument("--kv-type: no format in '" + c.formats + "'");
   }
   return out;
 }

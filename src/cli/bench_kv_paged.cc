@@ -68,9 +68,9 @@ Result<BenchKvPagedReport> RunBenchKvPaged(const BenchKvPagedConfig& config,
   // Bytes per token of every format.
   const uint64_t f16_bpt = KvBytesPerToken(shape, Format::F16(), Format::F16());
   for (const std::string& item : SplitComma(config.formats)) {
-    KVTIER_ASSIGN_OR_RETURN(KvFormats f, ParseKvFormats("--formats", item));
+    KVTIER_ASSIGN_OR_RETURN(KvFormats f, ParseKvFormats("--kv-type", item));
     Result<KvBlockLayout> l = KvBlockLayout::Make(shape, f.k, f.v, bt);
-    if (!l.ok()) return Status::InvalidArgument("--formats " + item + ": " + l.status().message());
+    if (!l.ok()) return Status::InvalidArgument("--kv-type " + item + ": " + l.status().message());
     BenchKvPagedFormat row;
     row.name = f.name;
     row.k_spec = f.k.spec();
@@ -84,10 +84,10 @@ Result<BenchKvPagedReport> RunBenchKvPaged(const BenchKvPagedConfig& config,
   }
 
   // The cache the operations run on.
-  KVTIER_ASSIGN_OR_RETURN(KvFormats of, ParseKvFormats("--ops-format", config.ops_format));
+  KVTIER_ASSIGN_OR_RETURN(KvFormats of, ParseKvFormats("--timed-kv-type", config.ops_format));
   report.ops_format = of.name;
   Result<KvBlockLayout> layout = KvBlockLayout::Make(shape, of.k, of.v, bt);
-  if (!layout.ok()) return Status::InvalidArgument("--ops-format: " + layout.status().message());
+  if (!layout.ok()) return Status::InvalidArgument("--timed-kv-type: " + layout.status().message());
   const uint64_t extra_blocks = 4ull * rows + 8;  // forks' copied tails
   const uint64_t capacity = BlockBytes(*layout, rows, max_ctx) + extra_blocks * layout->block_stride;
   Result<uint64_t> ram = TotalRamBytes();
@@ -95,7 +95,7 @@ Result<BenchKvPagedReport> RunBenchKvPaged(const BenchKvPagedConfig& config,
     return Status::ResourceExhausted(
         "--rows " + std::to_string(rows) + " x --contexts " + std::to_string(max_ctx) + " in " +
         of.name + " needs " + DescribeBytes(capacity) + " of KV cache; this machine has " +
-        DescribeBytes(*ram) + " of RAM: lower --contexts or --rows, or pick a smaller --ops-format");
+        DescribeBytes(*ram) + " of RAM: lower --contexts or --rows, or pick a smaller --timed-kv-type");
   }
   BlockPoolOptions po;
   po.shape = shape;

@@ -28,10 +28,6 @@
 
 #include "kvtier/status.h"
 
-namespace CLI {
-class App;
-}
-
 namespace kvtier::cli {
 
 struct BenchSsdConfig {
@@ -125,8 +121,6 @@ struct BenchSsdReport {
   uint64_t peak_rss_bytes = 0;
 };
 
-// Adds `bench-ssd` with its flags bound to *c and *json; returns the subcommand.
-CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json);
 
 // InvalidArgument naming the flag for bad input.
 Result<BenchSsdReport> RunBenchSsd(const BenchSsdConfig& c,

@@ -82,7 +82,7 @@ Status RunServe(const ServeConfig& c) {
   // The active pool: --kv-pool-mb, or room for max-num-seqs full contexts twice over (the
   // prefix cache keeps unquantized entries in this pool and gives blocks back on demand),
   // capped at a quarter of RAM (a long-context model's full contexts may not fit).
-  KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-cache-dtype", c.kv_cache_dtype));
+  KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-type/--kv-cache-dtype", c.kv_type));
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
                           KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens));
   BlockPoolOptions pool_options;
