@@ -70,7 +70,8 @@ Result<std::unique_ptr<PrefixCache>> MakeCache(const ModelConfig& mc, const KvFo
 std::string EntryFormatName(const PrefixCacheStats& s) {
   for (const PrefixFormatStats& f : s.by_format) {
     if (f.tokens == 0) continue;
-    return f.k_format == f.v_format ? f.k_format : f.k_format + "/" + f.v_format;
+    return f.k_format == f.v_format ? f.k_format.name()
+                                    : f.k_format.name() + "/" + f.v_format.name();
   }
   return "-";
 }
