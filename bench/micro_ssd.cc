@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/half.h"
-#include "bench_formats.h"
+#include "micro_formats.h"
 #include "kvtier/env.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/sequence_cache.h"
@@ -176,11 +176,23 @@ void LoadArgs(benchmark::internal::Benchmark* b) {
   }
 }
 
-BENCHMARK(BM_EncodeBlockFile)->Apply(Formats)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DecodeBlockHeader)->Apply(Formats)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DecodeBlockRows)->Apply(Formats)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_SsdTierLoad)->Apply(LoadArgs)->Unit(benchmark::kMicrosecond);
-
 }  // namespace
 
-BENCHMARK_MAIN();
+namespace kvtier::bench {
+
+void RegisterMicroSsd() {
+  benchmark::RegisterBenchmark("BM_EncodeBlockFile", BM_EncodeBlockFile)
+      ->Apply(Formats)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_DecodeBlockHeader", BM_DecodeBlockHeader)
+      ->Apply(Formats)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_DecodeBlockRows", BM_DecodeBlockRows)
+      ->Apply(Formats)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_SsdTierLoad", BM_SsdTierLoad)
+      ->Apply(LoadArgs)
+      ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace kvtier::bench
