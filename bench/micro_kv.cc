@@ -1,7 +1,7 @@
 // Google Benchmark: the paged KV cache. A prefill chunk appended per format (bytes of f16
 // source per second), a decode step of a batch, and batch operations against context length
 // (their time must not grow with it). One layer of the Qwen3-0.6B KV shape (8 x 128) keeps
-// the memory small; `kvtier bench-kv-paged` runs the full model shape.
+// the memory small; `kvtier-bench kv-paged` runs the full model shape.
 #include <benchmark/benchmark.h>
 
 #include <random>

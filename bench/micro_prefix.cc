@@ -2,7 +2,7 @@
 // entry in place (same pool and format: shares blocks) against converted (the entry was
 // quantized on store, the request's pool is f16), and Store with and without quantizing.
 // Shape: 4 layers of the Qwen3-0.6B KV shape (8 KV heads x head_dim 128), so a 16K-token f16
-// entry is 256 MiB; `kvtier bench-prefix` runs real models. Single-threaded benchmarks.
+// entry is 256 MiB; `kvtier-bench prefix` runs real models. Single-threaded benchmarks.
 #include <benchmark/benchmark.h>
 
 #include <memory>

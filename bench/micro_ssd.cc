@@ -3,7 +3,7 @@
 // the rows back into a pool block, and SsdTier::Load of one block from the in-memory Env and
 // from the real filesystem (a file in the page cache). One Qwen3-0.6B-shaped block (28 layers
 // x 8 KV heads x head_dim 128, 32 tokens: 3.5 MiB in f16, 1.86 MiB in q8_0) per format;
-// `kvtier bench-ssd` measures whole spills and reloads against the disk. Single-threaded.
+// `kvtier-bench ssd` measures whole spills and reloads against the disk. Single-threaded.
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 

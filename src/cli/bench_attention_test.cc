@@ -1,4 +1,4 @@
-// bench-attention: every configuration gets a row with consistent derived columns, the JSON
+// kvtier-bench attention: every configuration gets a row with consistent derived columns, the JSON
 // carries the keys, and bad flags name the flag.
 #include "cli/bench_attention.h"
 

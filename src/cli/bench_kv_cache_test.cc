@@ -1,4 +1,4 @@
-// bench-kv-cache: sizes exactly as computed from the formats, errors that follow from the
+// kvtier-bench kv-cache: sizes exactly as computed from the formats, errors that follow from the
 // formats, JSON shape, and clear errors for bad flags (in-process and through the binary).
 #include "cli/bench_kv_cache.h"
 

@@ -1,4 +1,4 @@
-// bench-kv-paged: bytes per token as the formats define them, batch operations that copy no
+// kvtier-bench kv-paged: bytes per token as the formats define them, batch operations that copy no
 // K/V bytes, a fork's first append copying only its tail, JSON shape, clear flag errors.
 #include "cli/bench_kv_paged.h"
 

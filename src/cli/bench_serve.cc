@@ -151,7 +151,7 @@ class ServerChild {
         waitpid(s->pid_, &status, 0);
         s->pid_ = -1;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        // A bad server flag is a bad bench-serve flag too.
+        // A bad server flag is a bad kvtier-bench serve flag too.
         const std::string msg = "`" + s->args_ + "` exited with status " + std::to_string(code) +
                                 " before listening" + s->LogTail();
         return code == 2 ? Status::InvalidArgument(msg) : Status::Unavailable(msg);

@@ -1,4 +1,4 @@
-// `kvtier bench-serve`: the pure parts (SSE split anywhere, percentiles against a sorted-array
+// `kvtier-bench serve`: the pure parts (SSE split anywhere, percentiles against a sorted-array
 // model, Prometheus kvtier_kv_bytes, URLs, the two-round JSON shape), the calibration against
 // fake servers (/tokenize when there is one, else one short request), and real runs of the
 // binary against the bundled model (two-round hits the prefix cache; concurrency has no
@@ -340,7 +340,7 @@ TEST(BenchServeCli, BadFlagsExit2NamingTheFlag) {
   EXPECT_EQ(testing::RunKvtierBench("serve --chars-per-token -1", &out), 2) << out;
   EXPECT_NE(out.find("--chars-per-token"), std::string::npos) << out;
   out.clear();
-  // A bad server flag stops the child with exit 2; bench-serve says so, with the child's log.
+  // A bad server flag stops the child with exit 2; kvtier-bench serve says so, with the child's log.
   EXPECT_EQ(testing::RunKvtierBench("serve --max-tokens 2 -- --kv-cache-dtype q7_1", &out), 2)
       << out;
   EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;

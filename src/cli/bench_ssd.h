@@ -1,4 +1,4 @@
-// `kvtier bench-ssd`: what the SSD tier (issue 7) costs and buys.
+// `kvtier-bench ssd`: what the SSD tier (issue 7) costs and buys.
 //
 // throughput (no model): N synthetic KV blocks of a chosen shape and K/V format (random
 // normal K/V quantized into the pool) are stored in a PrefixCache whose lower tier is a fresh

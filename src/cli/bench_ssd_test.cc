@@ -1,4 +1,4 @@
-// `kvtier bench-ssd` through the real binary with tiny sizes: the JSON report's keys, positive
+// `kvtier-bench ssd` through the real binary with tiny sizes: the JSON report's keys, positive
 // throughputs and ratios, SSD hits that reuse the prompt on a tiny random model (written by
 // `kvtier make-test-model`), the scratch directory removed afterwards, and clear errors for bad
 // flags (exit 2, the flag named with what was expected and what was given). Owned by the cli
