@@ -8,9 +8,7 @@ set -euo pipefail
 shopt -s nullglob
 root=${1:?usage: check_includes.sh SOURCE_DIR}
 USER_EXCEPTIONS=(
-  base/sysinfo.h      # serve.cc: TotalRamBytes
   base/thread_pool.h  # generate.cc: Model::Forward takes a ThreadPool
-  base/timer.h        # generate.cc
   base/strings.h      # make_test_model.cc: DescribeBytes
   model/test_model.h  # make_test_model: the test model writer
   tier/block_file.h   # cache_cmd.cc: verify / stats of block files

@@ -2,6 +2,7 @@
 #include "cli/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "base/timer.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
 #include "kvtier/chat_template.h"
@@ -42,6 +42,18 @@ Status Feed(const Model& m, BatchCache& cache, std::span<const int32_t> tokens, 
   }
   return Status::OK();
 }
+
+// Milliseconds since construction (steady clock).
+class Timer {
+ public:
+  double Millis() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 int Threads(int t) {
   return t > 0 ? t : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
