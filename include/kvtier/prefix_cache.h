@@ -154,7 +154,7 @@ struct PrefixStoreResult {
 };
 
 struct PrefixFormatStats {
-  std::string k_format, v_format;  // format names
+  Format k_format, v_format;      // the namespace's formats (compare these, print name())
   uint64_t blocks = 0;
   uint64_t bytes = 0;             // blocks * block_stride
   uint64_t tokens = 0;            // tokens held by those blocks

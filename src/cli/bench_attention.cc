@@ -1,4 +1,4 @@
-// `kvtier bench-attention` (see the header).
+// `kvtier-bench attention` (see the header).
 #include "cli/bench_attention.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "base/strings.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "cli/bench_report.h"
 #include "cli/flags.h"
 #include "kernels/probe.h"
 #include "kvtier/attention.h"
@@ -63,10 +64,10 @@ Result<Plan> Validate(const BenchAttentionConfig& c) {
                                                          1 << 22));
   }
   for (const std::string& f : SplitComma(c.formats)) {
-    KVTIER_ASSIGN_OR_RETURN(KvFormats kvf, ParseKvFormats("--formats", f));
+    KVTIER_ASSIGN_OR_RETURN(KvFormats kvf, ParseKvFormats("--kv-type", f));
     p.formats.push_back(kvf);
   }
-  if (p.formats.empty()) return Status::InvalidArgument("--formats: no format given");
+  if (p.formats.empty()) return Status::InvalidArgument("--kv-type: no format given");
   return p;
 }
 
@@ -122,7 +123,7 @@ Result<BenchAttentionReport> RunBenchAttention(const BenchAttentionConfig& confi
     o.v_format = f.v;
     o.block_tokens = static_cast<uint32_t>(config.block_tokens);
     Result<KvBlockLayout> layout = KvBlockLayout::Make(shape, f.k, f.v, o.block_tokens);
-    if (!layout.ok()) return Status::InvalidArgument("--formats " + f.name + ": " + layout.status().message());
+    if (!layout.ok()) return Status::InvalidArgument("--kv-type " + f.name + ": " + layout.status().message());
     o.capacity_bytes = (uint64_t{max_batch} * ((max_ctx + o.block_tokens - 1) / o.block_tokens) +
                         4 * max_batch + 8) * layout->block_stride;
     KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<BlockPool> kv_pool, BlockPool::Create(o));
@@ -237,21 +238,18 @@ std::string FormatBenchAttentionTable(const BenchAttentionReport& r) {
                 c.heads, c.kv_heads, c.head_dim, c.block_tokens, r.simd_target.c_str(), r.threads,
                 c.repeats, r.memcpy_gbps, r.read_gbps, r.peak_gflops);
   out += line;
-  std::snprintf(line, sizeof line, "%-8s %6s %5s %-20s %10s %10s %8s %9s %9s %8s %7s %8s\n",
-                "mode", "ctx", "batch", "K/V", "ms", "KV MiB", "GB/s", "GFLOP/s", "floor ms", "x floor",
-                "x read", "vs f16");
-  out += line;
+  TextTable t({"<mode", "ctx", "batch", "<K/V", "ms", "KV MiB", "GB/s", "GFLOP/s", "floor ms",
+               "x floor", "x read", "vs f16"});
   for (const BenchAttentionRow& row : r.rows) {
     const std::string kvname =
         row.k_format == row.v_format ? row.k_format : row.k_format + "/" + row.v_format;
-    std::snprintf(line, sizeof line,
-                  "%-8s %6u %5u %-20s %10.3f %10.1f %8.1f %9.1f %9.3f %8.2f %7.2f %7.2fx\n",
-                  row.mode.c_str(), row.ctx, row.batch, kvname.c_str(), row.ms,
-                  static_cast<double>(row.kv_bytes) / (1 << 20), row.gbps, row.gflops,
-                  row.floor_ms, row.vs_floor, row.vs_read_floor, row.speedup_vs_f16);
-    out += line;
+    t.Row({row.mode, std::to_string(row.ctx), std::to_string(row.batch), kvname,
+           Printf("%.3f", row.ms), Printf("%.1f", static_cast<double>(row.kv_bytes) / (1 << 20)),
+           Printf("%.1f", row.gbps), Printf("%.1f", row.gflops), Printf("%.3f", row.floor_ms),
+           Printf("%.2f", row.vs_floor), Printf("%.2f", row.vs_read_floor),
+           Printf("%.2fx", row.speedup_vs_f16)});
   }
-  return out;
+  return out + t.Render();
 }
 
 std::string FormatBenchAttentionJson(const BenchAttentionReport& r) {
@@ -286,7 +284,7 @@ std::string FormatBenchAttentionJson(const BenchAttentionReport& r) {
                          {"vs_read_floor", row.vs_read_floor},
                          {"speedup_vs_f16", row.speedup_vs_f16}});
   }
-  return j.dump(2) + "\n";
+  return JsonText(j, /*pretty=*/true);
 }
 
 }  // namespace kvtier::cli

@@ -1,4 +1,4 @@
-// `kvtier bench-attention`: fused attention on paged KV in every format, decode (one query per
+// `kvtier-bench attention`: fused attention on paged KV in every format, decode (one query per
 // row) and prefill (a chunk of queries at the end of each row), against roofline floors from
 // probes measured in the same run (memcpy bandwidth, peak FMA throughput).
 //

@@ -1,4 +1,4 @@
-// bench-attention: every configuration gets a row with consistent derived columns, the JSON
+// kvtier-bench attention: every configuration gets a row with consistent derived columns, the JSON
 // carries the keys, and bad flags name the flag.
 #include "cli/bench_attention.h"
 
@@ -91,7 +91,7 @@ TEST(BenchAttention, BadFlagsNameTheFlag) {
   } cases[] = {
       {[](BenchAttentionConfig& c) { c.heads = 6; c.kv_heads = 4; }, "--heads 6 must be a multiple of --kv-heads 4"},
       {[](BenchAttentionConfig& c) { c.modes = "decode,train"; }, "--modes: 'train' unknown"},
-      {[](BenchAttentionConfig& c) { c.formats = "q4_1"; }, "--formats"},
+      {[](BenchAttentionConfig& c) { c.formats = "q4_1"; }, "--kv-type"},
       {[](BenchAttentionConfig& c) { c.ctx = std::string("0"); }, "--ctx"},
       {[](BenchAttentionConfig& c) { c.prefill_ctx = std::string("8"); }, "--prefill-ctx: expected 16.."},
       {[](BenchAttentionConfig& c) { c.head_dim = 48; }, "head_dim 48"},

@@ -1,4 +1,4 @@
-// bench-kv-cache implementation. See bench_kv_cache.h for the contract.
+// kvtier-bench kv-cache implementation. See bench_kv_cache.h for the contract.
 #include "cli/bench_kv_cache.h"
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "base/sysinfo.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "cli/bench_report.h"
 #include "kvtier/quant.h"
 
 namespace kvtier::cli {
@@ -100,14 +101,14 @@ Result<std::vector<Format>> ParseFormatList(const BenchKvCacheConfig& c) {
     item.erase(item.find_last_not_of(" \t") + 1);
     if (item.empty()) continue;
     Result<Format> f = ParseFormat(item, {.group = c.group_size, .scale_dtype = c.dtype});
-    if (!f.ok()) return Status::InvalidArgument("--formats: " + f.status().message());
+    if (!f.ok()) return Status::InvalidArgument("--kv-type: " + f.status().message());
     Status hd = f->CheckHeadDim(static_cast<size_t>(c.head_dim));
     if (!hd.ok()) return Status::InvalidArgument("--head-dim: " + hd.message());
     ++parsed;
     if (std::find(out.begin(), out.end(), *f) == out.end()) out.push_back(*f);
   }
   if (parsed == 0) {
-    return Status::InvalidArgument("--formats: no format in '" + c.formats + "'");
+    return Status::InvalidArgument("--kv-type: no format in '" + c.formats + "'");
   }
   return out;
 }
@@ -277,7 +278,7 @@ std::string FormatBenchKvCacheTable(const BenchKvCacheReport& r) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "kvtier bench-kv-cache: %d layers x %d tokens x %d heads x %d head_dim, K+V, "
+                "kvtier-bench kv-cache: %d layers x %d tokens x %d heads x %d head_dim, K+V, "
                 "source %s, %d threads, SIMD %s, median of %d\n",
                 c.layers, c.seq_len, c.heads, c.head_dim, std::string(DTypeName(c.dtype)).c_str(),
                 r.threads, r.simd_target.c_str(), c.repeats);
@@ -285,22 +286,18 @@ std::string FormatBenchKvCacheTable(const BenchKvCacheReport& r) {
   std::snprintf(line, sizeof line, "memcpy probe: %.2f GB/s (read + write), %.1f ms\n\n",
                 r.memcpy_gbps, r.memcpy_ms);
   out += line;
-  std::snprintf(line, sizeof line, "%-12s %8s %12s %11s %11s %11s %11s %11s %16s %16s\n",
-                "Format", "bits/val", "Memory", "Compression", "Mean err", "Max err",
-                "Quant ms", "Dequant ms", "Quant GB/s", "Dequant GB/s");
-  out += line;
+  TextTable t({"<Format", "bits/val", "Memory", "Compression", "Mean err", "Max err", "Quant ms",
+               "Dequant ms", "Quant GB/s", "Dequant GB/s"});
   for (const BenchKvCacheRow& row : r.rows) {
-    char q[32], d[32];
-    std::snprintf(q, sizeof q, "%.1f (%.0f%%)", row.quantize_gbps,
-                  100.0 * row.quantize_gbps / r.memcpy_gbps);
-    std::snprintf(d, sizeof d, "%.1f (%.0f%%)", row.dequantize_gbps,
-                  100.0 * row.dequantize_gbps / r.memcpy_gbps);
-    std::snprintf(line, sizeof line,
-                  "%-12s %8.2f %8.2f MiB %10.2fx %11.5f %11.5f %11.2f %11.2f %16s %16s\n",
-                  row.format.c_str(), row.bits_per_value, row.memory_bytes / mib, row.compression,
-                  row.mean_abs_error, row.max_abs_error, row.quantize_ms, row.dequantize_ms, q, d);
-    out += line;
+    t.Row({row.format, Printf("%.2f", row.bits_per_value),
+           Printf("%.2f MiB", row.memory_bytes / mib), Printf("%.2fx", row.compression),
+           Printf("%.5f", row.mean_abs_error), Printf("%.5f", row.max_abs_error),
+           Printf("%.2f", row.quantize_ms), Printf("%.2f", row.dequantize_ms),
+           Printf("%.1f (%.0f%%)", row.quantize_gbps, 100.0 * row.quantize_gbps / r.memcpy_gbps),
+           Printf("%.1f (%.0f%%)", row.dequantize_gbps,
+                  100.0 * row.dequantize_gbps / r.memcpy_gbps)});
   }
+  out += t.Render();
   std::snprintf(line, sizeof line, "\npeak RSS: %.1f MiB (one layer of source K+V: %.1f MiB, %.2fx)\n",
                 r.peak_rss_bytes / mib, r.layer_source_bytes / mib,
                 static_cast<double>(r.peak_rss_bytes) / static_cast<double>(r.layer_source_bytes));
@@ -339,7 +336,7 @@ std::string FormatBenchKvCacheJson(const BenchKvCacheReport& r) {
                     {"dequantize_gbps", row.dequantize_gbps}});
   }
   j["rows"] = rows;
-  return j.dump() + "\n";
+  return JsonText(j);
 }
 
 }  // namespace kvtier::cli

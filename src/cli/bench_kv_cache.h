@@ -1,4 +1,4 @@
-// `kvtier bench-kv-cache`: memory, accuracy and speed of every KV row format on seeded
+// `kvtier-bench kv-cache`: memory, accuracy and speed of every KV row format on seeded
 // standard-normal K and V, side by side with a memcpy bandwidth probe from the same run.
 //
 // Work is done one tensor (the K or the V of one layer) at a time: peak memory is that

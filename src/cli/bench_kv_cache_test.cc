@@ -1,4 +1,4 @@
-// bench-kv-cache: sizes exactly as computed from the formats, errors that follow from the
+// kvtier-bench kv-cache: sizes exactly as computed from the formats, errors that follow from the
 // formats, JSON shape, and clear errors for bad flags (in-process and through the binary).
 #include "cli/bench_kv_cache.h"
 
@@ -140,7 +140,7 @@ TEST(BenchKvCache, BadConfigsNameTheFlag) {
       {[](BenchKvCacheConfig& c) { c.group_size = 48; }, "--group-size: expected 32, 64 or 128, got 48"},
       {[](BenchKvCacheConfig& c) { c.formats = "affine4,int3"; }, "unknown KV format 'int3'"},
       {[](BenchKvCacheConfig& c) { c.head_dim = 80; }, "--head-dim: head_dim 80"},
-      {[](BenchKvCacheConfig& c) { c.formats = " , "; }, "--formats: no format"},
+      {[](BenchKvCacheConfig& c) { c.formats = " , "; }, "--kv-type: no format"},
       {[](BenchKvCacheConfig& c) { c.threads = -1; }, "--threads"},
   };
   for (const Case& k : cases) {
@@ -165,25 +165,25 @@ TEST(BenchKvCache, ImpossibleSizesAreRefusedNotCrashed) {
       << r.status().message();
 }
 
-using testing::RunKvtier;  // the real binary: exit status, stdout + stderr
+using testing::RunKvtierBench;  // the real binary: exit status, stdout + stderr
 
 TEST(BenchKvCacheBinary, RunsAndRejectsBadInput) {
   std::string out;
-  ASSERT_EQ(RunKvtier("bench-kv-cache --layers 1 --seq-len 16 --heads 2 --json --repeats 1", &out), 0)
+  ASSERT_EQ(RunKvtierBench("kv-cache --layers 1 --seq-len 16 --heads 2 --json --repeats 1", &out), 0)
       << out;
   const nlohmann::json j = nlohmann::json::parse(out);
   EXPECT_EQ(j["rows"].size(), 5u);
   out.clear();
-  EXPECT_EQ(RunKvtier("bench-kv-cache --formats affine9", &out), 2);
+  EXPECT_EQ(RunKvtierBench("kv-cache --kv-type affine9", &out), 2);
   EXPECT_NE(out.find("valid formats are"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(RunKvtier("bench-kv-cache --dtype f64", &out), 2);
+  EXPECT_EQ(RunKvtierBench("kv-cache --dtype f64", &out), 2);
   EXPECT_NE(out.find("--dtype: unknown dtype 'f64'"), std::string::npos) << out;
   out.clear();
-  EXPECT_NE(RunKvtier("bench-kv-cache --layers abc", &out), 0);
+  EXPECT_NE(RunKvtierBench("kv-cache --layers abc", &out), 0);
   EXPECT_NE(out.find("--layers"), std::string::npos) << out;
   out.clear();
-  EXPECT_NE(RunKvtier("no-such-command", &out), 0);
+  EXPECT_NE(RunKvtierBench("no-such-command", &out), 0);
 }
 
 }  // namespace

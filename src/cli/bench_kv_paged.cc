@@ -1,4 +1,4 @@
-// `kvtier bench-kv-paged` (see the header). Builds its own pools and thread pool; one call at
+// `kvtier-bench kv-paged` (see the header). Builds its own pools and thread pool; one call at
 // a time.
 #include "cli/bench_kv_paged.h"
 
@@ -13,6 +13,7 @@
 #include "base/sysinfo.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "cli/bench_report.h"
 #include "cli/flags.h"
 #include "kvtier/batch_cache.h"
 #include "kvtier/quant.h"
@@ -68,9 +69,9 @@ Result<BenchKvPagedReport> RunBenchKvPaged(const BenchKvPagedConfig& config,
   // Bytes per token of every format.
   const uint64_t f16_bpt = KvBytesPerToken(shape, Format::F16(), Format::F16());
   for (const std::string& item : SplitComma(config.formats)) {
-    KVTIER_ASSIGN_OR_RETURN(KvFormats f, ParseKvFormats("--formats", item));
+    KVTIER_ASSIGN_OR_RETURN(KvFormats f, ParseKvFormats("--kv-type", item));
     Result<KvBlockLayout> l = KvBlockLayout::Make(shape, f.k, f.v, bt);
-    if (!l.ok()) return Status::InvalidArgument("--formats " + item + ": " + l.status().message());
+    if (!l.ok()) return Status::InvalidArgument("--kv-type " + item + ": " + l.status().message());
     BenchKvPagedFormat row;
     row.name = f.name;
     row.k_spec = f.k.spec();
@@ -84,10 +85,10 @@ Result<BenchKvPagedReport> RunBenchKvPaged(const BenchKvPagedConfig& config,
   }
 
   // The cache the operations run on.
-  KVTIER_ASSIGN_OR_RETURN(KvFormats of, ParseKvFormats("--ops-format", config.ops_format));
+  KVTIER_ASSIGN_OR_RETURN(KvFormats of, ParseKvFormats("--timed-kv-type", config.ops_format));
   report.ops_format = of.name;
   Result<KvBlockLayout> layout = KvBlockLayout::Make(shape, of.k, of.v, bt);
-  if (!layout.ok()) return Status::InvalidArgument("--ops-format: " + layout.status().message());
+  if (!layout.ok()) return Status::InvalidArgument("--timed-kv-type: " + layout.status().message());
   const uint64_t extra_blocks = 4ull * rows + 8;  // forks' copied tails
   const uint64_t capacity = BlockBytes(*layout, rows, max_ctx) + extra_blocks * layout->block_stride;
   Result<uint64_t> ram = TotalRamBytes();
@@ -95,7 +96,7 @@ Result<BenchKvPagedReport> RunBenchKvPaged(const BenchKvPagedConfig& config,
     return Status::ResourceExhausted(
         "--rows " + std::to_string(rows) + " x --contexts " + std::to_string(max_ctx) + " in " +
         of.name + " needs " + DescribeBytes(capacity) + " of KV cache; this machine has " +
-        DescribeBytes(*ram) + " of RAM: lower --contexts or --rows, or pick a smaller --ops-format");
+        DescribeBytes(*ram) + " of RAM: lower --contexts or --rows, or pick a smaller --timed-kv-type");
   }
   BlockPoolOptions po;
   po.shape = shape;
@@ -223,47 +224,39 @@ std::string FormatBenchKvPagedTable(const BenchKvPagedReport& r) {
   std::string out;
   char line[512];
   std::snprintf(line, sizeof line,
-                "bench-kv-paged: %d layers x %d KV heads x head_dim %d, %d-token blocks, "
+                "kvtier-bench kv-paged: %d layers x %d KV heads x head_dim %d, %d-token blocks, "
                 "source f16, SIMD %s, %d threads, median of %d\n\n",
                 c.layers, c.kv_heads, c.head_dim, c.block_tokens, r.simd_target.c_str(),
                 r.threads, c.repeats);
   out += line;
-  std::snprintf(line, sizeof line, "%-18s %10s %12s %8s %14s %18s\n", "format", "bits/value",
-                "bytes/token", "vs f16", "block bytes",
-                (std::to_string(c.rows) + " rows x " + std::to_string(r.ops.empty() ? 0 : r.ops.back().context)).c_str());
-  out += line;
+  TextTable ft({"<format", "bits/value", "bytes/token", "vs f16", "block bytes",
+                std::to_string(c.rows) + " rows x " +
+                    std::to_string(r.ops.empty() ? 0 : r.ops.back().context)});
   for (const BenchKvPagedFormat& f : r.formats) {
-    std::snprintf(line, sizeof line, "%-18s %10.2f %12s %7.2fx %14s %14.2f GiB\n", f.name.c_str(),
-                  f.bits_per_value, GroupDigits(f.bytes_per_token).c_str(), f.vs_f16,
-                  GroupDigits(f.block_bytes).c_str(),
-                  static_cast<double>(f.batch_bytes) / (1ull << 30));
-    out += line;
+    ft.Row({f.name, Printf("%.2f", f.bits_per_value), GroupDigits(f.bytes_per_token),
+            Printf("%.2fx", f.vs_f16), GroupDigits(f.block_bytes),
+            Printf("%.2f GiB", static_cast<double>(f.batch_bytes) / (1ull << 30))});
   }
+  out += ft.Render();
   std::snprintf(line, sizeof line,
                 "\nbatch operations on %d rows of %s (row i holds context - %u*i tokens); "
                 "median microseconds [K/V bytes copied]\n",
                 c.rows, r.ops_format.c_str(), kRowStep);
   out += line;
-  std::snprintf(line, sizeof line, "%8s %8s %10s %10s %14s %14s %14s %14s %22s\n", "context",
-                "fill s", "fill tok/s", "KV GiB", "merge", "extract all", "filter half",
-                "extend", "fork + 1st append");
-  out += line;
+  TextTable ot({"context", "fill s", "fill tok/s", "KV GiB", "merge", "extract all",
+                "filter half", "extend", "fork + 1st append"});
   for (const BenchKvPagedOps& o : r.ops) {
     auto cell = [](double us, uint64_t copied) {
-      char b[64];
-      std::snprintf(b, sizeof b, "%.1f [%s]", us, GroupDigits(copied).c_str());
-      return std::string(b);
+      return Printf("%.1f [%s]", us, GroupDigits(copied).c_str());
     };
-    std::snprintf(line, sizeof line, "%8u %8.2f %10.0f %10.2f %14s %14s %14s %14s %22s\n",
-                  o.context, o.fill_s, o.fill_tokens_per_s,
-                  static_cast<double>(o.kv_bytes) / (1ull << 30),
-                  cell(o.merge_us, o.merge_copied).c_str(),
-                  cell(o.extract_us, o.extract_copied).c_str(),
-                  cell(o.filter_us, o.filter_copied).c_str(),
-                  cell(o.extend_us, o.extend_copied).c_str(),
-                  cell(o.fork_append_us, o.fork_append_copied).c_str());
-    out += line;
+    ot.Row({std::to_string(o.context), Printf("%.2f", o.fill_s),
+            Printf("%.0f", o.fill_tokens_per_s),
+            Printf("%.2f", static_cast<double>(o.kv_bytes) / (1ull << 30)),
+            cell(o.merge_us, o.merge_copied), cell(o.extract_us, o.extract_copied),
+            cell(o.filter_us, o.filter_copied), cell(o.extend_us, o.extend_copied),
+            cell(o.fork_append_us, o.fork_append_copied)});
   }
+  out += ot.Render();
   std::snprintf(line, sizeof line, "\npeak RSS: %.2f GiB\n",
                 static_cast<double>(r.peak_rss_bytes) / (1ull << 30));
   out += line;
@@ -309,7 +302,7 @@ std::string FormatBenchKvPagedJson(const BenchKvPagedReport& r) {
   }
   j["ops_format"] = r.ops_format;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
-  return j.dump(2) + "\n";
+  return JsonText(j, /*pretty=*/true);
 }
 
 }  // namespace kvtier::cli

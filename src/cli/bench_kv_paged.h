@@ -1,4 +1,4 @@
-// `kvtier bench-kv-paged`: what the paged KV cache costs per token in each format, and how
+// `kvtier-bench kv-paged`: what the paged KV cache costs per token in each format, and how
 // long the continuous-batching operations (merge / extract / filter / extend) take on real
 // filled caches at several context lengths, with the K/V bytes each one copies (expected 0).
 //

@@ -1,4 +1,4 @@
-// bench-kv-paged: bytes per token as the formats define them, batch operations that copy no
+// kvtier-bench kv-paged: bytes per token as the formats define them, batch operations that copy no
 // K/V bytes, a fork's first append copying only its tail, JSON shape, clear flag errors.
 #include "cli/bench_kv_paged.h"
 
@@ -86,9 +86,9 @@ TEST(BenchKvPaged, BadFlagsNameTheFlag) {
     const char* says;
   } cases[] = {
       {[](BenchKvPagedConfig& c) { c.ops_format = "q5_9"; }, StatusCode::kInvalidArgument,
-       "--ops-format"},
+       "--timed-kv-type"},
       {[](BenchKvPagedConfig& c) { c.formats = "f16,q4_0/nope"; }, StatusCode::kInvalidArgument,
-       "--formats"},
+       "--kv-type"},
       {[](BenchKvPagedConfig& c) { c.contexts = "64,abc"; }, StatusCode::kInvalidArgument,
        "--contexts: 'abc' is not a number"},
       {[](BenchKvPagedConfig& c) { c.rows = 1; }, StatusCode::kInvalidArgument, "--rows"},

@@ -1,4 +1,4 @@
-// `kvtier bench-model`; see bench_model.h.
+// `kvtier-bench model`; see bench_model.h.
 #include "cli/bench_model.h"
 
 #include <cstdio>
@@ -10,6 +10,7 @@
 #include "base/strings.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "cli/bench_report.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
 #include "model/matmul.h"
@@ -106,16 +107,12 @@ std::string FormatBenchModelTable(const BenchModelReport& r) {
   std::ostringstream o;
   o << "model " << r.model_name << " (" << r.arch << ", " << DescribeBytes(r.weight_bytes)
     << " of weights), " << r.threads << " threads, matmul " << r.matmul_target << "\n";
-  char line[160];
-  std::snprintf(line, sizeof line, "%-12s %8s %14s %14s %12s\n", "kv", "depth", "prefill tok/s",
-                "decode tok/s", "KV bytes");
-  o << line;
+  TextTable t({"<kv", "depth", "prefill tok/s", "decode tok/s", "KV bytes"});
   for (const auto& row : r.rows) {
-    std::snprintf(line, sizeof line, "%-12s %8u %14.1f %14.2f %12s\n", row.kv_type.c_str(),
-                  row.depth, row.prefill_tok_s, row.decode_tok_s,
-                  DescribeBytes(row.kv_bytes).c_str());
-    o << line;
+    t.Row({row.kv_type, std::to_string(row.depth), Printf("%.1f", row.prefill_tok_s),
+           Printf("%.2f", row.decode_tok_s), DescribeBytes(row.kv_bytes)});
   }
+  o << t.Render();
   return o.str();
 }
 
@@ -134,7 +131,7 @@ std::string FormatBenchModelJson(const BenchModelReport& r) {
                          {"decode_tok_s", row.decode_tok_s},
                          {"kv_bytes", row.kv_bytes}});
   }
-  return j.dump() + "\n";
+  return JsonText(j);
 }
 
 }  // namespace kvtier::cli

@@ -1,4 +1,4 @@
-// `kvtier bench-model`: prefill and decode speed of a model at several context depths and KV
+// `kvtier-bench model`: prefill and decode speed of a model at several context depths and KV
 // formats, the measurements of llama.cpp's `llama-bench -p P -n N -d D` (pp P @ dD, tg N @ dD).
 //
 // For each KV format and depth the row's cache is first filled to the depth with seeded

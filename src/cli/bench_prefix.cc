@@ -1,4 +1,4 @@
-// `kvtier bench-prefix` and `kvtier prefix-agreement`; see bench_prefix.h. Owned by the cli
+// `kvtier-bench prefix` and `kvtier-bench prefix-agreement`; see bench_prefix.h. Owned by the cli
 // module; single-threaded driver (the model's matrix work runs on a ThreadPool).
 #include "cli/bench_prefix.h"
 
@@ -14,6 +14,7 @@
 #include "base/sysinfo.h"
 #include "base/thread_pool.h"
 #include "base/timer.h"
+#include "cli/bench_report.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
 #include "engine/prefill.h"
@@ -70,7 +71,8 @@ Result<std::unique_ptr<PrefixCache>> MakeCache(const ModelConfig& mc, const KvFo
 std::string EntryFormatName(const PrefixCacheStats& s) {
   for (const PrefixFormatStats& f : s.by_format) {
     if (f.tokens == 0) continue;
-    return f.k_format == f.v_format ? f.k_format : f.k_format + "/" + f.v_format;
+    return f.k_format == f.v_format ? f.k_format.name()
+                                    : f.k_format.name() + "/" + f.v_format.name();
   }
   return "-";
 }
@@ -215,19 +217,15 @@ std::string FormatBenchPrefixTable(const BenchPrefixReport& r) {
     std::snprintf(line, sizeof line, "\n%u tokens: cold TTFT %.1f ms (KV %s)\n", bc.prompt_tokens,
                   bc.cold_ms, DescribeBytes(bc.cold_kv_bytes).c_str());
     o << line;
-    std::snprintf(line, sizeof line, "%-12s %-12s %-6s %-6s %7s %5s %10s %9s %10s %8s %9s %11s %9s\n",
-                  "store", "entry", "hit", "kind", "reused", "conv", "warm ms", "fetch ms",
-                  "compute ms", "speedup", "store ms", "B/token", "analytic");
-    o << line;
+    TextTable t({"<store", "<entry", "<hit", "<kind", "reused", "conv", "warm ms", "fetch ms",
+                 "compute ms", "speedup", "store ms", "B/token", "analytic"});
     for (const BenchPrefixWarm& w : bc.warm) {
-      std::snprintf(line, sizeof line,
-                    "%-12s %-12s %-6s %-6s %7u %5s %10.2f %9.2f %10.2f %7.1fx %9.2f %11.1f %9llu\n",
-                    w.store_type.c_str(), w.entry_format.c_str(), w.hit.c_str(), w.kind.c_str(),
-                    w.reused_tokens, w.converted ? "yes" : "no", w.warm_ms, w.fetch_ms,
-                    w.compute_ms, w.speedup, w.store_ms, w.bytes_per_token,
-                    static_cast<unsigned long long>(w.analytic_bytes_per_token));
-      o << line;
+      t.Row({w.store_type, w.entry_format, w.hit, w.kind, std::to_string(w.reused_tokens),
+             w.converted ? "yes" : "no", Printf("%.2f", w.warm_ms), Printf("%.2f", w.fetch_ms),
+             Printf("%.2f", w.compute_ms), Printf("%.1fx", w.speedup), Printf("%.2f", w.store_ms),
+             Printf("%.1f", w.bytes_per_token), std::to_string(w.analytic_bytes_per_token)});
     }
+    o << t.Render();
   }
   o << "\npeak RSS " << DescribeBytes(r.peak_rss_bytes) << "\n";
   return o.str();
@@ -273,7 +271,7 @@ std::string FormatBenchPrefixJson(const BenchPrefixReport& r) {
     }
     j["cases"].push_back(std::move(cj));
   }
-  return j.dump() + "\n";
+  return JsonText(j);
 }
 
 Result<PrefixAgreementReport> RunPrefixAgreement(const PrefixAgreementConfig& c,
@@ -374,15 +372,13 @@ std::string FormatPrefixAgreementTable(const PrefixAgreementReport& r) {
     << r.prompt_tokens_total << " in all), " << r.generate << " greedy tokens each, "
     << r.threads << " threads\nprompt: " << r.prompt_source << "\n";
   char line[200];
-  std::snprintf(line, sizeof line, "%-12s %-12s %9s %16s %24s\n", "store", "entry", "quantized",
-                "all identical", "mean identical prefix");
-  o << line;
+  TextTable t({"<store", "<entry", "quantized", "all identical", "mean identical prefix"});
   for (const PrefixAgreementRow& row : r.rows) {
-    std::snprintf(line, sizeof line, "%-12s %-12s %4u/%-4u %8u (%5.1f%%) %23.1f%%\n",
-                  row.store_type.c_str(), row.entry_format.c_str(), row.quantized, row.prompts,
-                  row.identical, row.identical_pct, 100.0 * row.mean_prefix_fraction);
-    o << line;
+    t.Row({row.store_type, row.entry_format, Printf("%u/%u", row.quantized, row.prompts),
+           Printf("%u (%.1f%%)", row.identical, row.identical_pct),
+           Printf("%.1f%%", 100.0 * row.mean_prefix_fraction)});
   }
+  o << t.Render();
   std::snprintf(line, sizeof line, "%.1f s, peak RSS %s\n", r.seconds,
                 DescribeBytes(r.peak_rss_bytes).c_str());
   o << line;
@@ -412,7 +408,7 @@ std::string FormatPrefixAgreementJson(const PrefixAgreementReport& r) {
                          {"identical_pct", row.identical_pct},
                          {"mean_prefix_fraction", row.mean_prefix_fraction}});
   }
-  return j.dump() + "\n";
+  return JsonText(j);
 }
 
 }  // namespace kvtier::cli

@@ -1,7 +1,7 @@
-// `kvtier bench-prefix` and `kvtier prefix-agreement`: what the RAM prefix cache buys a
+// `kvtier-bench prefix` and `kvtier-bench prefix-agreement`: what the RAM prefix cache buys a
 // request (issue 6).
 //
-// bench-prefix: time to first token (TTFT) of an N-token prompt computed cold (no cache, a
+// prefix: time to first token (TTFT) of an N-token prompt computed cold (no cache, a
 // fresh pool) against the same model after a prefix-cache hit, for each store type ("active":
 // the entry keeps the active K/V format and is used in place; any other format: quantized on
 // store, converted back on fetch). Two warm requests per store type: the exact prompt (one

@@ -1,4 +1,4 @@
-// `kvtier bench-prefix` and `kvtier prefix-agreement` through the real binary on a tiny random
+// `kvtier-bench prefix` and `kvtier-bench prefix-agreement` through the real binary on a tiny random
 // model (written by `kvtier make-test-model`): the JSON report's keys, exact hits that leave one
 // token to compute, prefix hits that reuse the whole prompt, quantize-on-store only from 256
 // tokens on, an active-format cache that generates the cold tokens, and clear errors for bad
@@ -19,6 +19,7 @@ namespace kvtier::cli {
 namespace {
 
 using testing::RunKvtier;
+using testing::RunKvtierBench;
 
 class BenchPrefixBinary : public ::testing::Test {
  protected:
@@ -55,7 +56,7 @@ nlohmann::json ParseJson(const std::string& out) {
 
 TEST_F(BenchPrefixBinary, ReportsColdAndWarmTtftPerStoreType) {
   std::string out;
-  ASSERT_EQ(RunKvtier("bench-prefix --model " + Model() + " --text " + *dir_ +
+  ASSERT_EQ(RunKvtierBench("prefix --model " + Model() + " --text " + *dir_ +
                           "/t.txt --prompt-tokens 300,70 --store-types active,q8_0 --repeats 2"
                           " --ubatch 64 --threads 2 --json",
                       &out),
@@ -98,7 +99,7 @@ TEST_F(BenchPrefixBinary, ReportsColdAndWarmTtftPerStoreType) {
 
   // The table form names the prompt source and the store types.
   out.clear();
-  ASSERT_EQ(RunKvtier("bench-prefix --model " + Model() +
+  ASSERT_EQ(RunKvtierBench("prefix --model " + Model() +
                           " --text random --prompt-tokens 40 --store-types q4_0 --repeats 1",
                       &out),
             0)
@@ -110,7 +111,7 @@ TEST_F(BenchPrefixBinary, ReportsColdAndWarmTtftPerStoreType) {
 
 TEST_F(BenchPrefixBinary, AgreementOfTheActiveFormatIsExact) {
   std::string out;
-  ASSERT_EQ(RunKvtier("prefix-agreement --model " + Model() + " --text " + *dir_ +
+  ASSERT_EQ(RunKvtierBench("prefix-agreement --model " + Model() + " --text " + *dir_ +
                           "/t.txt --prompts 3 --min-tokens 256 --max-tokens 270 --generate 5"
                           " --store-types active,q4_0 --threads 2 --json",
                       &out),
@@ -135,22 +136,22 @@ TEST_F(BenchPrefixBinary, BadFlagsFailNamingTheFlag) {
   const struct {
     std::string args, message;
   } cases[] = {
-      {"bench-prefix" + m + " --prompt-tokens 1", "--prompt-tokens: expected 2..1048576, got 1"},
-      {"bench-prefix" + m + " --prompt-tokens 12,x", "--prompt-tokens: 'x' is not a number"},
-      {"bench-prefix" + m + " --store-types active,q9_0",
+      {"prefix" + m + " --prompt-tokens 1", "--prompt-tokens: expected 2..1048576, got 1"},
+      {"prefix" + m + " --prompt-tokens 12,x", "--prompt-tokens: 'x' is not a number"},
+      {"prefix" + m + " --store-types active,q9_0",
        "--store-types: expected 'active' or a format"},
-      {"bench-prefix" + m + " --kv-type q7_0", "--kv-type:"},
-      {"bench-prefix" + m + " --repeats 0", "--repeats: expected 1..1000, got 0"},
-      {"bench-prefix" + m + " --cold-repeats 0", "--cold-repeats: expected 1..1000, got 0"},
-      {"bench-prefix" + m + " --ubatch 0", "--ubatch: expected 1..65536, got 0"},
-      {"bench-prefix" + m + " --text /nonexistent/x.txt", "--text: cannot open /nonexistent/x.txt"},
+      {"prefix" + m + " --kv-type q7_0", "--kv-type:"},
+      {"prefix" + m + " --repeats 0", "--repeats: expected 1..1000, got 0"},
+      {"prefix" + m + " --cold-repeats 0", "--cold-repeats: expected 1..1000, got 0"},
+      {"prefix" + m + " --ubatch 0", "--ubatch: expected 1..65536, got 0"},
+      {"prefix" + m + " --text /nonexistent/x.txt", "--text: cannot open /nonexistent/x.txt"},
       {"prefix-agreement" + m + " --min-tokens 300 --max-tokens 200",
        "--max-tokens: expected 300..1048576, got 200"},
       {"prefix-agreement" + m + " --prompts 0", "--prompts: expected 1..100000, got 0"},
   };
   for (const auto& c : cases) {
     std::string out;
-    EXPECT_EQ(RunKvtier(c.args, &out), 2) << c.args << "\n" << out;
+    EXPECT_EQ(RunKvtierBench(c.args, &out), 2) << c.args << "\n" << out;
     EXPECT_NE(out.find(c.message), std::string::npos) << c.args << "\n" << out;
   }
 }

@@ -1,4 +1,4 @@
-// `kvtier bench-serve` (bench_serve.h): the child server, the metrics poller and the run; the
+// `kvtier-bench serve` (bench_serve.h): the child server, the metrics poller and the run; the
 // flags are in commands.cc.
 #include "cli/bench_serve.h"
 
@@ -80,17 +80,27 @@ std::string Join(const std::vector<std::string>& v) {
   return s;
 }
 
-// `kvtier serve` as a child process of this binary; stderr goes to a log file.
+// `kvtier serve` as a child process (`server_bin`, else the kvtier binary beside this one);
+// stderr goes to a log file.
 class ServerChild {
  public:
-  static Result<std::unique_ptr<ServerChild>> Start(const std::vector<std::string>& extra,
+  static Result<std::unique_ptr<ServerChild>> Start(const std::string& server_bin,
+                                                    const std::vector<std::string>& extra,
                                                     double timeout_s) {
     auto s = std::unique_ptr<ServerChild>(new ServerChild());
-    char exe[PATH_MAX];
-    const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (n <= 0) return Status::Internal("cannot read /proc/self/exe");
-    exe[n] = '\0';
-    std::vector<std::string> args = {exe, "serve"};
+    std::string bin = server_bin;
+    if (bin.empty()) {
+      char exe[PATH_MAX];
+      const ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+      if (n <= 0) return Status::Internal("cannot read /proc/self/exe");
+      exe[n] = '\0';
+      bin = std::string(exe);
+      bin = bin.substr(0, bin.rfind('/') + 1) + "kvtier";
+    }
+    if (access(bin.c_str(), X_OK) != 0) {
+      return Status::InvalidArgument("--server-bin: " + bin + " is not an executable kvtier");
+    }
+    std::vector<std::string> args = {bin, "serve"};
     if (!FindFlag(extra, "--port", nullptr)) args.insert(args.end(), {"--port", "0"});
     if (!FindFlag(extra, "--host", nullptr)) args.insert(args.end(), {"--host", "127.0.0.1"});
     args.insert(args.end(), extra.begin(), extra.end());
@@ -141,7 +151,7 @@ class ServerChild {
         waitpid(s->pid_, &status, 0);
         s->pid_ = -1;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        // A bad server flag is a bad bench-serve flag too.
+        // A bad server flag is a bad kvtier-bench serve flag too.
         const std::string msg = "`" + s->args_ + "` exited with status " + std::to_string(code) +
                                 " before listening" + s->LogTail();
         return code == 2 ? Status::InvalidArgument(msg) : Status::Unavailable(msg);
@@ -383,26 +393,29 @@ Status CheckConfig(const BenchServeConfig& c) {
   if (c.url.empty() && c.server_pid != 0) {
     return Status::InvalidArgument("--server-pid: only with --url (the child's pid is known)");
   }
-  const bool sweep = !c.sweep_contexts.empty() || !c.sweep_formats.empty();
+  const size_t n_formats = SplitComma(c.kv_types).size();
+  const bool sweep = !c.sweep_contexts.empty() || n_formats > 1;
   if (sweep && c.workload != "two-round" && c.workload != "batched-histories") {
     return Status::InvalidArgument(
-        "--sweep-contexts / --sweep-formats: only with --workload "
+        "--sweep-contexts / --kv-type with several formats: only with --workload "
         "two-round or batched-histories, got " +
         c.workload);
   }
-  if (!c.sweep_formats.empty()) {
+  if (!c.kv_types.empty()) {
     if (!c.url.empty()) {
       return Status::InvalidArgument(
-          "--sweep-formats: restarts the server with each format, "
+          "--kv-type: restarts the server with each format, "
           "so it cannot be used with --url");
     }
-    if (FindFlag(c.server_args, "--kv-cache-dtype", nullptr)) {
+    if (FindFlag(c.server_args, "--kv-cache-dtype", nullptr) ||
+        FindFlag(c.server_args, "--kv-type", nullptr)) {
       return Status::InvalidArgument(
-          "--sweep-formats: sets --kv-cache-dtype itself; leave it "
+          "--kv-type: sets the server's --kv-type itself; leave it "
           "out of the server arguments");
     }
-    for (const std::string& f : SplitComma(c.sweep_formats)) {
-      KVTIER_RETURN_IF_ERROR(ParseKvFormats("--sweep-formats", f).status());
+    if (n_formats == 0) return Status::InvalidArgument("--kv-type: no format given");
+    for (const std::string& f : SplitComma(c.kv_types)) {
+      KVTIER_RETURN_IF_ERROR(ParseKvFormats("--kv-type", f).status());
     }
   }
   if (!c.sweep_contexts.empty()) {
@@ -429,14 +442,14 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
                             ParseUintList("--sweep-contexts", c.sweep_contexts, 1, 1u << 20));
   }
   std::vector<std::string> formats = {""};
-  if (!c.sweep_formats.empty()) formats = SplitComma(c.sweep_formats);
+  if (!c.kv_types.empty()) formats = SplitComma(c.kv_types);
   Progress progress(progress_fn,
                     static_cast<int>(formats.size() * contexts.size()) * RequestsPerRun(c));
   std::random_device rd;
   const uint64_t run_id = (uint64_t(rd()) << 32) ^ rd() ^ uint64_t(getpid());
 
   BenchServeReport report;
-  report.sweep = !c.sweep_contexts.empty() || !c.sweep_formats.empty();
+  report.sweep = !c.sweep_contexts.empty() || formats.size() > 1;
   // One calibration for the whole invocation: the tokenizer is the same for every run (a sweep
   // restarts the same model with other KV formats).
   std::optional<bench_serve::Calibration> calibration;
@@ -464,7 +477,7 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
         if (!c.model.empty() && !FindFlag(args, "--model", nullptr)) {
           args.insert(args.end(), {"--model", c.model});
         }
-        if (!format.empty()) args.insert(args.end(), {"--kv-cache-dtype", format});
+        if (!format.empty()) args.insert(args.end(), {"--kv-type", format});
         if (!FindFlag(args, "--max-model-len", nullptr)) {
           // Room for the longest request even when the chars-per-token guess is off.
           const uint32_t need = (LongestRequest(rc) * 5 / 4 + 512 + 255) / 256 * 256;
@@ -477,14 +490,14 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
         if (seqs > 8 && !FindFlag(args, "--max-num-seqs", nullptr)) {
           args.insert(args.end(), {"--max-num-seqs", std::to_string(seqs)});
         }
-        KVTIER_ASSIGN_OR_RETURN(child, ServerChild::Start(args, c.timeout_s));
+        KVTIER_ASSIGN_OR_RETURN(child, ServerChild::Start(c.server_bin, args, c.timeout_s));
         KVTIER_ASSIGN_OR_RETURN(const bench_serve::ParsedUrl u,
                                 bench_serve::ParseUrl(child->url()));
         ep.origin = u.origin;
         ep.base = u.base;
         run.server = child->Describe();
         std::string dtype = "f16";
-        FindFlag(args, "--kv-cache-dtype", &dtype);
+        if (!FindFlag(args, "--kv-type", &dtype)) FindFlag(args, "--kv-cache-dtype", &dtype);
         run.kv_format = dtype;
       } else {
         KVTIER_ASSIGN_OR_RETURN(const bench_serve::ParsedUrl u, bench_serve::ParseUrl(c.url));
@@ -543,7 +556,7 @@ int RunBenchServeCommand(const BenchServeConfig& c, bool json_out,
                          const std::function<void(int, int)>& progress) {
   Result<BenchServeReport> r = RunBenchServe(c, progress);
   if (!r.ok()) {
-    std::fprintf(stderr, "kvtier bench-serve: error: %s\n", r.status().message().c_str());
+    std::fprintf(stderr, "kvtier-bench serve: error: %s\n", r.status().message().c_str());
     return r.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::cout << (json_out ? FormatBenchServeJson(*r) : FormatBenchServeTable(*r)) << std::flush;
@@ -552,10 +565,10 @@ int RunBenchServeCommand(const BenchServeConfig& c, bool json_out,
     std::string note;
     const Status st = WriteBenchServePlots(*r, c.plots_dir, &note);
     if (!st.ok()) {
-      std::fprintf(stderr, "kvtier bench-serve: error: %s\n", st.message().c_str());
+      std::fprintf(stderr, "kvtier-bench serve: error: %s\n", st.message().c_str());
       status = 1;
     } else {
-      std::fprintf(stderr, "bench-serve: %s\n", note.c_str());
+      std::fprintf(stderr, "kvtier-bench serve: %s\n", note.c_str());
     }
   }
   uint32_t failed = 0, total = 0;
@@ -568,7 +581,7 @@ int RunBenchServeCommand(const BenchServeConfig& c, bool json_out,
     }
   }
   if (failed > 0) {
-    std::fprintf(stderr, "kvtier bench-serve: %u of %u requests failed; the first: %s\n", failed,
+    std::fprintf(stderr, "kvtier-bench serve: %u of %u requests failed; the first: %s\n", failed,
                  total, first.c_str());
     status = 1;
   }

@@ -1,4 +1,4 @@
-// `kvtier bench-serve` (issue 9): an end-to-end benchmark of an OpenAI-compatible server,
+// `kvtier-bench serve` (issue 9): an end-to-end benchmark of an OpenAI-compatible server,
 // kvtier's own or any other (llama-server included), through its HTTP API with streamed
 // completions, as a user's client sees it.
 //
@@ -26,8 +26,8 @@
 // Reported per run: TTFT p50/p90/p99, decode tokens/s per request ((tokens - 1) / time after
 // the first) and in total, cached / prompt tokens, KV bytes by tier and format (the largest of
 // /metrics' kvtier_kv_bytes seen, polled every 0.5 s), the server's peak RSS, errors.
-// --sweep-contexts / --sweep-formats repeat two-round or batched-histories per (format,
-// context), restarting the child server with --kv-cache-dtype FMT; --plots DIR writes gnuplot
+// --sweep-contexts / --kv-type F1,F2 repeat two-round or batched-histories per (format,
+// context), restarting the child server with --kv-type FMT; --plots DIR writes gnuplot
 // data, scripts and PNGs (TTFT and decode tokens/s against context length per format).
 //
 // The pure helpers (namespace bench_serve) are thread-safe; RunBenchServe is called from one
@@ -43,10 +43,6 @@
 #include <vector>
 
 #include "kvtier/status.h"
-
-namespace CLI {
-class App;
-}
 
 namespace kvtier::cli {
 
@@ -70,7 +66,8 @@ struct BenchServeConfig {
   uint32_t requests_per_client = 4;      // concurrency
   uint32_t prompt_tokens = 512;          // concurrency: tokens per prompt
   std::string sweep_contexts;            // "1000,2000": context_tokens / history_tokens per run
-  std::string sweep_formats;             // "f16,q4_0": --kv-cache-dtype per run (child only)
+  std::string server_bin;                // --server-bin: the kvtier serving (default: beside us)
+  std::string kv_types;                  // --kv-type "f16,q4_0": the child's --kv-type per run
   std::string plots_dir;                 // --plots
   double timeout_s = 600;                // per request (and for the child to start)
   double metrics_interval_s = 0.5;
@@ -143,8 +140,6 @@ std::string FormatBenchServeJson(const BenchServeReport& r);
 // decode.png; *note says what was written (and that gnuplot is missing, if it is).
 Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, std::string* note);
 
-// Adds `bench-serve` and its flags (bound to *c and *json) to `app` (in commands.cc).
-CLI::App* AddBenchServe(CLI::App& app, BenchServeConfig* c, bool* json);
 // Runs the parsed command: the report on stdout, notes and errors on stderr. Returns the exit
 // status: 0, 2 for bad flags, 1 for other failures or when any request failed.
 int RunBenchServeCommand(const BenchServeConfig& c, bool json,

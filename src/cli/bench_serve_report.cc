@@ -1,7 +1,5 @@
-// `kvtier bench-serve` (bench_serve.h): the pure parts (SSE, percentiles, Prometheus text,
+// `kvtier-bench serve` (bench_serve.h): the pure parts (SSE, percentiles, Prometheus text,
 // URLs), the statistics, the table and JSON, and the gnuplot plots.
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +12,7 @@
 #include <sstream>
 
 #include "base/strings.h"
+#include "cli/bench_report.h"
 #include "cli/bench_serve.h"
 
 namespace kvtier::cli {
@@ -320,21 +319,10 @@ std::string FileSafe(std::string s) {
   return s.empty() ? "default" : s;
 }
 
-bool OnPath(const std::string& exe) {
-  const char* path = std::getenv("PATH");
-  if (path == nullptr) return false;
-  std::stringstream ss(path);
-  std::string dir;
-  while (std::getline(ss, dir, ':')) {
-    if (!dir.empty() && access((dir + "/" + exe).c_str(), X_OK) == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 std::string FormatBenchServeJson(const BenchServeReport& r) {
-  if (!r.sweep && r.runs.size() == 1) return RunJson(r.runs[0]).dump() + "\n";
+  if (!r.sweep && r.runs.size() == 1) return JsonText(RunJson(r.runs[0]));
   json runs = json::array();
   std::vector<std::string> formats;
   std::vector<uint32_t> contexts;
@@ -350,7 +338,7 @@ std::string FormatBenchServeJson(const BenchServeReport& r) {
   json sweep{{"workload", r.runs.empty() ? "" : r.runs[0].workload},
              {"formats", formats},
              {"contexts", contexts}};
-  return json{{"sweep", sweep}, {"runs", runs}}.dump() + "\n";
+  return JsonText(json{{"sweep", sweep}, {"runs", runs}});
 }
 
 std::string FormatBenchServeTable(const BenchServeReport& r) {
@@ -430,14 +418,16 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
   // Two-round and batched-histories plot their rounds apart (cold / warm, load / extend).
   const bool two_round = workload0 == "two-round";
   const bool by_round = two_round || workload0 == "batched-histories";
-  std::string ttft_plot, decode_plot;
+  const std::string title = "kvtier-bench serve " + workload0 + ": ";
+  PlotScript ttft{"ttft", title + "time to first token", "context tokens", "TTFT (ms)", true, {}};
+  PlotScript decode{"decode", title + "decode tokens/s", "context tokens", "tokens/s", false, {}};
   for (auto& [format, runs] : by_format) {
     std::sort(runs.begin(), runs.end(), [](const BenchServeRun* a, const BenchServeRun* b) {
       return a->context_tokens < b->context_tokens;
     });
     const std::string file = FileSafe(format) + ".dat";
     std::ofstream out(dir + "/" + file);
-    out << "# kvtier bench-serve " << (r.runs.empty() ? "" : r.runs[0].workload) << ", KV format "
+    out << "# kvtier-bench serve " << (r.runs.empty() ? "" : r.runs[0].workload) << ", KV format "
         << (format.empty() ? "?" : format) << "\n"
         << "# context_tokens ttft_p50_ms ttft_round1_ms ttft_round2_ms decode_tps_p50 "
            "decode_tps_total"
@@ -457,57 +447,23 @@ Status WriteBenchServePlots(const BenchServeReport& r, const std::string& dir, s
     }
     if (!out) return Status::IOError("--plots: cannot write " + dir + "/" + file);
     const std::string name = format.empty() ? "?" : format;
-    auto add = [](std::string* plot, const std::string& term) {
-      *plot += (plot->empty() ? "plot " : ", \\\n     ") + term;
-    };
     auto line = [&](int column, const std::string& title) {
       return "'" + file + "' using 1:" + std::to_string(column) + " with linespoints title '" +
              name + " " + title + "'";
     };
     if (by_round) {
-      add(&ttft_plot, line(3, two_round ? "round 1 (cold)" : "round 1 (load histories)"));
-      add(&ttft_plot, line(4, two_round ? "round 2 (warm)" : "round 2 (extend, decode together)"));
+      ttft.series.push_back(line(3, two_round ? "round 1 (cold)" : "round 1 (load histories)"));
+      ttft.series.push_back(
+          line(4, two_round ? "round 2 (warm)" : "round 2 (extend, decode together)"));
     } else {
-      add(&ttft_plot, line(2, "p50"));
+      ttft.series.push_back(line(2, "p50"));
     }
-    add(&decode_plot, line(5, "per request (p50)"));
-    add(&decode_plot, line(6, by_round ? "total, round 2" : "total"));
+    decode.series.push_back(line(5, "per request (p50)"));
+    decode.series.push_back(line(6, by_round ? "total, round 2" : "total"));
   }
-  const std::string workload = r.runs.empty() ? "" : r.runs[0].workload;
-  auto script = [&](const std::string& name, const std::string& title, const std::string& ylabel,
-                    bool logy, const std::string& plot) {
-    std::ofstream g(dir + "/" + name + ".gp");
-    // reset: both scripts run in one gnuplot session.
-    g << "reset\nset terminal png size 960,600\nset termoption noenhanced\nset output '" << name
-      << ".png'\nset title 'kvtier bench-serve " << workload << ": " << title
-      << "'\nset xlabel 'context tokens'\nset ylabel '" << ylabel << "'\nset grid\nset key below\n"
-      << (logy ? "set logscale y\n" : "") << plot << "\n";
-    return static_cast<bool>(g);
-  };
-  if (!script("ttft", "time to first token", "TTFT (ms)", true, ttft_plot) ||
-      !script("decode", "decode tokens/s", "tokens/s", false, decode_plot)) {
-    return Status::IOError("--plots: cannot write the gnuplot scripts in " + dir);
-  }
-  if (!OnPath("gnuplot")) {
-    *note =
-        "gnuplot not found (Debian: apt-get install gnuplot-nox): wrote the data files and "
-        "scripts to " +
-        dir + "; make the PNGs there with `gnuplot ttft.gp decode.gp`";
-    return Status::OK();
-  }
-  const pid_t pid = fork();
-  if (pid == 0) {
-    if (chdir(dir.c_str()) != 0) _exit(126);
-    execlp("gnuplot", "gnuplot", "ttft.gp", "decode.gp", static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
-      WEXITSTATUS(status) != 0) {
-    *note = "gnuplot failed on " + dir + "/ttft.gp or decode.gp; the data files are there";
-    return Status::OK();
-  }
-  *note = "plots: " + dir + "/ttft.png, " + dir + "/decode.png (data: " + dir + "/*.dat)";
+  KVTIER_RETURN_IF_ERROR(WritePlotScript(dir, ttft));
+  KVTIER_RETURN_IF_ERROR(WritePlotScript(dir, decode));
+  RenderPlots(dir, {ttft.name, decode.name}, note);
   return Status::OK();
 }
 

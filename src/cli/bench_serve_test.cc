@@ -1,4 +1,4 @@
-// `kvtier bench-serve`: the pure parts (SSE split anywhere, percentiles against a sorted-array
+// `kvtier-bench serve`: the pure parts (SSE split anywhere, percentiles against a sorted-array
 // model, Prometheus kvtier_kv_bytes, URLs, the two-round JSON shape), the calibration against
 // fake servers (/tokenize when there is one, else one short request), and real runs of the
 // binary against the bundled model (two-round hits the prefix cache; concurrency has no
@@ -325,23 +325,23 @@ TEST(BenchServeReport, PlotsWriteDataEvenWithoutGnuplot) {
 
 TEST(BenchServeCli, BadFlagsExit2NamingTheFlag) {
   std::string out;
-  EXPECT_EQ(testing::RunKvtier("bench-serve --workload nope", &out), 2) << out;
+  EXPECT_EQ(testing::RunKvtierBench("serve --workload nope", &out), 2) << out;
   EXPECT_NE(out.find("--workload"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(testing::RunKvtier("bench-serve --workload concurrency --sweep-contexts 100", &out), 2)
+  EXPECT_EQ(testing::RunKvtierBench("serve --workload concurrency --sweep-contexts 100", &out), 2)
       << out;
   EXPECT_NE(out.find("--sweep-contexts"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(testing::RunKvtier("bench-serve --url http://127.0.0.1:1 --sweep-formats q4_0", &out),
+  EXPECT_EQ(testing::RunKvtierBench("serve --url http://127.0.0.1:1 --kv-type q4_0", &out),
             2)
       << out;
-  EXPECT_NE(out.find("--sweep-formats"), std::string::npos) << out;
+  EXPECT_NE(out.find("--kv-type"), std::string::npos) << out;
   out.clear();
-  EXPECT_EQ(testing::RunKvtier("bench-serve --chars-per-token -1", &out), 2) << out;
+  EXPECT_EQ(testing::RunKvtierBench("serve --chars-per-token -1", &out), 2) << out;
   EXPECT_NE(out.find("--chars-per-token"), std::string::npos) << out;
   out.clear();
-  // A bad server flag stops the child with exit 2; bench-serve says so, with the child's log.
-  EXPECT_EQ(testing::RunKvtier("bench-serve --max-tokens 2 -- --kv-cache-dtype q7_1", &out), 2)
+  // A bad server flag stops the child with exit 2; kvtier-bench serve says so, with the child's log.
+  EXPECT_EQ(testing::RunKvtierBench("serve --max-tokens 2 -- --kv-cache-dtype q7_1", &out), 2)
       << out;
   EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;
 }
@@ -350,8 +350,8 @@ TEST(BenchServeCli, BadFlagsExit2NamingTheFlag) {
 TEST(BenchServeRun, TwoRoundHitsThePrefixCache) {
   std::string out;
   const int rc = testing::RunCommand(
-      std::string(KVTIER_BIN) +
-          " bench-serve --workload two-round --context-tokens 600 --turn-tokens 24 "
+      std::string(KVTIER_BENCH_BIN) +
+          " serve --workload two-round --context-tokens 600 --turn-tokens 24 "
           "--max-tokens 16 --json 2>/dev/null",
       &out);
   ASSERT_EQ(rc, 0) << out;
@@ -373,8 +373,8 @@ TEST(BenchServeRun, TwoRoundHitsThePrefixCache) {
 TEST(BenchServeRun, ConcurrencyHasNoErrors) {
   std::string out;
   const int rc = testing::RunCommand(
-      std::string(KVTIER_BIN) +
-          " bench-serve --workload concurrency --clients 4 --requests-per-client 2 "
+      std::string(KVTIER_BENCH_BIN) +
+          " serve --workload concurrency --clients 4 --requests-per-client 2 "
           "--prompt-tokens 200 --max-tokens 8 --json -- --kv-cache-dtype q8_0 2>/dev/null",
       &out);
   ASSERT_EQ(rc, 0) << out;

@@ -1,4 +1,4 @@
-// `kvtier bench-serve` (bench_serve.h): the client side of a run: prompt text, the streaming
+// `kvtier-bench serve` (bench_serve.h): the client side of a run: prompt text, the streaming
 // request (SSE over cpp-httplib's content receiver), the calibration and the four workloads.
 #include <httplib.h>
 

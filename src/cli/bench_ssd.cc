@@ -1,4 +1,4 @@
-// `kvtier bench-ssd`; see bench_ssd.h. Owned by the cli module; a single-threaded driver (the
+// `kvtier-bench ssd`; see bench_ssd.h. Owned by the cli module; a single-threaded driver (the
 // SSD tier runs its writer threads, the model its ThreadPool). The TTFT half lives in
 // bench_ssd_ttft.cc; what both halves share is in bench_ssd_util.h.
 #include "cli/bench_ssd.h"
@@ -16,6 +16,7 @@
 #include "base/strings.h"
 #include "base/sysinfo.h"
 #include "base/timer.h"
+#include "cli/bench_report.h"
 #include "cli/bench_ssd_util.h"
 #include "cli/flags.h"
 #include "kvtier/env.h"
@@ -579,7 +580,7 @@ std::string FormatBenchSsdJson(const BenchSsdReport& r) {
     }
     j["ttft"] = std::move(tj);
   }
-  return j.dump() + "\n";
+  return JsonText(j);
 }
 
 }  // namespace kvtier::cli

@@ -1,4 +1,4 @@
-// `kvtier bench-ssd`: what the SSD tier (issue 7) costs and buys.
+// `kvtier-bench ssd`: what the SSD tier (issue 7) costs and buys.
 //
 // throughput (no model): N synthetic KV blocks of a chosen shape and K/V format (random
 // normal K/V quantized into the pool) are stored in a PrefixCache whose lower tier is a fresh
@@ -27,10 +27,6 @@
 #include <vector>
 
 #include "kvtier/status.h"
-
-namespace CLI {
-class App;
-}
 
 namespace kvtier::cli {
 
@@ -125,8 +121,6 @@ struct BenchSsdReport {
   uint64_t peak_rss_bytes = 0;
 };
 
-// Adds `bench-ssd` with its flags bound to *c and *json; returns the subcommand.
-CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json);
 
 // InvalidArgument naming the flag for bad input.
 Result<BenchSsdReport> RunBenchSsd(const BenchSsdConfig& c,

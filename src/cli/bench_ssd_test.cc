@@ -1,4 +1,4 @@
-// `kvtier bench-ssd` through the real binary with tiny sizes: the JSON report's keys, positive
+// `kvtier-bench ssd` through the real binary with tiny sizes: the JSON report's keys, positive
 // throughputs and ratios, SSD hits that reuse the prompt on a tiny random model (written by
 // `kvtier make-test-model`), the scratch directory removed afterwards, and clear errors for bad
 // flags (exit 2, the flag named with what was expected and what was given). Owned by the cli
@@ -18,6 +18,7 @@ namespace kvtier::cli {
 namespace {
 
 using testing::RunKvtier;
+using testing::RunKvtierBench;
 
 class BenchSsdBinary : public ::testing::Test {
  protected:
@@ -51,7 +52,7 @@ nlohmann::json ParseJson(const std::string& out) {
 
 TEST_F(BenchSsdBinary, ThroughputReportsPositiveRatiosWarmAndCold) {
   std::string out;
-  ASSERT_EQ(RunKvtier("bench-ssd --modes throughput --layers 2 --kv-heads 2 --head-dim 64"
+  ASSERT_EQ(RunKvtierBench("ssd --modes throughput --layers 2 --kv-heads 2 --head-dim 64"
                       " --block-tokens 16 --kv-type q8_0/q4_0 --gb 0.003 --repeats 2"
                       " --writer-threads 2 --ssd-sync per-file --dir " + Work() + " --json",
                       &out),
@@ -93,7 +94,7 @@ TEST_F(BenchSsdBinary, ThroughputReportsPositiveRatiosWarmAndCold) {
 
 TEST_F(BenchSsdBinary, TtftServesThePromptFromSsd) {
   std::string out;
-  ASSERT_EQ(RunKvtier("bench-ssd --modes ttft --model " + Model() +
+  ASSERT_EQ(RunKvtierBench("ssd --modes ttft --model " + Model() +
                           " --prompt-tokens 200 --new-tokens 8 --text random --repeats 1"
                           " --ubatch 64 --threads 2 --no-cold --dir " + Work() + " --json",
                       &out),
@@ -134,7 +135,7 @@ TEST_F(BenchSsdBinary, BadFlagsNameTheFlag) {
                         Case{"--ssd-sync fsync", "--ssd-sync: expected per-file or syncfs, got 'fsync'"},
                         Case{"--dir /nonexistent/kvtier", "--dir: expected an existing directory"}}) {
     std::string out;
-    EXPECT_EQ(RunKvtier(std::string("bench-ssd ") + c.args, &out), 2) << c.args;
+    EXPECT_EQ(RunKvtierBench(std::string("ssd ") + c.args, &out), 2) << c.args;
     EXPECT_NE(out.find(c.want), std::string::npos) << c.args << ": " << out;
   }
 }

@@ -1,4 +1,4 @@
-// `kvtier bench-ssd`, the TTFT half and the helpers both halves share (bench_ssd_util.h).
+// `kvtier-bench ssd`, the TTFT half and the helpers both halves share (bench_ssd_util.h).
 // Owned by the cli module; a single-threaded driver (the model runs on a ThreadPool, the tier
 // on its writer threads).
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-// Internals of `kvtier bench-ssd` (bench_ssd.h) shared by its two halves: the run's scratch
+// Internals of `kvtier-bench ssd` (bench_ssd.h) shared by its two halves: the run's scratch
 // directory, page-cache control for the files it wrote, opening the tier, and the TTFT half.
 // Owned by the cli module; not API. Functions are thread-compatible; ScratchDir is move-only.
 #pragma once

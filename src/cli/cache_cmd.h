@@ -7,10 +7,6 @@
 
 #include "kvtier/status.h"
 
-namespace CLI {
-class App;
-}
-
 namespace kvtier::cli {
 
 struct CacheCommand {
@@ -19,8 +15,6 @@ struct CacheCommand {
   bool json = false;
 };
 
-// Adds `cache` and its subcommands to `app`, filling *cmd when parsed; returns the `cache` app.
-CLI::App* AddCacheCommand(CLI::App& app, CacheCommand* cmd);
 // Runs it: stats and formats print a table (or JSON); verify fails when a file is bad.
 Status RunCacheCommand(const CacheCommand& cmd, std::ostream& out);
 

@@ -1,4 +1,4 @@
-// Test-only: run a shell command (the real kvtier binary) and capture its output.
+// Test-only: run a shell command (the real kvtier or kvtier-bench binary) and capture its output.
 #pragma once
 
 #include <sys/wait.h>
@@ -24,6 +24,13 @@ inline int RunCommand(const std::string& cmd, std::string* out) {
 // `kvtier ARGS` with stderr joined to stdout.
 inline int RunKvtier(const std::string& args, std::string* out) {
   return RunCommand(std::string(KVTIER_BIN) + " " + args + " 2>&1", out);
+}
+#endif
+
+#ifdef KVTIER_BENCH_BIN
+// `kvtier-bench ARGS` with stderr joined to stdout.
+inline int RunKvtierBench(const std::string& args, std::string* out) {
+  return RunCommand(std::string(KVTIER_BENCH_BIN) + " " + args + " 2>&1", out);
 }
 #endif
 

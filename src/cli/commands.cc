@@ -1,237 +1,262 @@
-// The command-line flags of the subcommands that keep them beside their module (`kvtier
-// bench-ssd`, `bench-serve`, `cache`, `make-test-model`, `serve`): one translation unit with
-// CLI11 besides main.cc, because CLI11's header-only templates cost more to compile than the
-// commands.
-#include <CLI/CLI.hpp>
+// kvtier's user commands: each declares its flags and returns its run function (command.h).
+// One translation unit with CLI11 besides command.cc, because CLI11's header-only templates
+// cost more to compile than the commands.
+#include "cli/commands.h"
 
-#include "cli/bench_serve.h"
-#include "cli/bench_ssd.h"
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
 #include "cli/cache_cmd.h"
+#include "cli/generate.h"
 #include "cli/make_test_model.h"
 #include "cli/serve.h"
+#include "cli/tokenize.h"
 #include "kvtier/format.h"
 
 namespace kvtier::cli {
+namespace {
 
-// bench_ssd.cc
-CLI::App* AddBenchSsd(CLI::App& app, BenchSsdConfig* c, bool* json) {
-  CLI::App* s = app.add_subcommand(
-      "bench-ssd",
-      "SSD tier: spill and reload throughput against a plain sequential write / read of the "
-      "same bytes, and time to first token of a long prompt served from SSD vs cold prefill");
-  s->add_option("--modes", c->modes, "Comma-separated: throughput (no model), ttft (a model)")
-      ->capture_default_str();
-  s->add_option("--kv-type", c->kv_type, "K/V format, K or K/V: " + ValidFormatsHelp())
-      ->capture_default_str();
-  s->add_option("--layers", c->layers, "throughput: layers of a block")->capture_default_str();
-  s->add_option("--kv-heads", c->kv_heads, "throughput: KV heads")->capture_default_str();
-  s->add_option("--head-dim", c->head_dim, "throughput: head dimension")->capture_default_str();
-  s->add_option("--block-tokens", c->block_tokens, "throughput: tokens per block")
-      ->capture_default_str();
-  s->add_option("--gb", c->gb, "throughput: block file bytes to spill, GB (1e9 bytes)")
-      ->capture_default_str();
-  s->add_option("--dir", c->dir,
-                "Existing directory to work in (a fresh subdirectory, removed at the end; "
-                "default /tmp)");
-  s->add_option("--writer-threads", c->writer_threads, "Tier writer threads (0: the tier's default)")
-      ->capture_default_str();
-  s->add_option("--ssd-sync", c->ssd_sync,
-                "How writers make a batch durable: per-file (fdatasync each file, fsync each "
-                "directory) or syncfs (two syncfs per batch); default: the tier's (syncfs)");
-  s->add_option("--ssd-layout", c->ssd_layout,
-                "How blocks go to disk: segments (one file per writer batch) or files (one "
-                "file per block); default: the tier's (segments)");
-  s->add_option("--repeats", c->repeats, "Runs of every measurement; the median counts")
-      ->capture_default_str();
-  s->add_flag("--no-cold", [c](int64_t) { c->cold = false; },
-              "Skip the reads with the page cache dropped");
-  s->add_option("--model", c->model, "ttft: GGUF model (default: the bundled model)");
-  s->add_option("--prompt-tokens", c->prompt_tokens, "ttft: prompt length")->capture_default_str();
-  s->add_option("--new-tokens", c->new_tokens, "ttft: tokens appended for the prefix hit")
-      ->capture_default_str();
-  s->add_option("--text", c->text,
-                "ttft: text the prompt is tokenized from (default data/corpus/eval.txt when "
-                "present, else random ids); 'random': seeded random token ids");
-  s->add_option("--ubatch", c->ubatch, "ttft: prompt tokens per forward call")->capture_default_str();
-  s->add_option("--cold-repeats", c->cold_repeats, "ttft: cold prefills; the median counts")
-      ->capture_default_str();
-  s->add_option("--threads", c->threads, "ttft: model threads (0: all cores)")->capture_default_str();
-  s->add_option("--seed", c->seed, "Seed of the random K/V, token ids and bytes")
-      ->capture_default_str();
-  s->add_flag("--json", *json, "Print one JSON object");
-  return s;
+const std::string kKvTypeHelp = "KV cache format, K or K/V: " + ValidFormatsHelp();
+
+void AddSamplingFlags(CLI::App& s, SamplingParams* p) {
+  s.add_option("--temperature", p->temperature, "0: greedy")->capture_default_str();
+  s.add_option("--top-p", p->top_p, "Nucleus sampling mass")->capture_default_str();
+  s.add_option("--top-k", p->top_k, "0: off")->capture_default_str();
+  s.add_option("--seed", p->seed, "Sampling seed")->capture_default_str();
+  s.add_option("--presence-penalty", p->presence_penalty)->capture_default_str();
+  s.add_option("--frequency-penalty", p->frequency_penalty)->capture_default_str();
 }
 
-// cache_cmd.cc
-CLI::App* AddCacheCommand(CLI::App& app, CacheCommand* cmd) {
-  CLI::App* c = app.add_subcommand("cache", "The SSD tier's directory: stats, verify, clear, formats");
-  c->require_subcommand(1);
-  for (const char* action : {"stats", "verify", "clear"}) {
-    const std::string help = std::string(action) == "stats"    ? "Blocks, bytes and namespaces on disk"
-                             : std::string(action) == "verify" ? "Read and check every block file"
-                                                               : "Remove every block file";
-    CLI::App* s = c->add_subcommand(action, help);
-    s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
-    s->add_flag("--json", cmd->json, "Print JSON");
-    s->callback([cmd, action] { cmd->action = action; });
-  }
-  CLI::App* f = c->add_subcommand("formats", "Every format the tier stores, checked now");
-  f->add_flag("--json", cmd->json, "Print JSON");
-  f->callback([cmd] { cmd->action = "formats"; });
-  return c;
+}  // namespace
+
+std::vector<Command> UserCommands() {
+  return {ServeCommand(),      GenerateCommand(),   ChatCommand(),         TokenizeCommand(),
+          PerplexityCommand(), CacheDirCommand(),   MakeTestModelCommand()};
 }
 
-// make_test_model.cc
-CLI::App* AddMakeTestModel(CLI::App& app, MakeTestModelFlags* f) {
-  TestModelConfig& c = f->config;
-  CLI::App* m = app.add_subcommand(
-      "make-test-model",
-      "Write a seeded random llama/qwen2/qwen3 model as GGUF (llama.cpp names and keys, "
-      "byte-level BPE tokenizer); defaults: Qwen3-0.6B's shape");
-  m->add_option("--out", f->out, "Output GGUF file")->required();
-  m->add_option("--arch", c.arch, "llama, qwen2 or qwen3")->capture_default_str();
-  m->add_option("--hidden", c.hidden, "Embedding length")->capture_default_str();
-  m->add_option("--layers", c.layers, "Blocks")->capture_default_str();
-  m->add_option("--heads", c.heads, "Query heads")->capture_default_str();
-  m->add_option("--kv-heads", c.kv_heads, "KV heads")->capture_default_str();
-  m->add_option("--head-dim", c.head_dim, "Head dimension")->capture_default_str();
-  m->add_option("--ffn", c.ffn, "Feed-forward length")->capture_default_str();
-  m->add_option("--vocab", c.vocab, "Vocabulary size (at least 259)")->capture_default_str();
-  m->add_option("--ctx", c.ctx, "Context length")->capture_default_str();
-  m->add_option("--rope-theta", c.rope_theta, "RoPE base frequency")->capture_default_str();
-  m->add_option("--weight-type", f->weight_type, "f16, bf16, f32, q8_0 or q4_0")
-      ->capture_default_str();
-  m->add_flag("--tied", c.tied, "Output projection shares token_embd (default)");
-  m->add_flag("--no-tied", f->no_tied, "Write a separate output.weight");
-  m->add_option("--seed", c.seed, "Seed of the weights")->capture_default_str();
-  m->add_option("--name", c.name, "general.name (default kvtier-test-<arch>)");
-  m->add_flag("--text-fillers", c.text_fillers,
-              "Filler tokens are user-defined, so the random model's answers render as text "
-              "('<|filler_N|>'; default: control tokens, rendered as nothing)");
-  return m;
+Command ServeCommand() {
+  return {"serve", "OpenAI-compatible HTTP server over the tiered, quantized KV cache", {},
+          [](CLI::App& s) -> CommandRun {
+    auto c = std::make_shared<ServeConfig>();
+    s.add_option("--model", c->model, "GGUF model (default: the bundled model)");
+    s.add_option("--host", c->host, "Address to listen on")->capture_default_str();
+    s.add_option("--port", c->port, "Port (0: any free port)")->capture_default_str();
+    s.add_option("--max-num-seqs", c->max_num_seqs, "Requests in the running batch at most")
+        ->capture_default_str();
+    s.add_option("--prefill-step-size", c->prefill_step,
+                 "Prompt tokens per request per step (chunked prefill)")
+        ->capture_default_str();
+    s.add_option("--kv-type,--kv-cache-dtype", c->kv_type,
+                 "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>)")
+        ->capture_default_str();
+    s.add_flag("--kv-cache-quantization", c->kv_cache_quantization,
+               "Quantize prefix-cache entries on store (MLX affine)");
+    s.add_option("--kv-cache-quantization-bits", c->kv_quantization_bits, "8 or 4")
+        ->capture_default_str();
+    s.add_option("--kv-cache-quantization-group-size", c->kv_quantization_group, "32, 64 or 128")
+        ->capture_default_str();
+    s.add_option("--kv-cache-min-quantize-tokens", c->min_quantize_tokens,
+                 "Entries shorter than this stay unquantized")
+        ->capture_default_str();
+    s.add_option("--cache-memory-mb", c->cache_memory_mb, "RAM prefix cache budget in MB");
+    s.add_option("--cache-memory-percent", c->cache_memory_percent,
+                 "RAM prefix cache budget in percent of RAM (default 10 when neither is given)");
+    s.add_flag("--disable-prefix-cache", c->disable_prefix_cache,
+               "No prefix cache (nor SSD tier)");
+    s.add_option("--ssd-cache-dir", c->ssd_cache_dir,
+                 "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
+    s.add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
+        ->capture_default_str();
+    s.add_option("--threads", c->threads, "Compute threads (0: every core)")
+        ->capture_default_str();
+    s.add_option("--kv-pool-mb", c->kv_pool_mb,
+                 "Active KV pool size in MB (default: two full contexts per --max-num-seqs)");
+    s.add_option("--max-model-len", c->max_model_len,
+                 "Context length, prompt plus completion (default: the model's)");
+    s.add_option("--block-tokens", c->block_tokens, "Tokens per KV block")
+        ->capture_default_str();
+    s.add_option("--max-body-mb", c->max_body_mb, "Largest request body")->capture_default_str();
+    s.add_option("--drain-seconds", c->drain_seconds,
+                 "On SIGTERM, how long requests in flight may take to finish")
+        ->capture_default_str();
+    return [c] {
+      const Status st = RunServe(*c);
+      return st.ok() ? 0 : Fail("kvtier serve", st);
+    };
+  }};
 }
 
-// serve.cc
-CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c) {
-  CLI::App* s = app.add_subcommand(
-      "serve", "OpenAI-compatible HTTP server over the tiered, quantized KV cache");
-  s->add_option("--model", c->model, "GGUF model (default: the bundled model)");
-  s->add_option("--host", c->host, "Address to listen on")->capture_default_str();
-  s->add_option("--port", c->port, "Port (0: any free port)")->capture_default_str();
-  s->add_option("--max-num-seqs", c->max_num_seqs, "Requests in the running batch at most")
-      ->capture_default_str();
-  s->add_option("--prefill-step-size", c->prefill_step,
-                "Prompt tokens per request per step (chunked prefill)")
-      ->capture_default_str();
-  s->add_option("--kv-cache-dtype", c->kv_cache_dtype,
-                "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>)")
-      ->capture_default_str();
-  s->add_flag("--kv-cache-quantization", c->kv_cache_quantization,
-              "Quantize prefix-cache entries on store (MLX affine)");
-  s->add_option("--kv-cache-quantization-bits", c->kv_quantization_bits, "8 or 4")
-      ->capture_default_str();
-  s->add_option("--kv-cache-quantization-group-size", c->kv_quantization_group, "32, 64 or 128")
-      ->capture_default_str();
-  s->add_option("--kv-cache-min-quantize-tokens", c->min_quantize_tokens,
-                "Entries shorter than this stay unquantized")
-      ->capture_default_str();
-  s->add_option("--cache-memory-mb", c->cache_memory_mb, "RAM prefix cache budget in MB");
-  s->add_option("--cache-memory-percent", c->cache_memory_percent,
-                "RAM prefix cache budget in percent of RAM (default 10 when neither is given)");
-  s->add_flag("--disable-prefix-cache", c->disable_prefix_cache, "No prefix cache (nor SSD tier)");
-  s->add_option("--ssd-cache-dir", c->ssd_cache_dir,
-                "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
-  s->add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
-      ->capture_default_str();
-  s->add_option("--threads", c->threads, "Compute threads (0: every core)")->capture_default_str();
-  s->add_option("--kv-pool-mb", c->kv_pool_mb,
-                "Active KV pool size in MB (default: two full contexts per --max-num-seqs)");
-  s->add_option("--max-model-len", c->max_model_len,
-                "Context length, prompt plus completion (default: the model's)");
-  s->add_option("--block-tokens", c->block_tokens, "Tokens per KV block")->capture_default_str();
-  s->add_option("--max-body-mb", c->max_body_mb, "Largest request body")->capture_default_str();
-  s->add_option("--drain-seconds", c->drain_seconds,
-                "On SIGTERM, how long requests in flight may take to finish")
-      ->capture_default_str();
-  return s;
+Command GenerateCommand() {
+  return {"generate", "Continue a prompt with a model, streaming the sampled text to stdout", {},
+          [](CLI::App& g) -> CommandRun {
+    auto c = std::make_shared<GenerateConfig>();
+    auto stats = std::make_shared<bool>(false);
+    g.add_option("--model", c->model, "GGUF model (default: the bundled model)");
+    g.add_option("--prompt", c->prompt, "Prompt text")->required();
+    g.add_flag("--chat", c->chat, "Wrap the prompt as a user turn in the model's chat template");
+    g.add_option("--max-tokens", c->max_tokens, "Tokens to generate at most")
+        ->capture_default_str();
+    AddSamplingFlags(g, &c->sampling);
+    g.add_option("--kv-type", c->kv_type, kKvTypeHelp)->capture_default_str();
+    g.add_option("--prefill-step", c->prefill_step, "Prompt tokens per forward call")
+        ->capture_default_str();
+    g.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
+    g.add_flag("--stats", *stats, "Print token counts and speeds to stderr at the end");
+    return [c, stats] {
+      auto st = RunGenerate(*c, std::cout);
+      std::cout << std::endl;
+      if (!st.ok()) return Fail("kvtier generate", st.status());
+      if (*stats) {
+        std::fprintf(stderr,
+                     "prompt %u tokens in %.1f ms (%.1f tok/s); generated %u tokens in %.1f ms "
+                     "(%.1f tok/s); stop: %s\n",
+                     st->prompt_tokens, st->prefill_ms,
+                     st->prompt_tokens * 1e3 / std::max(st->prefill_ms, 1e-9),
+                     st->generated_tokens, st->decode_ms,
+                     st->generated_tokens * 1e3 / std::max(st->decode_ms, 1e-9),
+                     st->stop_reason.c_str());
+      }
+      return 0;
+    };
+  }};
 }
 
-// bench_serve.cc
-CLI::App* AddBenchServe(CLI::App& app, BenchServeConfig* c, bool* json_out) {
-  CLI::App* s = app.add_subcommand(
-      "bench-serve",
-      "End-to-end benchmark of an OpenAI-compatible server (kvtier serve started here, or "
-      "--url): TTFT, decode tokens/s, prefix-cache hits, KV bytes by tier, peak RSS");
-  s->add_option("--workload", c->workload,
-                "multiturn, two-round, batched-histories or concurrency")
-      ->capture_default_str();
-  s->add_option("--url", c->url,
-                "Drive this server (http://HOST:PORT) instead of starting kvtier serve");
-  s->add_option_function<std::vector<std::string>>(
-       "--server-arg",
-       [c](const std::vector<std::string>& v) {
-         c->server_args.insert(c->server_args.end(), v.begin(), v.end());
-       },
-       "An argument for the kvtier serve started here (repeatable; --server-arg=--flag=value), "
-       "or give them all after --")
-      ->allow_extra_args(false);
-  s->add_option_function<std::vector<std::string>>(
-      "server-args",
-      [c](const std::vector<std::string>& v) {
-        c->server_args.insert(c->server_args.end(), v.begin(), v.end());
-      },
-      "Arguments after --: for the kvtier serve started here");
-  s->add_option("--server-pid", c->server_pid, "With --url: the server's pid, for its peak RSS");
-  s->add_option("--api", c->api, "completions (/v1/completions) or chat (/v1/chat/completions)")
-      ->capture_default_str();
-  s->add_option("--model", c->model,
-                "GGUF model of the kvtier serve started here (default: the bundled model); "
-                "with --url, the requests' \"model\"");
-  s->add_option("--text", c->text,
-                "Text the prompts are cut from (default: data/corpus/eval.txt; 'random': "
-                "seeded random words)");
-  s->add_option("--conversations", c->conversations, "multiturn: conversations at once")
-      ->capture_default_str();
-  s->add_option("--rounds", c->rounds, "multiturn: rounds per conversation")
-      ->capture_default_str();
-  s->add_option("--system-tokens", c->system_tokens, "multiturn: shared system prompt")
-      ->capture_default_str();
-  s->add_option("--turn-tokens", c->turn_tokens, "Tokens of each new user turn")
-      ->capture_default_str();
-  s->add_option("--max-tokens", c->max_tokens, "Completion tokens per request")
-      ->capture_default_str();
-  s->add_option("--context-tokens", c->context_tokens, "two-round: round 1's prompt")
-      ->capture_default_str();
-  s->add_option("--batch", c->batch, "batched-histories: histories decoding together")
-      ->capture_default_str();
-  s->add_option("--history-tokens", c->history_tokens, "batched-histories: tokens per history")
-      ->capture_default_str();
-  s->add_option("--clients", c->clients, "concurrency: clients at once")->capture_default_str();
-  s->add_option("--requests-per-client", c->requests_per_client,
-                "concurrency: requests each client sends in turn")
-      ->capture_default_str();
-  s->add_option("--prompt-tokens", c->prompt_tokens, "concurrency: tokens per prompt")
-      ->capture_default_str();
-  s->add_option("--sweep-contexts", c->sweep_contexts,
-                "Comma-separated context lengths: one run each (two-round: --context-tokens, "
-                "batched-histories: --history-tokens)");
-  s->add_option("--sweep-formats", c->sweep_formats,
-                "Comma-separated KV formats: one run each, the server restarted with "
-                "--kv-cache-dtype FMT");
-  s->add_option("--plots", c->plots_dir,
-                "Folder for gnuplot data, scripts and PNGs of TTFT and decode tokens/s against "
-                "context length per KV format");
-  s->add_option("--chars-per-token", c->chars_per_token,
-                "Size prompts with this many characters per token instead of calibrating "
-                "(0: calibrate through the server's /tokenize, else one short request)")
-      ->capture_default_str();
-  s->add_option("--timeout", c->timeout_s, "Seconds a request (or the server's start) may take")
-      ->capture_default_str();
-  s->add_option("--metrics-interval", c->metrics_interval_s, "Seconds between /metrics scrapes")
-      ->capture_default_str();
-  s->add_option("--seed", c->seed, "Seed of --text random")->capture_default_str();
-  s->add_flag("--json", *json_out, "Print one JSON object instead of the table");
-  return s;
+Command ChatCommand() {
+  return {"chat",
+          "Chat with a model: each line on stdin is a user turn, the reply streams to stdout; "
+          "the conversation is kept (the model's chat template); EOF ends it",
+          {}, [](CLI::App& g) -> CommandRun {
+    auto c = std::make_shared<ChatConfig>();
+    g.add_option("--model", c->model, "GGUF model (default: the bundled model)");
+    g.add_option("--system", c->system, "System prompt");
+    g.add_option("--max-tokens", c->max_tokens, "Reply tokens at most")->capture_default_str();
+    g.add_option("--ctx", c->ctx, "Conversation tokens at most (0: the model's, up to 32768)")
+        ->capture_default_str();
+    AddSamplingFlags(g, &c->sampling);
+    g.add_option("--kv-type", c->kv_type, kKvTypeHelp)->capture_default_str();
+    g.add_option("--prefill-step", c->prefill_step, "Prompt tokens per forward call")
+        ->capture_default_str();
+    g.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
+    auto stats = std::make_shared<bool>(false);
+    g.add_flag("--stats", *stats, "Print turns, generated and context tokens to stderr at the end");
+    return [c, stats] {
+      if (isatty(STDIN_FILENO) != 0) c->prompt = "> ";
+      auto st = RunChat(*c, std::cin, std::cout, std::cerr);
+      if (!st.ok()) return Fail("kvtier chat", st.status());
+      if (*stats) {
+        std::fprintf(stderr, "chat: %u turns, %u tokens generated, %u tokens of context\n",
+                     st->turns, st->generated_tokens, st->context_tokens);
+      }
+      return 0;
+    };
+  }};
+}
+
+Command TokenizeCommand() {
+  return {"tokenize", "Token ids of the text on standard input, space-separated on one line", {},
+          [](CLI::App& tk) -> CommandRun {
+    auto c = std::make_shared<TokenizeConfig>();
+    auto no_parse_special = std::make_shared<bool>(false);
+    tk.add_option("--model", c->model,
+                  "GGUF file whose tokenizer is used (default: the bundled model)");
+    tk.add_flag("--add-bos", c->add_bos, "Put the BOS token first");
+    tk.add_flag("--no-parse-special", *no_parse_special,
+                "Treat control-token text such as <|im_start|> as plain text");
+    return [c, no_parse_special] {
+      c->parse_special = !*no_parse_special;
+      const Status st = RunTokenize(*c, std::cin, std::cout);
+      return st.ok() ? 0 : Fail("kvtier tokenize", st);
+    };
+  }};
+}
+
+Command PerplexityCommand() {
+  return {"perplexity",
+          "Perplexity of a model on a text file (llama-perplexity's method: non-overlapping "
+          "windows of --ctx tokens, the second half of each scored)",
+          {}, [](CLI::App& pp) -> CommandRun {
+    auto c = std::make_shared<PerplexityConfig>();
+    auto json = std::make_shared<bool>(false);
+    pp.add_option("--model", c->model, "GGUF model (default: the bundled model)");
+    pp.add_option("--file", c->file, "Text file")->required();
+    pp.add_option("--ctx", c->ctx, "Window length in tokens")->capture_default_str();
+    pp.add_option("--batch", c->batch, "Tokens per forward call")->capture_default_str();
+    pp.add_option("--chunks", c->chunks, "Windows to score at most (0: all)")
+        ->capture_default_str();
+    pp.add_option("--kv-type", c->kv_type, kKvTypeHelp)->capture_default_str();
+    pp.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
+    pp.add_flag("--json", *json, "Print one JSON object");
+    return [c, json] {
+      auto r = RunPerplexity(*c, ProgressBar("window"));
+      if (!r.ok()) return Fail("kvtier perplexity", r.status());
+      std::cout << (*json ? FormatPerplexityJson(*r) : FormatPerplexityText(*r));
+      return 0;
+    };
+  }};
+}
+
+Command CacheDirCommand() {
+  return {"cache", "The SSD tier's directory: stats, verify, clear, formats", {},
+          [](CLI::App& c) -> CommandRun {
+    auto cmd = std::make_shared<CacheCommand>();
+    c.require_subcommand(1);
+    for (const char* action : {"stats", "verify", "clear"}) {
+      const std::string a = action;
+      const std::string help = a == "stats"    ? "Blocks, bytes and namespaces on disk"
+                               : a == "verify" ? "Read and check every block file"
+                                               : "Remove every block file";
+      CLI::App* s = c.add_subcommand(action, help);
+      s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
+      s->add_flag("--json", cmd->json, "Print JSON");
+      s->callback([cmd, a] { cmd->action = a; });
+    }
+    CLI::App* f = c.add_subcommand("formats", "Every format the tier stores, checked now");
+    f->add_flag("--json", cmd->json, "Print JSON");
+    f->callback([cmd] { cmd->action = "formats"; });
+    return [cmd] {
+      const Status st = RunCacheCommand(*cmd, std::cout);
+      return st.ok() ? 0 : Fail("kvtier cache", st);
+    };
+  }};
+}
+
+Command MakeTestModelCommand() {
+  return {"make-test-model",
+          "Write a seeded random llama/qwen2/qwen3 model as GGUF (llama.cpp names and keys, "
+          "byte-level BPE tokenizer); defaults: Qwen3-0.6B's shape",
+          {}, [](CLI::App& m) -> CommandRun {
+    auto f = std::make_shared<MakeTestModelFlags>();
+    TestModelConfig& c = f->config;
+    m.add_option("--out", f->out, "Output GGUF file")->required();
+    m.add_option("--arch", c.arch, "llama, qwen2 or qwen3")->capture_default_str();
+    m.add_option("--hidden", c.hidden, "Embedding length")->capture_default_str();
+    m.add_option("--layers", c.layers, "Blocks")->capture_default_str();
+    m.add_option("--heads", c.heads, "Query heads")->capture_default_str();
+    m.add_option("--kv-heads", c.kv_heads, "KV heads")->capture_default_str();
+    m.add_option("--head-dim", c.head_dim, "Head dimension")->capture_default_str();
+    m.add_option("--ffn", c.ffn, "Feed-forward length")->capture_default_str();
+    m.add_option("--vocab", c.vocab, "Vocabulary size (at least 259)")->capture_default_str();
+    m.add_option("--ctx", c.ctx, "Context length")->capture_default_str();
+    m.add_option("--rope-theta", c.rope_theta, "RoPE base frequency")->capture_default_str();
+    m.add_option("--weight-type", f->weight_type, "f16, bf16, f32, q8_0 or q4_0")
+        ->capture_default_str();
+    m.add_flag("--tied", c.tied, "Output projection shares token_embd (default)");
+    m.add_flag("--no-tied", f->no_tied, "Write a separate output.weight");
+    m.add_option("--seed", c.seed, "Seed of the weights")->capture_default_str();
+    m.add_option("--name", c.name, "general.name (default kvtier-test-<arch>)");
+    m.add_flag("--text-fillers", c.text_fillers,
+               "Filler tokens are user-defined, so the random model's answers render as text "
+               "('<|filler_N|>'; default: control tokens, rendered as nothing)");
+    return [f] {
+      const Status st = RunMakeTestModel(*f, std::cout);
+      return st.ok() ? 0 : Fail("kvtier make-test-model", st);
+    };
+  }};
 }
 
 }  // namespace kvtier::cli

@@ -2,6 +2,7 @@
 #include "cli/generate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -12,7 +13,6 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "base/timer.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
 #include "kvtier/chat_template.h"
@@ -42,6 +42,18 @@ Status Feed(const Model& m, BatchCache& cache, std::span<const int32_t> tokens, 
   }
   return Status::OK();
 }
+
+// Milliseconds since construction (steady clock).
+class Timer {
+ public:
+  double Millis() const {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+        .count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 int Threads(int t) {
   return t > 0 ? t : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -100,6 +112,80 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   }
   out << decoder.Flush() << std::flush;
   st.decode_ms = timer.Millis();
+  return st;
+}
+
+Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& out,
+                          std::ostream& prompt_out) {
+  KVTIER_RETURN_IF_ERROR(c.sampling.Validate());
+  KVTIER_RETURN_IF_ERROR(CheckRange("--max-tokens", c.max_tokens, 1, 1 << 20));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--prefill-step", c.prefill_step, 1, 1 << 16));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--ctx", c.ctx, 0, SequenceCache::kMaxTokens));
+  KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
+  const Model& m = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+  const uint32_t trained = m.config().n_ctx_train;
+  const uint32_t ctx = c.ctx > 0 ? c.ctx : std::min<uint32_t>(trained > 0 ? trained : 4096, 32768);
+  KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type, ctx));
+  std::string warning;
+  const ChatTemplate tmpl = DetectChatTemplate(tok.chat_template(), &warning);
+  if (!warning.empty()) std::fprintf(stderr, "kvtier chat: warning: %s\n", warning.c_str());
+  ThreadPool threads(Threads(c.threads));
+  BatchCache cache(pool);
+  KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
+
+  std::vector<ChatMessage> messages;
+  if (!c.system.empty()) messages.push_back({"system", c.system});
+  std::vector<int32_t> fed;  // the tokens the cache holds
+  std::vector<float> logits;
+  Sampler sampler(c.sampling);
+  ChatStats st;
+  for (;;) {
+    if (!c.prompt.empty()) prompt_out << c.prompt << std::flush;
+    std::string line;
+    if (!std::getline(in, line)) break;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    messages.push_back({"user", line});
+    const std::string text = ApplyChatTemplate(tmpl, messages, true);
+    const std::vector<int32_t> tokens = tok.Encode(text, tok.add_bos_default(), true);
+    if (tokens.size() + uint64_t(c.max_tokens) > ctx) {
+      return Status::OutOfRange("the conversation (" + std::to_string(tokens.size()) +
+                                " tokens) plus --max-tokens exceeds --ctx " + std::to_string(ctx));
+    }
+    // Keep what the cache shares with the rendered conversation; feed the rest (at least one
+    // token, for the logits).
+    size_t keep = 0;
+    while (keep < fed.size() && keep < tokens.size() && fed[keep] == tokens[keep]) ++keep;
+    if (keep == tokens.size()) --keep;
+    if (keep < fed.size()) {
+      KVTIER_RETURN_IF_ERROR(cache.Trim(static_cast<uint32_t>(fed.size() - keep)).status());
+      fed.resize(keep);
+    }
+    const std::span<const int32_t> fresh(tokens.data() + keep, tokens.size() - keep);
+    KVTIER_RETURN_IF_ERROR(Feed(m, cache, fresh, c.prefill_step, false, &logits, &threads));
+    fed.insert(fed.end(), fresh.begin(), fresh.end());
+
+    StreamDecoder decoder(tok);
+    std::string reply;
+    for (uint32_t i = 0; i < c.max_tokens; ++i) {
+      const int32_t next = sampler.Sample(logits);
+      if (tok.IsEndOfGeneration(next)) break;
+      const std::string piece = decoder.Push(next);
+      reply += piece;
+      out << piece << std::flush;
+      ++st.generated_tokens;
+      std::span<const int32_t> rows[1] = {std::span<const int32_t>(&next, 1)};
+      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &threads));
+      fed.push_back(next);
+    }
+    const std::string tail = decoder.Flush();
+    reply += tail;
+    out << tail << "\n" << std::flush;
+    messages.push_back({"assistant", reply});
+    ++st.turns;
+  }
+  st.context_tokens = static_cast<uint32_t>(fed.size());
   return st;
 }
 

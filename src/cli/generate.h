@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <istream>
 #include <ostream>
 #include <string>
 
@@ -34,6 +35,32 @@ struct GenerateStats {
 
 // Streams text to `out` as it is sampled (flushed per token).
 Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out);
+
+// `kvtier chat`: an interactive conversation on the model. Each line of `in` is a user turn;
+// the conversation (system prompt, turns, replies) is rendered through the model's chat
+// template, the tokens it shares with what the cache already holds are kept, and the reply is
+// streamed to `out` followed by a newline. `prompt`, when set, is written to `prompt_out`
+// before each turn (a terminal's "> "). EOF ends it.
+struct ChatConfig {
+  std::string model;               // empty: the bundled model
+  std::string system;              // system prompt (empty: none)
+  uint32_t max_tokens = 512;       // reply tokens at most
+  uint32_t ctx = 0;                // conversation tokens at most (0: the model's, <= 32768)
+  SamplingParams sampling;
+  std::string kv_type = "f16";     // K or K/V
+  uint32_t prefill_step = 512;
+  int threads = 0;
+  std::string prompt;              // written before each turn (empty: nothing)
+};
+
+struct ChatStats {
+  uint32_t turns = 0;
+  uint32_t generated_tokens = 0;
+  uint32_t context_tokens = 0;     // tokens the cache held at the end
+};
+
+Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& out,
+                          std::ostream& prompt_out);
 
 struct PerplexityConfig {
   std::string model;

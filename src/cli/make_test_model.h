@@ -9,10 +9,6 @@
 #include "kvtier/status.h"
 #include "model/test_model.h"
 
-namespace CLI {
-class App;
-}
-
 namespace kvtier::cli {
 
 struct MakeTestModelFlags {
@@ -22,8 +18,6 @@ struct MakeTestModelFlags {
   bool no_tied = false;
 };
 
-// Adds the `make-test-model` subcommand with its flags bound to `flags`.
-CLI::App* AddMakeTestModel(CLI::App& app, MakeTestModelFlags* flags);
 
 // Validates the flags (InvalidArgument naming the flag), writes the file, prints one line
 // ("wrote FILE: arch, N tensors, B bytes") to `out`.

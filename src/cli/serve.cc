@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,7 +17,6 @@
 #include <thread>
 
 #include "cli/flags.h"
-#include "base/sysinfo.h"
 #include "cli/model_session.h"
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
@@ -82,7 +82,7 @@ Status RunServe(const ServeConfig& c) {
   // The active pool: --kv-pool-mb, or room for max-num-seqs full contexts twice over (the
   // prefix cache keeps unquantized entries in this pool and gives blocks back on demand),
   // capped at a quarter of RAM (a long-context model's full contexts may not fit).
-  KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-cache-dtype", c.kv_cache_dtype));
+  KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-type/--kv-cache-dtype", c.kv_type));
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
                           KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens));
   BlockPoolOptions pool_options;
@@ -94,8 +94,11 @@ Status RunServe(const ServeConfig& c) {
   if (c.kv_pool_mb == 0) {
     const uint64_t blocks_per_row = (uint64_t{context} + c.block_tokens - 1) / c.block_tokens + 1;
     pool_options.capacity_bytes = blocks_per_row * 2 * c.max_num_seqs * layout.block_stride;
-    Result<uint64_t> ram = TotalRamBytes();
-    if (ram.ok()) pool_options.capacity_bytes = std::min(pool_options.capacity_bytes, *ram / 4);
+    const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page_bytes > 0) {
+      const uint64_t ram = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_bytes);
+      pool_options.capacity_bytes = std::min(pool_options.capacity_bytes, ram / 4);
+    }
   } else if (pool_options.capacity_bytes < layout.block_stride) {
     return Status::InvalidArgument("--kv-pool-mb: " + std::to_string(c.kv_pool_mb) +
                                    " MB is less than one KV block (" +

@@ -19,7 +19,7 @@ struct ServeConfig {
   uint16_t port = 8000;                  // --port (0: any free port)
   uint32_t max_num_seqs = 8;             // --max-num-seqs
   uint32_t prefill_step = 512;           // --prefill-step-size
-  std::string kv_cache_dtype = "f16";    // --kv-cache-dtype: active format, K or K/V
+  std::string kv_type = "f16";           // --kv-type (alias --kv-cache-dtype): K or K/V
   bool kv_cache_quantization = false;    // --kv-cache-quantization: quantize on store
   int kv_quantization_bits = 8;          // --kv-cache-quantization-bits
   int kv_quantization_group = 64;        // --kv-cache-quantization-group-size
@@ -38,16 +38,5 @@ struct ServeConfig {
 };
 
 Status RunServe(const ServeConfig& c);
-
-}  // namespace kvtier::cli
-
-namespace CLI {
-class App;
-}
-
-namespace kvtier::cli {
-
-// Adds the `serve` subcommand and its flags (bound to *c) to `app`.
-CLI::App* AddServeCommand(CLI::App& app, ServeConfig* c);
 
 }  // namespace kvtier::cli

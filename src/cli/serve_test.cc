@@ -141,6 +141,14 @@ TEST(Serve, BadFlagsExit2NamingTheFlag) {
   EXPECT_EQ(kvtier::cli::testing::RunKvtier("serve --kv-cache-dtype q7_1", &out), 2) << out;
   EXPECT_NE(out.find("--kv-cache-dtype"), std::string::npos) << out;
   out.clear();
+  // --kv-type is the same flag (--kv-cache-dtype is its alias).
+  EXPECT_EQ(kvtier::cli::testing::RunKvtier("serve --kv-type q7_1", &out), 2) << out;
+  EXPECT_NE(out.find("--kv-type"), std::string::npos) << out;
+  out.clear();
+  EXPECT_NE(kvtier::cli::testing::RunKvtier("serve --kv-type q8_0 --kv-cache-dtype q4_0", &out), 0)
+      << out;
+  EXPECT_NE(out.find("--kv-type"), std::string::npos) << out;
+  out.clear();
   EXPECT_EQ(kvtier::cli::testing::RunKvtier("serve --cache-memory-mb 10 --cache-memory-percent 5",
                                             &out),
             2)

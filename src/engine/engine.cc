@@ -334,8 +334,7 @@ void Engine::Impl::Loop() {
           const PrefixCacheStats cs = opt.prefix_cache->Stats();
           for (const PrefixFormatStats& f : cs.by_format) {
             // Entries quantized on store live in the cache's own pools: they free nothing here.
-            if (f.k_format != opt.pool->k_format().name() ||
-                f.v_format != opt.pool->v_format().name()) {
+            if (f.k_format != opt.pool->k_format() || f.v_format != opt.pool->v_format()) {
               continue;
             }
             free_blocks += f.exclusive_bytes / opt.pool->layout().block_stride;

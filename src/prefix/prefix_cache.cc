@@ -565,8 +565,8 @@ PrefixCacheStats PrefixCache::Stats() const {
     s.entries += ns->entries;
     s.nodes += ns->blocks;
     PrefixFormatStats f;
-    f.k_format = ns->k_format.name();
-    f.v_format = ns->v_format.name();
+    f.k_format = ns->k_format;
+    f.v_format = ns->v_format;
     f.blocks = ns->blocks;
     f.bytes = ns->blocks * ns->block_bytes;
     f.tokens = ns->tokens;

@@ -196,11 +196,12 @@ TEST_F(PrefixCacheTest, QuantizeOnStoreAboveTheThresholdAndConvertOnFetch) {
   EXPECT_EQ(s.quantized_stores, 1u);
   ASSERT_EQ(s.by_format.size(), 2u);
   for (const PrefixFormatStats& f : s.by_format) {
-    if (f.k_format == "affine8g64") {
+    if (f.k_format == *q8) {
+      EXPECT_EQ(f.k_format.name(), "affine8g64");
       EXPECT_EQ(f.tokens, 13u);
       EXPECT_EQ(f.blocks, 4u);
     } else {
-      EXPECT_EQ(f.k_format, "f16");
+      EXPECT_EQ(f.k_format, Format::F16());
       EXPECT_EQ(f.tokens, 5u);
     }
   }

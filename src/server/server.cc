@@ -358,7 +358,7 @@ void Server::Impl::Routes() {
       }
       nlohmann::json formats = nlohmann::json::array();
       for (const PrefixFormatStats& f : cs.by_format) {
-        formats.push_back({{"k_format", f.k_format}, {"v_format", f.v_format},
+        formats.push_back({{"k_format", f.k_format.name()}, {"v_format", f.v_format.name()},
                            {"blocks", f.blocks}, {"bytes", f.bytes}, {"tokens", f.tokens}});
       }
       out["prefix_cache"] = {{"lookups", cs.lookups}, {"hits", hits},

@@ -127,7 +127,7 @@ void ServerMetrics::Collect() {
   if (deps_.prefix_cache != nullptr) {
     const PrefixCacheStats cs = deps_.prefix_cache->Stats();
     for (const PrefixFormatStats& f : cs.by_format) {
-      kv("ram", fmt(f.k_format, f.v_format), static_cast<double>(f.bytes));
+      kv("ram", fmt(f.k_format.name(), f.v_format.name()), static_cast<double>(f.bytes));
     }
     gauge("kvtier_prefix_cache_budget_bytes", "Budget of the RAM prefix cache",
           static_cast<double>(cs.budget_bytes));

@@ -1,13 +1,13 @@
 // Google Benchmark: fused attention decode on one thread (no pool), warm caches: one query per
 // row, 32 query / 8 KV heads, head_dim 128, per KV format and context. Reports KV bytes/s and
-// ns per (token x KV head). `kvtier bench-attention` is the full, cold-cache comparison.
+// ns per (token x KV head). `kvtier-bench attention` is the full, cold-cache comparison.
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
 #include "kvtier/attention.h"
-#include "bench_formats.h"
+#include "micro_formats.h"
 #include "kvtier/batch_cache.h"
 
 namespace {
@@ -57,8 +57,14 @@ void BM_Decode(benchmark::State& state) {
                                                (f.row_bytes(128) * 2)));
   state.SetLabel(f.name());
 }
-BENCHMARK(BM_Decode)->ArgsProduct({{0, 1, 2, 3, 4}, {1024, 16384}});
 
 }  // namespace
 
-BENCHMARK_MAIN();
+namespace kvtier::bench {
+
+void RegisterMicroAttention() {
+  benchmark::RegisterBenchmark("BM_Decode", BM_Decode)
+      ->ArgsProduct({{0, 1, 2, 3, 4}, {1024, 16384}});
+}
+
+}  // namespace kvtier::bench

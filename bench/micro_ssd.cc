@@ -3,7 +3,7 @@
 // the rows back into a pool block, and SsdTier::Load of one block from the in-memory Env and
 // from the real filesystem (a file in the page cache). One Qwen3-0.6B-shaped block (28 layers
 // x 8 KV heads x head_dim 128, 32 tokens: 3.5 MiB in f16, 1.86 MiB in q8_0) per format;
-// `kvtier bench-ssd` measures whole spills and reloads against the disk. Single-threaded.
+// `kvtier-bench ssd` measures whole spills and reloads against the disk. Single-threaded.
 #include <benchmark/benchmark.h>
 #include <stdlib.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/half.h"
-#include "bench_formats.h"
+#include "micro_formats.h"
 #include "kvtier/env.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/sequence_cache.h"
@@ -176,11 +176,23 @@ void LoadArgs(benchmark::internal::Benchmark* b) {
   }
 }
 
-BENCHMARK(BM_EncodeBlockFile)->Apply(Formats)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DecodeBlockHeader)->Apply(Formats)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_DecodeBlockRows)->Apply(Formats)->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_SsdTierLoad)->Apply(LoadArgs)->Unit(benchmark::kMicrosecond);
-
 }  // namespace
 
-BENCHMARK_MAIN();
+namespace kvtier::bench {
+
+void RegisterMicroSsd() {
+  benchmark::RegisterBenchmark("BM_EncodeBlockFile", BM_EncodeBlockFile)
+      ->Apply(Formats)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_DecodeBlockHeader", BM_DecodeBlockHeader)
+      ->Apply(Formats)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_DecodeBlockRows", BM_DecodeBlockRows)
+      ->Apply(Formats)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_SsdTierLoad", BM_SsdTierLoad)
+      ->Apply(LoadArgs)
+      ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace kvtier::bench

@@ -2,7 +2,7 @@
 // entry in place (same pool and format: shares blocks) against converted (the entry was
 // quantized on store, the request's pool is f16), and Store with and without quantizing.
 // Shape: 4 layers of the Qwen3-0.6B KV shape (8 KV heads x head_dim 128), so a 16K-token f16
-// entry is 256 MiB; `kvtier bench-prefix` runs real models. Single-threaded benchmarks.
+// entry is 256 MiB; `kvtier-bench prefix` runs real models. Single-threaded benchmarks.
 #include <benchmark/benchmark.h>
 
 #include <memory>
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "base/half.h"
-#include "bench_formats.h"
+#include "micro_formats.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/sequence_cache.h"
 
@@ -96,7 +96,6 @@ void BM_FetchInPlace(benchmark::State& state) {
   }
   state.SetLabel("f16 in place");
 }
-BENCHMARK(BM_FetchInPlace)->Arg(1024)->Arg(16384)->Unit(benchmark::kMicrosecond);
 
 // An exact hit on an entry quantized on store (format arg 1..4), converted into an f16 pool.
 // Bytes processed: the f16 K/V written.
@@ -118,9 +117,6 @@ void BM_FetchConverted(benchmark::State& state) {
   state.SetLabel(f.name() + " -> f16");
   state.SetBytesProcessed(state.iterations() * F16Bytes(n - 1));
 }
-BENCHMARK(BM_FetchConverted)
-    ->ArgsProduct({{1, 2, 3, 4}, {16384}})
-    ->Unit(benchmark::kMillisecond);
 
 // Store of an f16 sequence: format arg 0 keeps f16 (shares the blocks), 1..4 quantize on
 // store. The cache is cleared between iterations (untimed). Bytes processed: f16 K/V read.
@@ -144,8 +140,22 @@ void BM_Store(benchmark::State& state) {
   state.SetLabel(fi == 0 ? std::string("f16 shared") : FormatArg(fi).name() + " quantized");
   state.SetBytesProcessed(state.iterations() * F16Bytes(n));
 }
-BENCHMARK(BM_Store)->ArgsProduct({{0, 1, 2, 3, 4}, {16384}})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+namespace kvtier::bench {
+
+void RegisterMicroPrefix() {
+  benchmark::RegisterBenchmark("BM_FetchInPlace", BM_FetchInPlace)
+      ->Arg(1024)
+      ->Arg(16384)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_FetchConverted", BM_FetchConverted)
+      ->ArgsProduct({{1, 2, 3, 4}, {16384}})
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_Store", BM_Store)
+      ->ArgsProduct({{0, 1, 2, 3, 4}, {16384}})
+      ->Unit(benchmark::kMillisecond);
+}
+
+}  // namespace kvtier::bench

@@ -1,14 +1,14 @@
 // Google Benchmark: the paged KV cache. A prefill chunk appended per format (bytes of f16
 // source per second), a decode step of a batch, and batch operations against context length
 // (their time must not grow with it). One layer of the Qwen3-0.6B KV shape (8 x 128) keeps
-// the memory small; `kvtier bench-kv-paged` runs the full model shape.
+// the memory small; `kvtier-bench kv-paged` runs the full model shape.
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
 #include "base/half.h"
-#include "bench_formats.h"
+#include "micro_formats.h"
 #include "kvtier/batch_cache.h"
 
 namespace {
@@ -58,7 +58,6 @@ void BM_AppendPrefill(benchmark::State& state) {
   state.SetLabel(f.name());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * src.size() * 2 * 2));
 }
-BENCHMARK(BM_AppendPrefill)->DenseRange(0, 4);
 
 // Batch operations on 8 rows of `context` tokens (q4_0): merge, extract all, filter, extend.
 void BM_BatchOps(benchmark::State& state) {
@@ -94,7 +93,6 @@ void BM_BatchOps(benchmark::State& state) {
   }
   state.counters["copied_bytes"] = static_cast<double>(pool->Stats().copied_bytes);
 }
-BENCHMARK(BM_BatchOps)->Arg(1024)->Arg(8192)->Arg(32768);
 
 // One decode step of a batch of 8 rows: reserve, append one token, view.
 void BM_DecodeStep(benchmark::State& state) {
@@ -113,8 +111,15 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   state.SetLabel(FormatArg(state.range(0)).name());
 }
-BENCHMARK(BM_DecodeStep)->DenseRange(0, 4);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+namespace kvtier::bench {
+
+void RegisterMicroKv() {
+  benchmark::RegisterBenchmark("BM_AppendPrefill", BM_AppendPrefill)->DenseRange(0, 4);
+  benchmark::RegisterBenchmark("BM_BatchOps", BM_BatchOps)->Arg(1024)->Arg(8192)->Arg(32768);
+  benchmark::RegisterBenchmark("BM_DecodeStep", BM_DecodeStep)->DenseRange(0, 4);
+}
+
+}  // namespace kvtier::bench

@@ -45,7 +45,6 @@ void BM_Memcpy(benchmark::State& state) {
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * src.size() * 2 * 2));
 }
-BENCHMARK(BM_Memcpy);
 
 void BM_Quantize(benchmark::State& state) {
   const kvtier::Format f = FormatArg(state.range(0));
@@ -60,7 +59,6 @@ void BM_Quantize(benchmark::State& state) {
   state.SetLabel(f.name());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (src.size() * 2 + q.size())));
 }
-BENCHMARK(BM_Quantize)->DenseRange(0, 4);
 
 void BM_Dequantize(benchmark::State& state) {
   const kvtier::Format f = FormatArg(state.range(0));
@@ -79,18 +77,15 @@ void BM_Dequantize(benchmark::State& state) {
   state.SetLabel(f.name());
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (out.size() * 2 + q.size())));
 }
-BENCHMARK(BM_Dequantize)->DenseRange(0, 4);
 
 }  // namespace
 
-// KVTIER_FORCE_TARGET=<Highway target bit> compares targets, e.g. 512 for AVX2, 256 for AVX3.
-int main(int argc, char** argv) {
-  if (const char* t = std::getenv("KVTIER_FORCE_TARGET")) {
-    if (!kvtier::QuantForceSimdTarget(std::atoll(t))) {
-      std::fprintf(stderr, "KVTIER_FORCE_TARGET=%s: this CPU cannot run that target\n", t);
-      return 2;
-    }
-  }
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
+namespace kvtier::bench {
+
+void RegisterMicroQuant() {
+  benchmark::RegisterBenchmark("BM_Memcpy", BM_Memcpy);
+  benchmark::RegisterBenchmark("BM_Quantize", BM_Quantize)->DenseRange(0, 4);
+  benchmark::RegisterBenchmark("BM_Dequantize", BM_Dequantize)->DenseRange(0, 4);
 }
+
+}  // namespace kvtier::bench
