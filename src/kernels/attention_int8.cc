@@ -29,6 +29,8 @@
 #include <memory>
 #include <type_traits>
 
+#include "quant/format_traits.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KVTIER_NO_INT8)
 #define KVTIER_INT8_X86 1
 #if !defined(__clang__)
@@ -75,23 +77,9 @@ bool DetectVnni() {
 enum class Fmt { kQ8_0, kQ4_0, kA8, kA4 };
 constexpr uint32_t kTile = 32;
 
-// Row geometry of a format at head_dim kD.
-struct Geo {
-  size_t scales_off = 0, biases_off = 0;
-  uint32_t group_shift = 5;  // log2(values per scale)
-  uint32_t n_groups = 0;     // affine: scale groups per row
-};
-
-Geo MakeGeo(const Format& f, size_t d) {
-  Geo g;
-  g.group_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
-  g.n_groups = static_cast<uint32_t>(d / f.group);
-  if (f.kind == FormatKind::kAffine) {
-    g.scales_off = d * f.bits / 8;
-    g.biases_off = g.scales_off + 2 * g.n_groups;
-  }
-  return g;
-}
+// Row geometry of a format at head_dim kD: quant's row layout (f16 scales: the path serves
+// no other affine scale dtype).
+using Geo = RowLayout;
 
 // K side: where a 32-value sub-block's code bytes are and how they pair with query values.
 template <Fmt F>
@@ -99,11 +87,14 @@ struct KTraits {
   static constexpr bool kNibble = F == Fmt::kQ4_0 || F == Fmt::kA4;  // lo / hi nibble planes
   static constexpr bool kInterleave = F == Fmt::kA4;  // lo nibble of byte i: value 2i
   static constexpr bool kAffine = F == Fmt::kA8 || F == Fmt::kA4;
-  static constexpr int kOffset = F == Fmt::kQ4_0 ? 8 : F == Fmt::kQ8_0 ? 128 : 0;
+  // Code offsets: q4_0's zero point; q8_0's signed codes are read unsigned after xor 0x80.
+  static constexpr int kOffset = F == Fmt::kQ4_0 ? Q4_0Traits::kZeroPoint : F == Fmt::kQ8_0 ? 128 : 0;
   // Byte offset of piece p (16 bytes) of sub-block b.
   static constexpr size_t PieceOff(size_t b, size_t p) {
-    return F == Fmt::kQ4_0 ? 18 * b + 2 : F == Fmt::kQ8_0 ? 34 * b + 2 + 16 * p
-                         : F == Fmt::kA8 ? 32 * b + 16 * p : 16 * b;
+    return F == Fmt::kQ4_0 ? SubBlockCodes(KvCode::kQ4_0, b)
+         : F == Fmt::kQ8_0 ? SubBlockCodes(KvCode::kQ8_0, b) + 16 * p
+         : F == Fmt::kA8   ? SubBlockCodes(KvCode::kAffine8, b) + 16 * p
+                           : SubBlockCodes(KvCode::kAffine4, b);
   }
   // Query value paired with byte i of the lo (p = 0) or hi (p = 1) code vector of sub-block b.
   static constexpr size_t QIndex(size_t b, size_t p, size_t i) {
@@ -132,7 +123,8 @@ KV_VNNI void Quantize(const float* const qv[4], float scale, const Geo& kg, QPac
   std::memset(static_cast<void*>(p), 0, sizeof(*p));
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i even = _mm512_add_epi32(iota, iota);
   const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
   // One scale per K scale group for affine (its sub-blocks then add up as integers), per 32
   // values otherwise.
@@ -341,7 +333,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   const uint32_t nq = it.qv_end - it.qv_begin;
   const uint32_t nh = it.head_end - it.head_begin;
   const uint32_t npass = (nq + 3) / 4;
-  const Geo kg = MakeGeo(kv.k_format, kD), vg = MakeGeo(kv.v_format, kD);
+  const Geo kg = MakeRowLayout(kv.k_format, kD), vg = MakeRowLayout(kv.v_format, kD);
   const VScales<kD, VF> vsc = MakeVScales<kD, VF>(vg);
   ItemQueries qs;
   PrepareItem(job, it, kD, partial, &qs);

@@ -38,7 +38,8 @@ template <size_t kD, Fmt VF>
 KV_VNNI VScaleMap<kD> MakeVScaleMap() {
   static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kQ4_0, "q formats (affine: VEntries)");
   constexpr size_t kNB = VShape<kD>::kNB;
-  constexpr size_t kBlock = VF == Fmt::kQ4_0 ? 18 : 34;  // bytes
+  constexpr size_t kBlock = SubBlockBytes(VF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kQ8_0);
+  static_assert(Q4_0Traits::kScaleOffset == 0 && Q8_0Traits::kScaleOffset == 0, "scales lead");
   VScaleMap<kD> m;
   for (size_t v = 0; v < VShape<kD>::kVecs; ++v) {
     m.win[v] = 4 * kBlock * v;
@@ -215,7 +216,7 @@ KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
 template <Fmt F>
 KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c[2]) {
   static_assert(F == Fmt::kQ8_0 || F == Fmt::kA8, "8-bit V formats only (4-bit: QuadBytes)");
-  const size_t o = F == Fmt::kQ8_0 ? 34 * b + 2 : 32 * b;
+  const size_t o = SubBlockCodes(F == Fmt::kQ8_0 ? KvCode::kQ8_0 : KvCode::kAffine8, b);
   const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + o));
   const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + o));
   const __m512i a = F == Fmt::kQ8_0 ? _mm512_cvtepi8_epi16(x0) : _mm512_cvtepu8_epi16(x0);
@@ -403,7 +404,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
       if constexpr (kDrip) drip.Step(2);  // the slots of two token pairs
       for (size_t bb = 0; bb < 2; ++bb) {
         const size_t b = b0 + bb;
-        const __m512i z = QuadBytes(r, VF == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b);
+        const __m512i z = QuadBytes(r, SubBlockCodes(VF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kAffine4, b));
         const __m512i lo = _mm512_and_si512(z, low4);
         for (size_t g = 0; g < 4; ++g) {
           o[4 * g + 2 * bb] = DpBusdBcast(o[4 * g + 2 * bb], lo, wi + 4 * (4 * b + g));

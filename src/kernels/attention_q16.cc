@@ -32,6 +32,7 @@
 #include "kernels/attention_q16.h"
 #include "kernels/attention_simd.h"
 #include "kernels/attention_common-inl.h"
+#include "quant/format_traits.h"
 #include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
 
@@ -56,31 +57,24 @@ enum class QK { kQ8_0, kQ4_0, kA8, kA4 };
 template <QK F>
 constexpr bool kAffine = F == QK::kA8 || F == QK::kA4;
 
-// What a row's decoders need besides its bytes: affine scale / bias offsets and dtype, log2 of
-// the values per unit (q formats: 5).
-struct RowGeo {
-  size_t scales_off = 0, biases_off = 0;
-  uint32_t unit_shift = 5;
-  DType scale_dtype = DType::kF16;
-};
-
-RowGeo MakeGeo(const Format& f, size_t d) {
-  RowGeo g;
-  if (f.kind == FormatKind::kAffine) {
-    g.unit_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
-    g.scale_dtype = f.scale_dtype;
-    g.scales_off = d * f.bits / 8;
-    g.biases_off = g.scales_off + (d >> g.unit_shift) * DTypeSize(f.scale_dtype);
-  }
-  return g;
-}
+// What a row's decoders need besides its bytes: quant's row layout (a "unit" is a scale
+// group: a q8_0 / q4_0 block, or an affine group).
+using RowGeo = RowLayout;
+using Q8 = Q8_0Traits;
+using Q4 = Q4_0Traits;
+static_assert(Q4::kNibbles == NibbleOrder::kSplitHalves && NibblesOf(KvCode::kAffine4) == NibbleOrder::kInterleaved,
+              "KCodes / VChunk read q4_0 in split halves and affine4 interleaved");
 
 // Scale (and affine bias) of unit u of a row, as f32 (the affine scale dtype is read at run
 // time: one branch per unit, not a kernel per dtype).
 template <QK F>
 HWY_INLINE float UnitScale(const uint8_t* row, size_t u, const RowGeo& g) {
-  if constexpr (F == QK::kQ8_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 34 * u, 0);
-  if constexpr (F == QK::kQ4_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 18 * u, 0);
+  if constexpr (F == QK::kQ8_0) {
+    return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + Q8::kBlockBytes * u + Q8::kScaleOffset, 0);
+  }
+  if constexpr (F == QK::kQ4_0) {
+    return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + Q4::kBlockBytes * u + Q4::kScaleOffset, 0);
+  }
   return kvtier::HWY_NAMESPACE::LoadScalar(g.scale_dtype, row + g.scales_off, u);
 }
 HWY_INLINE float UnitBias(const uint8_t* row, size_t u, const RowGeo& g) {
@@ -101,27 +95,28 @@ HWY_INLINE hn::Vec<D16> KCodes(const uint8_t* row, size_t sb, size_t j) {
   constexpr size_t L = HWY_LANES(int16_t);
   if constexpr (F == QK::kQ8_0) {
     const hn::Rebind<int8_t, D16> d8;
-    return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(row + 34 * sb + 2 + j * L)));
+    return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(row + SubBlockCodes(KvCode::kQ8_0, sb) + j * L)));
   } else if constexpr (F == QK::kA8) {
     const hn::Rebind<uint8_t, D16> d8;
-    return hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(d8, row + 32 * sb + j * L)));
+    return hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(d8, row + SubBlockCodes(KvCode::kAffine8, sb) + j * L)));
   } else if constexpr (F == QK::kQ4_0 && L <= 16) {
     // Values j L .. of the block: low nibbles of bytes 0..15 are values 0..15, high ones 16..31.
     const hn::Rebind<uint8_t, D16> d8;
-    const auto w = hn::PromoteTo(du16, hn::LoadU(d8, row + 18 * sb + 2 + (j * L) % 16));
-    const auto nib = j * L < 16 ? hn::And(w, hn::Set(du16, 0x0f)) : hn::ShiftRight<4>(w);
-    return hn::Sub(hn::BitCast(d16, nib), hn::Set(d16, 8));
+    const auto w = hn::PromoteTo(du16, hn::LoadU(d8, row + SubBlockCodes(KvCode::kQ4_0, sb) + (j * L) % Q4::kCodeBytes));
+    const auto nib = j * L < Q4::kCodeBytes ? hn::And(w, hn::Set(du16, 0x0f)) : hn::ShiftRight<4>(w);
+    return hn::Sub(hn::BitCast(d16, nib), hn::Set(d16, Q4::kZeroPoint));
   } else {
     // q4_0 with 32 lanes (the whole block: low nibbles, then high ones) or affine4 (low nibbles
     // = even values in the low half, high nibbles = odd values in the high half).
     const hn::Half<decltype(du16)> dh16;
     const hn::Rebind<uint8_t, decltype(dh16)> d8;
-    const uint8_t* p = F == QK::kQ4_0 ? row + 18 * sb + 2 : row + 16 * sb + j * L / 2;
+    const uint8_t* p = F == QK::kQ4_0 ? row + SubBlockCodes(KvCode::kQ4_0, sb)
+                                      : row + SubBlockCodes(KvCode::kAffine4, sb) + j * L / 2;
     const auto w = hn::PromoteTo(dh16, hn::LoadU(d8, p));
     const auto lo = hn::And(w, hn::Set(dh16, 0x0f));
     const auto hi = hn::ShiftRight<4>(w);
     const auto c = hn::BitCast(d16, hn::Combine(du16, hi, lo));
-    if constexpr (F == QK::kQ4_0) return hn::Sub(c, hn::Set(d16, 8));
+    if constexpr (F == QK::kQ4_0) return hn::Sub(c, hn::Set(d16, Q4::kZeroPoint));
     return c;
   }
 }
@@ -138,10 +133,10 @@ struct VChunk {
     constexpr size_t N = HWY_LANES(float);
     const size_t v0 = c * N;
     VChunk k;
-    if constexpr (F == QK::kQ8_0) k.off = 34 * (v0 / 32) + 2 + v0 % 32;
+    if constexpr (F == QK::kQ8_0) k.off = SubBlockCodes(KvCode::kQ8_0, v0 / Q8::kBlockValues) + v0 % Q8::kBlockValues;
     if constexpr (F == QK::kQ4_0) {
-      k.off = 18 * (v0 / 32) + 2 + v0 % 16;
-      k.shift = v0 % 32 >= 16 ? 4 : 0;
+      k.off = SubBlockCodes(KvCode::kQ4_0, v0 / Q4::kBlockValues) + v0 % Q4::kCodeBytes;
+      k.shift = v0 % Q4::kBlockValues >= Q4::kCodeBytes ? 4 : 0;
     }
     if constexpr (F == QK::kA8) k.off = v0;
     if constexpr (F == QK::kA4) {  // chunk pair (2p, 2p + 1): the even, then the odd values of N bytes
@@ -358,20 +353,20 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
   const uint32_t nh = it.head_end - it.head_begin;
   const uint32_t nq = it.qv_end - it.qv_begin;
   const uint32_t npass = static_cast<uint32_t>((nq + kQG - 1) / kQG);
-  const RowGeo kg = MakeGeo(kv.k_format, kD), vg = MakeGeo(kv.v_format, kD);
-  const size_t k_units = kD >> kg.unit_shift, v_units = kD >> vg.unit_shift;
+  const RowGeo kg = MakeRowLayout(kv.k_format, kD), vg = MakeRowLayout(kv.v_format, kD);
+  const size_t k_units = kD >> kg.group_shift, v_units = kD >> vg.group_shift;
   ItemQueries qs;
   PrepareItem(job, it, kD, partial, &qs);
   const size_t nvec = size_t{npass} * kQG;
   QCodes<kD, KF> qc;
-  qc.Build(job, it, qs, size_t{1} << kg.unit_shift, static_cast<uint32_t>(nvec));
+  qc.Build(job, it, qs, size_t{1} << kg.group_shift, static_cast<uint32_t>(nvec));
 
   // V chunks of each pass: byte offsets, nibble shifts and weight offsets (unit x 4).
   VChunk<VF_> chunk[V];
   size_t uoff[V];
   for (size_t c = 0; c < V; ++c) {
     chunk[c] = VChunk<VF_>::At(c);
-    uoff[c] = ((c * N) >> vg.unit_shift) * kQG;
+    uoff[c] = ((c * N) >> vg.group_shift) * kQG;
   }
 
   HWY_ALIGN float part[kTile + kTB][kQG][N];  // per token: the 4 vectors' unsummed scores
@@ -413,7 +408,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
         for (uint32_t t = 0; t < nt; ++t) {
           if (t % 4 == 0) kdrip.Step();  // every 4 tokens
           VF acc[kQG];
-          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, qbias, k_units, kg.unit_shift - 5, kg, acc);
+          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, qbias, k_units, kg.group_shift - 5, kg, acc);
           for (size_t g = 0; g < kQG; ++g) hn::Store(acc[g], df, part[t][g]);
         }
         for (uint32_t t = nt; t % kTB != 0; ++t) {
@@ -482,7 +477,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
             }
           }
           const float* wa = w[a - t0] + uoff[c0];
-          if (kCG * N <= size_t{1} << vg.unit_shift) {  // one unit
+          if (kCG * N <= size_t{1} << vg.group_shift) {  // one unit
             VPass<VF_, kCG, kCG, kWT>(vb + size_t{a - t0} * vs, vs, b - a, wa, chunk + c0, o);
           } else {  // 32-value units (q formats, affine groups of 32)
             VPass<VF_, kCG, 32 / N, kWT>(vb + size_t{a - t0} * vs, vs, b - a, wa, chunk + c0, o);

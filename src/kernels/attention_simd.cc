@@ -24,6 +24,7 @@
 #include "kernels/attention_q16.h"
 #include "kernels/attention_simd.h"
 #include "kernels/attention_common-inl.h"
+#include "quant/format_traits.h"
 #include "quant/quant_simd.h"
 #include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
@@ -156,13 +157,8 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
 // 256 on AVX-512); other cases take the tile path above. Values equal the quant module's
 // decoders (and so the reference) bit for bit.
 
-// What a decoder needs to know of a row besides its bytes.
-struct RowCtx {
-  size_t scales_off = 0, biases_off = 0;  // affine: byte offsets of scales and biases
-  size_t group = 32;
-  uint32_t group_shift = 5;  // log2(group): no division per chunk
-  DType scale_dtype = DType::kF16;
-};
+// What a decoder needs to know of a row besides its bytes: quant's row layout.
+using RowCtx = RowLayout;
 
 HWY_INLINE float HalfAt(const uint8_t* p) { return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, p, 0); }
 HWY_INLINE float ScaleAt(DType t, const uint8_t* base, size_t i) {
@@ -237,7 +233,8 @@ struct EvenOdd<Dec, std::void_t<decltype(Dec::kEvenOdd)>> {
   using Plain = typename Dec::Plain;
 };
 
-struct DecQ8_0 {  // 34-byte blocks: f16 scale, 32 int8 codes
+struct DecQ8_0 {  // ggml blocks: f16 scale, 32 int8 codes (Q8_0Traits)
+  using T = Q8_0Traits;
   static HWY_INLINE VF Codes(DF df, const uint8_t* p) {
     const hn::Rebind<int8_t, DF> di8;
     return hn::ConvertTo(
@@ -245,29 +242,33 @@ struct DecQ8_0 {  // 34-byte blocks: f16 scale, 32 int8 codes
   }
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
     const size_t v0 = k * hn::Lanes(df);
-    const uint8_t* block = row + (v0 / 32) * 34;
-    return hn::Mul(Codes(df, block + 2 + v0 % 32), BroadcastHalf(df, block));
+    const uint8_t* block = row + (v0 / T::kBlockValues) * T::kBlockBytes;
+    return hn::Mul(Codes(df, block + T::kCodesOffset + v0 % T::kBlockValues),
+                   BroadcastHalf(df, block + T::kScaleOffset));
   }
   static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx&, VF& a, VF& b) {
     const size_t N = hn::Lanes(df);
     const size_t v0 = k * N;
-    const uint8_t* block = row + (v0 / 32) * 34;
-    const VF d = BroadcastHalf(df, block);  // chunks k and k + 1 share the block (N <= 16)
-    a = hn::Mul(Codes(df, block + 2 + v0 % 32), d);
-    b = hn::Mul(Codes(df, block + 2 + v0 % 32 + N), d);
+    const uint8_t* block = row + (v0 / T::kBlockValues) * T::kBlockBytes;
+    const VF d = BroadcastHalf(df, block + T::kScaleOffset);  // chunks k, k + 1 share the block (N <= 16)
+    const uint8_t* codes = block + T::kCodesOffset + v0 % T::kBlockValues;
+    a = hn::Mul(Codes(df, codes), d);
+    b = hn::Mul(Codes(df, codes + N), d);
   }
 };
-struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31 high
+struct DecQ4_0 {  // ggml blocks: f16 scale; codes in split halves (Q4_0Traits)
+  using T = Q4_0Traits;
+  static_assert(T::kNibbles == NibbleOrder::kSplitHalves, "low nibbles: first half");
   static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
     const size_t v0 = k * hn::Lanes(df);
-    const uint8_t* block = row + (v0 / 32) * 18;
-    const size_t o = v0 % 32;
+    const uint8_t* block = row + (v0 / T::kBlockValues) * T::kBlockBytes;
+    const size_t o = v0 % T::kBlockValues;
     const hn::Rebind<uint8_t, DF> du8;
-    const auto bytes = hn::LoadU(du8, block + 2 + o % 16);
-    const auto nib = o < 16 ? hn::And(bytes, hn::Set(du8, 0x0f)) : hn::ShiftRight<4>(bytes);
+    const auto bytes = hn::LoadU(du8, block + T::kCodesOffset + o % T::kCodeBytes);
+    const auto nib = o < T::kCodeBytes ? hn::And(bytes, hn::Set(du8, 0x0f)) : hn::ShiftRight<4>(bytes);
     const hn::RebindToSigned<DF> di;
-    const auto c = hn::Sub(hn::PromoteTo(di, nib), hn::Set(di, 8));
-    return hn::Mul(hn::ConvertTo(df, c), BroadcastHalf(df, block));
+    const auto c = hn::Sub(hn::PromoteTo(di, nib), hn::Set(di, T::kZeroPoint));
+    return hn::Mul(hn::ConvertTo(df, c), BroadcastHalf(df, block + T::kScaleOffset));
   }
   static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx& ctx, VF& a,
                               VF& b) {
@@ -278,11 +279,11 @@ struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31
       return;
     }
     // N = 16: chunks k, k + 1 are the low and high nibbles of one block's 16 bytes.
-    const uint8_t* block = row + (k / 2) * 18;
+    const uint8_t* block = row + (k / 2) * T::kBlockBytes;
     const hn::Rebind<uint8_t, DF> du8;
     const hn::RebindToSigned<DF> di;
-    const auto w = hn::PromoteTo(di, hn::LoadU(du8, block + 2));  // one byte per lane
-    const VF d = BroadcastHalf(df, block);
+    const auto w = hn::PromoteTo(di, hn::LoadU(du8, block + T::kCodesOffset));  // one byte per lane
+    const VF d = BroadcastHalf(df, block + T::kScaleOffset);
 #if HWY_TARGET <= HWY_AVX3
     // 16-entry table of (c - 8) * d, the reference's values; vpermps reads only the low 4
     // bits of each index, so the low nibbles need no mask.
@@ -292,7 +293,7 @@ struct DecQ4_0 {  // 18-byte blocks: f16 scale; values 0..15 low nibbles, 16..31
     a = VF{_mm512_permutexvar_ps(w.raw, table)};
     b = VF{_mm512_permutexvar_ps(_mm512_srli_epi32(w.raw, 4), table)};
 #else
-    const auto eight = hn::Set(di, 8);
+    const auto eight = hn::Set(di, T::kZeroPoint);
     a = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::And(w, hn::Set(di, 0x0f)), eight)), d);
     b = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::ShiftRight<4>(w), eight)), d);
 #endif
@@ -358,18 +359,6 @@ struct DecAffine {  // codes (little-endian bit stream) | scales | biases
   }
 };
 
-RowCtx MakeRowCtx(const Format& f, size_t head_dim) {
-  RowCtx c;
-  c.group = f.group;
-  c.group_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
-  c.scale_dtype = f.scale_dtype;
-  if (f.kind == FormatKind::kAffine) {
-    c.scales_off = head_dim * f.bits / 8;
-    c.biases_off = c.scales_off + head_dim / f.group * DTypeSize(f.scale_dtype);
-  }
-  return c;
-}
-
 template <size_t kD, class KDec, class VDec>
 void RunItemFast(const Job& job, const Item& it, float* partial) {
   const DF df;
@@ -388,7 +377,7 @@ void RunItemFast(const Job& job, const Item& it, float* partial) {
   const PagedKvRow& row = kv.rows[it.row];
   const uint32_t G = job.group;
   const uint32_t nq = it.qv_end - it.qv_begin;
-  const RowCtx kc = MakeRowCtx(kv.k_format, kD), vc = MakeRowCtx(kv.v_format, kD);
+  const RowCtx kc = MakeRowLayout(kv.k_format, kD), vc = MakeRowLayout(kv.v_format, kD);
   if constexpr (N >= 8) {
     // Prefill items: all query vectors in the lanes of one vector, each tile decoded once
     // (attention_prefill-inl.h).
