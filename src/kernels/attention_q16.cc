@@ -9,7 +9,7 @@
 // scaled by the K unit scale times the query scale; affine biases add bias x sum(q) per unit
 // (each lane a 1 / N share, before the horizontal sums: N / 4 tokens x 4 query vectors at once,
 // SumBatch). The online
-// softmax is the f32 kernels' (attention_common-inl.h). V: each unit's scale is folded into the
+// softmax is the f32 kernels' (softmax-inl.h). V: each unit's scale is folded into the
 // softmax weights once per token (w = p x scale; N / 4 units per vector, the probabilities
 // transposed token-major 4 x 4 at a time), the V codes are converted to f32 without
 // scaling and accumulated with f32 FMAs, 4 query vectors x kCG chunks of N values per pass;
@@ -30,8 +30,11 @@
 #include <limits>
 
 #include "kernels/attention_q16.h"
-#include "kernels/attention_simd.h"
-#include "kernels/attention_common-inl.h"
+#include "kernels/dispatch.h"
+#include "kernels/job.h"
+#include "kernels/paths.h"
+#include "kernels/prefetch.h"
+#include "kernels/softmax-inl.h"
 #include "quant/format_traits.h"
 #include "quant/simd_reduce-inl.h"
 #include "quant/simd_scalar-inl.h"
@@ -52,10 +55,11 @@ using DI32 = hn::RebindToSigned<DF>;
 constexpr uint32_t kTile = 32;
 constexpr size_t kQG = 4;  // query vectors per pass
 
-enum class QK { kQ8_0, kQ4_0, kA8, kA4 };
+// K / V code layouts: the pair table's (dispatch.h).
+using QK = KvCode;
 
 template <QK F>
-constexpr bool kAffine = F == QK::kA8 || F == QK::kA4;
+constexpr bool kAffine = F == QK::kAffine8 || F == QK::kAffine4;
 
 // What a row's decoders need besides its bytes: quant's row layout (a "unit" is a scale
 // group: a q8_0 / q4_0 block, or an affine group).
@@ -96,7 +100,7 @@ HWY_INLINE hn::Vec<D16> KCodes(const uint8_t* row, size_t sb, size_t j) {
   if constexpr (F == QK::kQ8_0) {
     const hn::Rebind<int8_t, D16> d8;
     return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(row + SubBlockCodes(KvCode::kQ8_0, sb) + j * L)));
-  } else if constexpr (F == QK::kA8) {
+  } else if constexpr (F == QK::kAffine8) {
     const hn::Rebind<uint8_t, D16> d8;
     return hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(d8, row + SubBlockCodes(KvCode::kAffine8, sb) + j * L)));
   } else if constexpr (F == QK::kQ4_0 && L <= 16) {
@@ -138,8 +142,8 @@ struct VChunk {
       k.off = SubBlockCodes(KvCode::kQ4_0, v0 / Q4::kBlockValues) + v0 % Q4::kCodeBytes;
       k.shift = v0 % Q4::kBlockValues >= Q4::kCodeBytes ? 4 : 0;
     }
-    if constexpr (F == QK::kA8) k.off = v0;
-    if constexpr (F == QK::kA4) {  // chunk pair (2p, 2p + 1): the even, then the odd values of N bytes
+    if constexpr (F == QK::kAffine8) k.off = v0;
+    if constexpr (F == QK::kAffine4) {  // chunk pair (2p, 2p + 1): the even, then the odd values of N bytes
       k.off = c / 2 * N;
       k.shift = c % 2 == 1 ? 4 : 0;
     }
@@ -159,7 +163,7 @@ HWY_INLINE VF VCodes(const uint8_t* p, int shift) {
   if constexpr (F == QK::kQ8_0) {
     const hn::Rebind<int8_t, DF> ds8;
     return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(ds8, reinterpret_cast<const int8_t*>(p))));
-  } else if constexpr (F == QK::kA8) {
+  } else if constexpr (F == QK::kAffine8) {
     return hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d8, p))));
   } else {  // q4_0, affine4: one nibble of N bytes
     const auto w = hn::PromoteTo(du, hn::LoadU(d8, p));
@@ -209,7 +213,7 @@ struct QCodes {
         const VF inv = hn::Set(df, amax > 0 ? 32767.0f / amax : 0.0f);
         for (size_t k = 0; k < kD; k += 2 * N) {  // 2N values: one int16 vector of codes
           VF x0 = hn::LoadU(df, q + k), x1 = hn::LoadU(df, q + k + N);
-          if constexpr (KF == QK::kA4) {  // even values, then odd ones
+          if constexpr (KF == QK::kAffine4) {  // even values, then odd ones
             const VF e = hn::ConcatEven(df, x1, x0);
             x1 = hn::ConcatOdd(df, x1, x0);
             x0 = e;
@@ -492,39 +496,16 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
     vdrip.Finish();
     t0 = t1;
   }
-  if constexpr (VF_ == QK::kA4) {  // accumulators back from even / odd to value order
+  if constexpr (VF_ == QK::kAffine4) {  // accumulators back from even / odd to value order
     for (size_t j = 0; j < size_t{nh} * nq; ++j) FromEvenOdd(df, partial + j * kStride + 2, kD);
   }
 }
 
-bool ToQK(const Format& f, QK* out) {
-  switch (f.kind) {
-    case FormatKind::kQ8_0: *out = QK::kQ8_0; return true;
-    case FormatKind::kQ4_0: *out = QK::kQ4_0; return true;
-    case FormatKind::kAffine:
-      if (f.group < 32) return false;
-      if (f.bits == 8) *out = QK::kA8;
-      else if (f.bits == 4) *out = QK::kA4;
-      else return false;
-      return true;
-    default: return false;
-  }
-}
-
 template <size_t kD>
-bool RunD(const Job& job, const Item& it, float* partial, QK k, QK v) {
-#define KVTIER_Q16_PAIR(KF, VF)                            \
-  if (k == QK::KF && v == QK::VF) {                        \
-    RunQ16<kD, QK::KF, QK::VF>(job, it, partial);          \
-    return true;                                           \
-  }
-  KVTIER_Q16_PAIR(kQ8_0, kQ8_0)
-  KVTIER_Q16_PAIR(kQ4_0, kQ4_0)
-  KVTIER_Q16_PAIR(kQ8_0, kQ4_0)
-  KVTIER_Q16_PAIR(kA8, kA8)
-  KVTIER_Q16_PAIR(kA4, kA4)
-#undef KVTIER_Q16_PAIR
-  return false;
+bool RunD(const Job& job, const Item& it, float* partial) {
+  return VisitPair<kServeQ16>(job.kernel.k, job.kernel.v, [&]<KvCode K, KvCode V>() {
+    RunQ16<kD, K, V>(job, it, partial);
+  });
 }
 
 }  // namespace
@@ -534,17 +515,11 @@ bool RunItemQ16Impl(const Job& job, const Item& it, float* partial) {
   if constexpr (N < 4 || N > 16) {
     return false;
   } else {
-    const PagedKvView& kv = *job.kv;
-    QK k, v;
-    if (!ToQK(kv.k_format, &k) || !ToQK(kv.v_format, &v)) return false;
-    const bool k_aff = kv.k_format.kind == FormatKind::kAffine;
-    const bool v_aff = kv.v_format.kind == FormatKind::kAffine;
-    if (k_aff != v_aff || (k_aff && kv.k_format.scale_dtype != kv.v_format.scale_dtype)) return false;
-    switch (kv.head_dim) {
-      case 64: return RunD<64>(job, it, partial, k, v);
-      case 96: return RunD<96>(job, it, partial, k, v);
-      case 128: return RunD<128>(job, it, partial, k, v);
-      case 256: return RunD<256>(job, it, partial, k, v);
+    switch (job.kernel.head_dim) {
+      case 64: return RunD<64>(job, it, partial);
+      case 96: return RunD<96>(job, it, partial);
+      case 128: return RunD<128>(job, it, partial);
+      case 256: return RunD<256>(job, it, partial);
       default: return false;
     }
   }
@@ -566,7 +541,6 @@ bool Int16QkEnabled() { return g_q16_enabled.load(std::memory_order_relaxed); }
 HWY_EXPORT(RunItemQ16Impl);
 
 bool RunItemQ16(const Job& job, const Item& item, float* partial) {
-  if (!Int16QkEnabled()) return false;
   return HWY_DYNAMIC_DISPATCH(RunItemQ16Impl)(job, item, partial);
 }
 

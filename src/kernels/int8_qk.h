@@ -1,6 +1,5 @@
-// Score side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, KTraits, QPack, TileDrip, Load4, DpBusdBcast, KV_VNNI and
-// KV_INL).
+// Score side of the int8 q.k path (attention_int8.cc), on int8_common.h's Fmt, Geo, KTraits,
+// QPack, Load4 and DpBusdBcast. Internal to src/kernels, for attention_int8.cc only.
 // Stateless; thread-safe.
 //
 // Scores come 16 tokens x 4 query vectors per step. For each 16-byte piece of a 32-value
@@ -13,6 +12,16 @@
 // same lane order) times the query's scale. Lane 4 j + i holds row 4 i + j; one more in-lane
 // transpose leaves the 16 x 4 scores token-major.
 #pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/int8_common.h"
+
+#if KVTIER_INT8_X86
+namespace kvtier::attn::int8 {
 
 // In-lane 4x4 transpose of dwords: out[k], 128-bit lane l, dword i = in[i], lane l, dword k.
 KV_INL void Transpose4(const __m512i in[4], __m512i out[4]) {
@@ -253,3 +262,6 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
   Transpose4(in, out);
   for (uint32_t k = 0; k < 4; ++k) _mm512_store_si512(s + 16 * k, out[k]);
 }
+
+}  // namespace kvtier::attn::int8
+#endif  // KVTIER_INT8_X86
