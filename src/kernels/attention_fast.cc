@@ -21,7 +21,7 @@
 #include "kernels/paths.h"
 #include "kernels/prefetch.h"
 #include "kernels/softmax-inl.h"
-#include "quant/simd_reduce-inl.h"
+#include "simd/reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {

@@ -20,7 +20,7 @@
 #include "kernels/paths.h"
 #include "kernels/softmax-inl.h"
 #include "quant/quant_simd.h"
-#include "quant/simd_reduce-inl.h"
+#include "simd/reduce-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {

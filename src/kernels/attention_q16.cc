@@ -36,8 +36,8 @@
 #include "kernels/prefetch.h"
 #include "kernels/softmax-inl.h"
 #include "quant/format_traits.h"
-#include "quant/simd_reduce-inl.h"
-#include "quant/simd_scalar-inl.h"
+#include "simd/reduce-inl.h"
+#include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {

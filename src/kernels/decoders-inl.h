@@ -20,7 +20,7 @@
 #include "hwy/highway.h"
 #include "kvtier/format.h"
 #include "quant/format_traits.h"
-#include "quant/simd_scalar-inl.h"
+#include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {

@@ -14,8 +14,8 @@
 #include "kvtier/quant.h"
 #include "model/matmul.h"
 #include "quant/quant_simd.h"
-#include "quant/simd_reduce-inl.h"
-#include "quant/simd_scalar-inl.h"
+#include "simd/reduce-inl.h"
+#include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::model::HWY_NAMESPACE {
