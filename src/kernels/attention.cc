@@ -1,5 +1,7 @@
-// Attention driver: validation, work split (rows x KV heads x query tiles x key splits),
-// threads, and the log-sum-exp merge of split partials. Thread-safe for distinct outputs.
+// Attention driver: validation, the kernel chosen once per call (dispatch.h), the work split
+// (rows x KV heads x query tiles x key splits), threads, each item run on the chosen path
+// (decode or prefill), and the log-sum-exp merge of split partials. Thread-safe for distinct
+// outputs.
 #include "kvtier/attention.h"
 
 #include <algorithm>
@@ -10,14 +12,13 @@
 #include "base/dtype_io.h"
 #include "base/thread_pool.h"
 #include "kernels/attention_check.h"
-#include "kernels/attention_simd.h"
+#include "kernels/dispatch.h"
+#include "kernels/job.h"
 
 namespace kvtier {
 namespace {
 
 constexpr uint32_t kMinSplitKeys = 512;  // a key split is never shorter than this
-
-bool SupportedHeadDim(uint32_t d) { return d == 64 || d == 80 || d == 96 || d == 128 || d == 256; }
 
 // Combines `n` partials {m, l, acc[d]} (stride d + 2) of one query vector into out.
 void Finalize(const float* partials, size_t n, size_t d, DType out_dtype, void* out, size_t at) {
@@ -46,7 +47,9 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
                  const AttentionParams& params, void* out, ThreadPool* pool) {
   KVTIER_RETURN_IF_ERROR(CheckAttentionArgs(kv, q, q_lens, params, out));
   const uint32_t d = kv.head_dim;
-  if (!SupportedHeadDim(d)) {
+  const attn::KernelChoice kernel =
+      attn::SelectAttentionKernel(kv.k_format, kv.v_format, d, attn::DetectCpuFeatures());
+  if (kernel.decode == attn::Path::kNone) {
     return Status::Unimplemented("attention: head_dim " + std::to_string(d) +
                                  " has no kernel (supported: 64, 80, 96, 128, 256)");
   }
@@ -59,6 +62,7 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
   job.scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
   job.softcap = params.softcap;
   job.window = params.window;
+  job.kernel = kernel;
   std::vector<uint64_t> q_first(kv.n_rows);
   uint64_t total_q = 0;
   for (uint32_t r = 0; r < kv.n_rows; ++r) {
@@ -158,7 +162,8 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
       const size_t u = unit_of[w];
       const bool split = unit_first[u + 1] - unit_first[u] > 1;
       local.resize(attn::PartialFloats(items[w], d));
-      if (!attn::RunItem(job, items[w], local.data())) {
+      const attn::Path path = attn::IsPrefillItem(job, items[w]) ? kernel.prefill : kernel.decode;
+      if (!attn::RunItemOn(path, job, items[w], local.data())) {
         failed[w] = 1;
         continue;
       }

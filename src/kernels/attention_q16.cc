@@ -9,7 +9,7 @@
 // scaled by the K unit scale times the query scale; affine biases add bias x sum(q) per unit
 // (each lane a 1 / N share, before the horizontal sums: N / 4 tokens x 4 query vectors at once,
 // SumBatch). The online
-// softmax is the f32 kernels' (attention_common-inl.h). V: each unit's scale is folded into the
+// softmax is the f32 kernels' (softmax-inl.h). V: each unit's scale is folded into the
 // softmax weights once per token (w = p x scale; N / 4 units per vector, the probabilities
 // transposed token-major 4 x 4 at a time), the V codes are converted to f32 without
 // scaling and accumulated with f32 FMAs, 4 query vectors x kCG chunks of N values per pass;
@@ -30,10 +30,14 @@
 #include <limits>
 
 #include "kernels/attention_q16.h"
-#include "kernels/attention_simd.h"
-#include "kernels/attention_common-inl.h"
-#include "quant/simd_reduce-inl.h"
-#include "quant/simd_scalar-inl.h"
+#include "kernels/dispatch.h"
+#include "kernels/job.h"
+#include "kernels/paths.h"
+#include "kernels/prefetch.h"
+#include "kernels/softmax-inl.h"
+#include "quant/format_traits.h"
+#include "simd/reduce-inl.h"
+#include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {
@@ -51,36 +55,30 @@ using DI32 = hn::RebindToSigned<DF>;
 constexpr uint32_t kTile = 32;
 constexpr size_t kQG = 4;  // query vectors per pass
 
-enum class QK { kQ8_0, kQ4_0, kA8, kA4 };
+// K / V code layouts: the pair table's (dispatch.h).
+using QK = KvCode;
 
 template <QK F>
-constexpr bool kAffine = F == QK::kA8 || F == QK::kA4;
+constexpr bool kAffine = F == QK::kAffine8 || F == QK::kAffine4;
 
-// What a row's decoders need besides its bytes: affine scale / bias offsets and dtype, log2 of
-// the values per unit (q formats: 5).
-struct RowGeo {
-  size_t scales_off = 0, biases_off = 0;
-  uint32_t unit_shift = 5;
-  DType scale_dtype = DType::kF16;
-};
-
-RowGeo MakeGeo(const Format& f, size_t d) {
-  RowGeo g;
-  if (f.kind == FormatKind::kAffine) {
-    g.unit_shift = static_cast<uint32_t>(__builtin_ctz(f.group));
-    g.scale_dtype = f.scale_dtype;
-    g.scales_off = d * f.bits / 8;
-    g.biases_off = g.scales_off + (d >> g.unit_shift) * DTypeSize(f.scale_dtype);
-  }
-  return g;
-}
+// What a row's decoders need besides its bytes: quant's row layout (a "unit" is a scale
+// group: a q8_0 / q4_0 block, or an affine group).
+using RowGeo = RowLayout;
+using Q8 = Q8_0Traits;
+using Q4 = Q4_0Traits;
+static_assert(Q4::kNibbles == NibbleOrder::kSplitHalves && NibblesOf(KvCode::kAffine4) == NibbleOrder::kInterleaved,
+              "KCodes / VChunk read q4_0 in split halves and affine4 interleaved");
 
 // Scale (and affine bias) of unit u of a row, as f32 (the affine scale dtype is read at run
 // time: one branch per unit, not a kernel per dtype).
 template <QK F>
 HWY_INLINE float UnitScale(const uint8_t* row, size_t u, const RowGeo& g) {
-  if constexpr (F == QK::kQ8_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 34 * u, 0);
-  if constexpr (F == QK::kQ4_0) return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + 18 * u, 0);
+  if constexpr (F == QK::kQ8_0) {
+    return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + Q8::kBlockBytes * u + Q8::kScaleOffset, 0);
+  }
+  if constexpr (F == QK::kQ4_0) {
+    return kvtier::HWY_NAMESPACE::LoadScalar(DType::kF16, row + Q4::kBlockBytes * u + Q4::kScaleOffset, 0);
+  }
   return kvtier::HWY_NAMESPACE::LoadScalar(g.scale_dtype, row + g.scales_off, u);
 }
 HWY_INLINE float UnitBias(const uint8_t* row, size_t u, const RowGeo& g) {
@@ -101,27 +99,28 @@ HWY_INLINE hn::Vec<D16> KCodes(const uint8_t* row, size_t sb, size_t j) {
   constexpr size_t L = HWY_LANES(int16_t);
   if constexpr (F == QK::kQ8_0) {
     const hn::Rebind<int8_t, D16> d8;
-    return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(row + 34 * sb + 2 + j * L)));
-  } else if constexpr (F == QK::kA8) {
+    return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(row + SubBlockCodes(KvCode::kQ8_0, sb) + j * L)));
+  } else if constexpr (F == QK::kAffine8) {
     const hn::Rebind<uint8_t, D16> d8;
-    return hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(d8, row + 32 * sb + j * L)));
+    return hn::BitCast(d16, hn::PromoteTo(du16, hn::LoadU(d8, row + SubBlockCodes(KvCode::kAffine8, sb) + j * L)));
   } else if constexpr (F == QK::kQ4_0 && L <= 16) {
     // Values j L .. of the block: low nibbles of bytes 0..15 are values 0..15, high ones 16..31.
     const hn::Rebind<uint8_t, D16> d8;
-    const auto w = hn::PromoteTo(du16, hn::LoadU(d8, row + 18 * sb + 2 + (j * L) % 16));
-    const auto nib = j * L < 16 ? hn::And(w, hn::Set(du16, 0x0f)) : hn::ShiftRight<4>(w);
-    return hn::Sub(hn::BitCast(d16, nib), hn::Set(d16, 8));
+    const auto w = hn::PromoteTo(du16, hn::LoadU(d8, row + SubBlockCodes(KvCode::kQ4_0, sb) + (j * L) % Q4::kCodeBytes));
+    const auto nib = j * L < Q4::kCodeBytes ? hn::And(w, hn::Set(du16, 0x0f)) : hn::ShiftRight<4>(w);
+    return hn::Sub(hn::BitCast(d16, nib), hn::Set(d16, Q4::kZeroPoint));
   } else {
     // q4_0 with 32 lanes (the whole block: low nibbles, then high ones) or affine4 (low nibbles
     // = even values in the low half, high nibbles = odd values in the high half).
     const hn::Half<decltype(du16)> dh16;
     const hn::Rebind<uint8_t, decltype(dh16)> d8;
-    const uint8_t* p = F == QK::kQ4_0 ? row + 18 * sb + 2 : row + 16 * sb + j * L / 2;
+    const uint8_t* p = F == QK::kQ4_0 ? row + SubBlockCodes(KvCode::kQ4_0, sb)
+                                      : row + SubBlockCodes(KvCode::kAffine4, sb) + j * L / 2;
     const auto w = hn::PromoteTo(dh16, hn::LoadU(d8, p));
     const auto lo = hn::And(w, hn::Set(dh16, 0x0f));
     const auto hi = hn::ShiftRight<4>(w);
     const auto c = hn::BitCast(d16, hn::Combine(du16, hi, lo));
-    if constexpr (F == QK::kQ4_0) return hn::Sub(c, hn::Set(d16, 8));
+    if constexpr (F == QK::kQ4_0) return hn::Sub(c, hn::Set(d16, Q4::kZeroPoint));
     return c;
   }
 }
@@ -138,13 +137,13 @@ struct VChunk {
     constexpr size_t N = HWY_LANES(float);
     const size_t v0 = c * N;
     VChunk k;
-    if constexpr (F == QK::kQ8_0) k.off = 34 * (v0 / 32) + 2 + v0 % 32;
+    if constexpr (F == QK::kQ8_0) k.off = SubBlockCodes(KvCode::kQ8_0, v0 / Q8::kBlockValues) + v0 % Q8::kBlockValues;
     if constexpr (F == QK::kQ4_0) {
-      k.off = 18 * (v0 / 32) + 2 + v0 % 16;
-      k.shift = v0 % 32 >= 16 ? 4 : 0;
+      k.off = SubBlockCodes(KvCode::kQ4_0, v0 / Q4::kBlockValues) + v0 % Q4::kCodeBytes;
+      k.shift = v0 % Q4::kBlockValues >= Q4::kCodeBytes ? 4 : 0;
     }
-    if constexpr (F == QK::kA8) k.off = v0;
-    if constexpr (F == QK::kA4) {  // chunk pair (2p, 2p + 1): the even, then the odd values of N bytes
+    if constexpr (F == QK::kAffine8) k.off = v0;
+    if constexpr (F == QK::kAffine4) {  // chunk pair (2p, 2p + 1): the even, then the odd values of N bytes
       k.off = c / 2 * N;
       k.shift = c % 2 == 1 ? 4 : 0;
     }
@@ -164,7 +163,7 @@ HWY_INLINE VF VCodes(const uint8_t* p, int shift) {
   if constexpr (F == QK::kQ8_0) {
     const hn::Rebind<int8_t, DF> ds8;
     return hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(ds8, reinterpret_cast<const int8_t*>(p))));
-  } else if constexpr (F == QK::kA8) {
+  } else if constexpr (F == QK::kAffine8) {
     return hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(du, hn::LoadU(d8, p))));
   } else {  // q4_0, affine4: one nibble of N bytes
     const auto w = hn::PromoteTo(du, hn::LoadU(d8, p));
@@ -214,7 +213,7 @@ struct QCodes {
         const VF inv = hn::Set(df, amax > 0 ? 32767.0f / amax : 0.0f);
         for (size_t k = 0; k < kD; k += 2 * N) {  // 2N values: one int16 vector of codes
           VF x0 = hn::LoadU(df, q + k), x1 = hn::LoadU(df, q + k + N);
-          if constexpr (KF == QK::kA4) {  // even values, then odd ones
+          if constexpr (KF == QK::kAffine4) {  // even values, then odd ones
             const VF e = hn::ConcatEven(df, x1, x0);
             x1 = hn::ConcatOdd(df, x1, x0);
             x0 = e;
@@ -358,20 +357,20 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
   const uint32_t nh = it.head_end - it.head_begin;
   const uint32_t nq = it.qv_end - it.qv_begin;
   const uint32_t npass = static_cast<uint32_t>((nq + kQG - 1) / kQG);
-  const RowGeo kg = MakeGeo(kv.k_format, kD), vg = MakeGeo(kv.v_format, kD);
-  const size_t k_units = kD >> kg.unit_shift, v_units = kD >> vg.unit_shift;
+  const RowGeo kg = MakeRowLayout(kv.k_format, kD), vg = MakeRowLayout(kv.v_format, kD);
+  const size_t k_units = kD >> kg.group_shift, v_units = kD >> vg.group_shift;
   ItemQueries qs;
   PrepareItem(job, it, kD, partial, &qs);
   const size_t nvec = size_t{npass} * kQG;
   QCodes<kD, KF> qc;
-  qc.Build(job, it, qs, size_t{1} << kg.unit_shift, static_cast<uint32_t>(nvec));
+  qc.Build(job, it, qs, size_t{1} << kg.group_shift, static_cast<uint32_t>(nvec));
 
   // V chunks of each pass: byte offsets, nibble shifts and weight offsets (unit x 4).
   VChunk<VF_> chunk[V];
   size_t uoff[V];
   for (size_t c = 0; c < V; ++c) {
     chunk[c] = VChunk<VF_>::At(c);
-    uoff[c] = ((c * N) >> vg.unit_shift) * kQG;
+    uoff[c] = ((c * N) >> vg.group_shift) * kQG;
   }
 
   HWY_ALIGN float part[kTile + kTB][kQG][N];  // per token: the 4 vectors' unsummed scores
@@ -413,7 +412,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
         for (uint32_t t = 0; t < nt; ++t) {
           if (t % 4 == 0) kdrip.Step();  // every 4 tokens
           VF acc[kQG];
-          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, qbias, k_units, kg.unit_shift - 5, kg, acc);
+          TokenScores<kD, KF, kKUnits>(kb + size_t{t} * ks, qcodes, qbias, k_units, kg.group_shift - 5, kg, acc);
           for (size_t g = 0; g < kQG; ++g) hn::Store(acc[g], df, part[t][g]);
         }
         for (uint32_t t = nt; t % kTB != 0; ++t) {
@@ -482,7 +481,7 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
             }
           }
           const float* wa = w[a - t0] + uoff[c0];
-          if (kCG * N <= size_t{1} << vg.unit_shift) {  // one unit
+          if (kCG * N <= size_t{1} << vg.group_shift) {  // one unit
             VPass<VF_, kCG, kCG, kWT>(vb + size_t{a - t0} * vs, vs, b - a, wa, chunk + c0, o);
           } else {  // 32-value units (q formats, affine groups of 32)
             VPass<VF_, kCG, 32 / N, kWT>(vb + size_t{a - t0} * vs, vs, b - a, wa, chunk + c0, o);
@@ -497,39 +496,16 @@ void RunQ16(const Job& job, const Item& it, float* partial) {
     vdrip.Finish();
     t0 = t1;
   }
-  if constexpr (VF_ == QK::kA4) {  // accumulators back from even / odd to value order
+  if constexpr (VF_ == QK::kAffine4) {  // accumulators back from even / odd to value order
     for (size_t j = 0; j < size_t{nh} * nq; ++j) FromEvenOdd(df, partial + j * kStride + 2, kD);
   }
 }
 
-bool ToQK(const Format& f, QK* out) {
-  switch (f.kind) {
-    case FormatKind::kQ8_0: *out = QK::kQ8_0; return true;
-    case FormatKind::kQ4_0: *out = QK::kQ4_0; return true;
-    case FormatKind::kAffine:
-      if (f.group < 32) return false;
-      if (f.bits == 8) *out = QK::kA8;
-      else if (f.bits == 4) *out = QK::kA4;
-      else return false;
-      return true;
-    default: return false;
-  }
-}
-
 template <size_t kD>
-bool RunD(const Job& job, const Item& it, float* partial, QK k, QK v) {
-#define KVTIER_Q16_PAIR(KF, VF)                            \
-  if (k == QK::KF && v == QK::VF) {                        \
-    RunQ16<kD, QK::KF, QK::VF>(job, it, partial);          \
-    return true;                                           \
-  }
-  KVTIER_Q16_PAIR(kQ8_0, kQ8_0)
-  KVTIER_Q16_PAIR(kQ4_0, kQ4_0)
-  KVTIER_Q16_PAIR(kQ8_0, kQ4_0)
-  KVTIER_Q16_PAIR(kA8, kA8)
-  KVTIER_Q16_PAIR(kA4, kA4)
-#undef KVTIER_Q16_PAIR
-  return false;
+bool RunD(const Job& job, const Item& it, float* partial) {
+  return VisitPair<kServeQ16>(job.kernel.k, job.kernel.v, [&]<KvCode K, KvCode V>() {
+    RunQ16<kD, K, V>(job, it, partial);
+  });
 }
 
 }  // namespace
@@ -539,17 +515,11 @@ bool RunItemQ16Impl(const Job& job, const Item& it, float* partial) {
   if constexpr (N < 4 || N > 16) {
     return false;
   } else {
-    const PagedKvView& kv = *job.kv;
-    QK k, v;
-    if (!ToQK(kv.k_format, &k) || !ToQK(kv.v_format, &v)) return false;
-    const bool k_aff = kv.k_format.kind == FormatKind::kAffine;
-    const bool v_aff = kv.v_format.kind == FormatKind::kAffine;
-    if (k_aff != v_aff || (k_aff && kv.k_format.scale_dtype != kv.v_format.scale_dtype)) return false;
-    switch (kv.head_dim) {
-      case 64: return RunD<64>(job, it, partial, k, v);
-      case 96: return RunD<96>(job, it, partial, k, v);
-      case 128: return RunD<128>(job, it, partial, k, v);
-      case 256: return RunD<256>(job, it, partial, k, v);
+    switch (job.kernel.head_dim) {
+      case 64: return RunD<64>(job, it, partial);
+      case 96: return RunD<96>(job, it, partial);
+      case 128: return RunD<128>(job, it, partial);
+      case 256: return RunD<256>(job, it, partial);
       default: return false;
     }
   }
@@ -571,7 +541,6 @@ bool Int16QkEnabled() { return g_q16_enabled.load(std::memory_order_relaxed); }
 HWY_EXPORT(RunItemQ16Impl);
 
 bool RunItemQ16(const Job& job, const Item& item, float* partial) {
-  if (!Int16QkEnabled()) return false;
   return HWY_DYNAMIC_DISPATCH(RunItemQ16Impl)(job, item, partial);
 }
 

@@ -13,9 +13,10 @@
 #include "base/thread_pool.h"
 #include "kvtier/quant.h"
 #include "model/matmul.h"
+#include "quant/format_traits.h"
 #include "quant/quant_simd.h"
-#include "quant/simd_reduce-inl.h"
-#include "quant/simd_scalar-inl.h"
+#include "simd/reduce-inl.h"
+#include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::model::HWY_NAMESPACE {
@@ -44,7 +45,7 @@ struct WF32 {  // plain f32 (also the tiled path's decoded rows): the only one w
   }
 };
 struct WQ8_0 {  // fp16 scale, 32 int8
-  static constexpr size_t kBlock = 32, kBytes = 34;
+  static constexpr size_t kBlock = Q8_0Traits::kBlockValues, kBytes = Q8_0Traits::kBlockBytes;
   static HWY_INLINE VF Scale(const uint8_t* b) { return kvtier::HWY_NAMESPACE::BroadcastHalf(b); }
   static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
     const hn::RebindToSigned<DF> di;
@@ -54,7 +55,7 @@ struct WQ8_0 {  // fp16 scale, 32 int8
   }
 };
 struct WQ4_0 {  // fp16 scale, 16 bytes: value i in the low nibble of byte i, i + 16 in the high
-  static constexpr size_t kBlock = 32, kBytes = 18;
+  static constexpr size_t kBlock = Q4_0Traits::kBlockValues, kBytes = Q4_0Traits::kBlockBytes;
   static HWY_INLINE VF Scale(const uint8_t* b) { return kvtier::HWY_NAMESPACE::BroadcastHalf(b); }
   static HWY_INLINE VF Load(DF df, const uint8_t* b, size_t j) {
     const hn::RebindToSigned<DF> di;

@@ -5,7 +5,7 @@ add_library(kvtier_model STATIC
   ${CMAKE_CURRENT_LIST_DIR}/forward.cc ${CMAKE_CURRENT_LIST_DIR}/ops.cc
   ${CMAKE_CURRENT_LIST_DIR}/model_ref.cc ${CMAKE_CURRENT_LIST_DIR}/sampler.cc)
 target_link_libraries(kvtier_model PUBLIC kvtier_gguf kvtier_kernels kvtier_kv kvtier_quant
-  kvtier_base PRIVATE PkgConfig::HWY)
+  kvtier_base PRIVATE kvtier_simd PkgConfig::HWY)
 
 kvtier_add_test(kvtier_model_runtime_test model
   SOURCES ${CMAKE_CURRENT_LIST_DIR}/matmul_test.cc ${CMAKE_CURRENT_LIST_DIR}/model_test.cc

@@ -20,7 +20,7 @@
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"
 #include "quant/quant_simd.h"
-#include "quant/simd_scalar-inl.h"
+#include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier {

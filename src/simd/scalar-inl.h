@@ -1,14 +1,14 @@
-// Per-target scalar helpers shared by the SIMD kernels of src/quant and src/kernels: an f16,
-// bf16 or f32 element as f32 without a call into base/ (in a vector loop each such call costs
-// a vzeroupper), and an f16 broadcast to a whole vector. Include after hwy/highway.h in a
-// Highway foreach_target translation unit; pure functions.
+// Per-target scalar helpers shared by the SIMD kernels of src/quant, src/kernels and src/model
+// (module kvtier_simd, src/simd): an f16, bf16 or f32 element as f32 without a call into base/
+// (in a vector loop each such call costs a vzeroupper), and an f16 broadcast to a whole vector. Include after hwy/highway.h in a
+// Highway foreach_target translation unit; pure functions, thread-safe.
 
 // Per-target include guard (Highway's convention for -inl.h headers).
-#if defined(KVTIER_QUANT_SIMD_SCALAR_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KVTIER_QUANT_SIMD_SCALAR_INL_H_
-#undef KVTIER_QUANT_SIMD_SCALAR_INL_H_
+#if defined(KVTIER_SIMD_SCALAR_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVTIER_SIMD_SCALAR_INL_H_
+#undef KVTIER_SIMD_SCALAR_INL_H_
 #else
-#define KVTIER_QUANT_SIMD_SCALAR_INL_H_
+#define KVTIER_SIMD_SCALAR_INL_H_
 #endif
 
 #include <cstdint>
@@ -59,4 +59,4 @@ HWY_INLINE hwy::HWY_NAMESPACE::Vec<hwy::HWY_NAMESPACE::ScalableTag<float>> Broad
 }  // namespace kvtier::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // KVTIER_QUANT_SIMD_SCALAR_INL_H_
+#endif  // KVTIER_SIMD_SCALAR_INL_H_

@@ -1,6 +1,5 @@
-// Score side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, KTraits, QPack, TileDrip, Load4, DpBusdBcast, KV_VNNI and
-// KV_INL).
+// Score side of the int8 q.k path (attention_int8.cc), on int8_common.h's Fmt, Geo, KTraits,
+// QPack, Load4 and DpBusdBcast. Internal to src/kernels, for attention_int8.cc only.
 // Stateless; thread-safe.
 //
 // Scores come 16 tokens x 4 query vectors per step. For each 16-byte piece of a 32-value
@@ -13,6 +12,16 @@
 // same lane order) times the query's scale. Lane 4 j + i holds row 4 i + j; one more in-lane
 // transpose leaves the 16 x 4 scores token-major.
 #pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/int8_common.h"
+
+#if KVTIER_INT8_X86
+namespace kvtier::attn::int8 {
 
 // In-lane 4x4 transpose of dwords: out[k], 128-bit lane l, dword i = in[i], lane l, dword k.
 KV_INL void Transpose4(const __m512i in[4], __m512i out[4]) {
@@ -48,30 +57,39 @@ struct KEntries {
         if constexpr (KT::kAffine) {
           off = (e < kg.n_groups ? kg.scales_off + 2 * e : kg.biases_off + 2 * (e - kg.n_groups)) - 2;
         } else {
-          off = KF == Fmt::kQ4_0 ? 18 * e : 34 * e;
+          off = SubBlockBytes(KF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kQ8_0) * e;
         }
         ent_off[q][l] = static_cast<int32_t>(off);
       }
     }
-    // q4_0 scales (words 9 b of a row) of rows A, B into words 4 j + b (j: 0 for A, 1 for B)
-    // and, for the second pair, 8 + 4 j + b.
+    // q4_0 scales (word kBlockBytes / 2 x b of a row) of rows A, B into words 4 j + b (j: 0
+    // for A, 1 for B) and, for the second pair, 8 + 4 j + b.
+    constexpr int kQ4Words = static_cast<int>(Q4_0Traits::kBlockBytes / 2);
+    static_assert(Q4_0Traits::kScaleOffset == 0 && 3 * kQ4Words < 32, "q4_0 scales: words of 64 bytes");
     alignas(64) int16_t q4_words[32];
     for (int w = 0; w < 32; ++w) {
       const int j = (w / 4) % 2, b = std::min<int>(w % 4, static_cast<int>(kSb) - 1);
-      q4_words[w] = static_cast<int16_t>(32 * j + 9 * b);
+      q4_words[w] = static_cast<int16_t>(32 * j + kQ4Words * b);
     }
     q4_idx = _mm512_load_si512(q4_words);
-    // q8_0 scales (bytes 34 b of a row, b < 4) as dwords of its first 128 bytes (lo: 0..63,
-    // hi: 64..127): 0 and 8 of lo, 1 and 9 of hi; odd blocks' scales are the dword's high half.
-    q8_idx = kD == 64 ? _mm512_setr_epi32(0, 8, 8, 8, 0, 8, 8, 8, 0, 8, 8, 8, 0, 8, 8, 8)
-                      : _mm512_setr_epi32(0, 8, 17, 25, 0, 8, 17, 25, 0, 8, 17, 25, 0, 8, 17, 25);
+    // q8_0 scales (byte kBlockBytes x b of a row, b < 4) as dwords of its first 128 bytes (lo:
+    // 0..63, hi: 64..127): 0 and 8 of lo, 1 and 9 of hi; odd blocks' scales are the dword's
+    // high half.
+    static_assert(Q8_0Traits::kScaleOffset == 0 && Q8_0Traits::kBlockBytes % 4 == 2 &&
+                      3 * Q8_0Traits::kBlockBytes / 4 < 32,
+                  "q8_0 scales: halves of dwords of 128 bytes");
+    auto q8d = [](size_t b) {
+      return static_cast<int>(Q8_0Traits::kBlockBytes * std::min<size_t>(b, kSb - 1) / 4);
+    };
+    q8_idx = _mm512_setr_epi32(q8d(0), q8d(1), q8d(2), q8d(3), q8d(0), q8d(1), q8d(2), q8d(3),
+                               q8d(0), q8d(1), q8d(2), q8d(3), q8d(0), q8d(1), q8d(2), q8d(3));
     q8_shift = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
   }
 
   // Entries of rows r[0..3]: dm[q] lane 4 j + e = entry 4 q + e of row j, as f32.
   KV_INL void Rows4(const uint8_t* const r[4], __m512 dm[4]) const {
     if constexpr (KF == Fmt::kQ4_0 && kD <= 128) {
-      // Scales at words 0, 9, 18, 27 of each row's first 64 bytes: two 2-row permutes.
+      // Scales at words kQ4Words x b of each row's first 64 bytes: two 2-row permutes.
       const __m512i w01 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[0]), q4_idx,
                                                     _mm512_loadu_si512(r[1]));
       const __m512i w23 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[2]), q4_idx,
@@ -244,3 +262,6 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
   Transpose4(in, out);
   for (uint32_t k = 0; k < 4; ++k) _mm512_store_si512(s + 16 * k, out[k]);
 }
+
+}  // namespace kvtier::attn::int8
+#endif  // KVTIER_INT8_X86

@@ -1,14 +1,14 @@
-// Per-target helpers shared by the f32 kernels (attention_simd.cc, attention_q16.cc): the
+// Per-target helpers shared by the f32 kernels (attention_generic / _fast / _q16.cc): the
 // online-softmax step over one query vector's scores of a tile, and the even / odd value
 // order some decoders produce. Include inside a Highway foreach_target translation unit after
 // hwy/highway.h and hwy/contrib/math/math-inl.h. Pure functions; thread-safe.
 
 // Per-target include guard (Highway's convention for -inl.h headers).
-#if defined(KVTIER_KERNELS_ATTENTION_COMMON_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
-#undef KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
+#if defined(KVTIER_KERNELS_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVTIER_KERNELS_SOFTMAX_INL_H_
+#undef KVTIER_KERNELS_SOFTMAX_INL_H_
 #else
-#define KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
+#define KVTIER_KERNELS_SOFTMAX_INL_H_
 #endif
 
 #include <algorithm>
@@ -106,4 +106,4 @@ HWY_INLINE void FromEvenOdd(DF df, float* x, size_t n) {
 }  // namespace kvtier::attn::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // KVTIER_KERNELS_ATTENTION_COMMON_INL_H_
+#endif  // KVTIER_KERNELS_SOFTMAX_INL_H_

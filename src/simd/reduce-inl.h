@@ -1,12 +1,13 @@
-// Per-target horizontal reductions shared by the SIMD kernels of src/kernels and src/model.
-// Include after hwy/highway.h in a Highway foreach_target translation unit; pure functions.
+// Per-target horizontal reductions shared by the SIMD kernels of src/kernels and src/model
+// (module kvtier_simd, src/simd: Highway helpers below quant, kernels and model). Include after
+// hwy/highway.h in a Highway foreach_target translation unit; pure functions, thread-safe.
 
 // Per-target include guard (Highway's convention for -inl.h headers).
-#if defined(KVTIER_QUANT_SIMD_REDUCE_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KVTIER_QUANT_SIMD_REDUCE_INL_H_
-#undef KVTIER_QUANT_SIMD_REDUCE_INL_H_
+#if defined(KVTIER_SIMD_REDUCE_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef KVTIER_SIMD_REDUCE_INL_H_
+#undef KVTIER_SIMD_REDUCE_INL_H_
 #else
-#define KVTIER_QUANT_SIMD_REDUCE_INL_H_
+#define KVTIER_SIMD_REDUCE_INL_H_
 #endif
 
 #include "hwy/highway.h"
@@ -63,4 +64,4 @@ HWY_INLINE VF SumBatch(DF df, const VF* acc) {
 }  // namespace kvtier::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // KVTIER_QUANT_SIMD_REDUCE_INL_H_
+#endif  // KVTIER_SIMD_REDUCE_INL_H_

@@ -1,6 +1,5 @@
-// V side of the int8 q.k path: included by attention_int8.cc inside its anonymous namespace
-// (it uses that file's Fmt, Geo, KTraits, KEntries, TileDrip, DpWssd, DpBusd, DpBusdBcast, Load4,
-// KV_VNNI and KV_INL).
+// V side of the int8 q.k path (attention_int8.cc), on int8_common.h (Fmt, Geo, TileDrip, the
+// dot products) and int8_qk.h (KEntries). Internal to src/kernels, for attention_int8.cc only.
 // Stateless; thread-safe.
 //
 // Weighted V of one pass of 4 query vectors over n rows: acc[g] = acc[g] * corr[g] +
@@ -15,6 +14,16 @@
 // (even / odd values) and of 8-bit V (in-lane unpack order) are put back in value order when
 // the item ends.
 #pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/int8_qk.h"
+
+#if KVTIER_INT8_X86
+namespace kvtier::attn::int8 {
 
 template <size_t kD>
 struct VShape {
@@ -38,7 +47,8 @@ template <size_t kD, Fmt VF>
 KV_VNNI VScaleMap<kD> MakeVScaleMap() {
   static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kQ4_0, "q formats (affine: VEntries)");
   constexpr size_t kNB = VShape<kD>::kNB;
-  constexpr size_t kBlock = VF == Fmt::kQ4_0 ? 18 : 34;  // bytes
+  constexpr size_t kBlock = SubBlockBytes(VF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kQ8_0);
+  static_assert(Q4_0Traits::kScaleOffset == 0 && Q8_0Traits::kScaleOffset == 0, "scales lead");
   VScaleMap<kD> m;
   for (size_t v = 0; v < VShape<kD>::kVecs; ++v) {
     m.win[v] = 4 * kBlock * v;
@@ -74,7 +84,7 @@ KV_INL __m512 PickHalves(const uint8_t* row, const VScaleMap<kD>& m, size_t v, _
 // formats' per-row word permute (VScaleMap) measured level with it.
 template <size_t kD, Fmt VF>
 struct VEntries {
-  static_assert(VF == Fmt::kA8 || VF == Fmt::kA4, "affine formats (q formats: VScaleMap)");
+  static_assert(VF == Fmt::kAffine8 || VF == Fmt::kAffine4, "affine formats (q formats: VScaleMap)");
   using S = VShape<kD>;
   KEntries<kD, VF> ke;
   uint32_t s_src[S::kVecs], s_src2[S::kVecs], b_src[S::kVecs], b_src2[S::kVecs];
@@ -106,11 +116,11 @@ struct VEntries {
 
 // What a V path reads the scales (and biases) with.
 template <size_t kD, Fmt VF>
-using VScales = std::conditional_t<VF == Fmt::kA8 || VF == Fmt::kA4, VEntries<kD, VF>, VScaleMap<kD>>;
+using VScales = std::conditional_t<VF == Fmt::kAffine8 || VF == Fmt::kAffine4, VEntries<kD, VF>, VScaleMap<kD>>;
 
 template <size_t kD, Fmt VF>
 KV_VNNI VScales<kD, VF> MakeVScales(const Geo& vg) {
-  if constexpr (VF == Fmt::kA8 || VF == Fmt::kA4) {
+  if constexpr (VF == Fmt::kAffine8 || VF == Fmt::kAffine4) {
     return VEntries<kD, VF>(vg);
   } else {
     return MakeVScaleMap<kD, VF>();
@@ -190,7 +200,7 @@ template <size_t kD, Fmt VF, bool kSumW>
 KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
                         const VScales<kD, VF>& vsc, float* w, __m512* wmax, __m512* wsum,
                         __m512* bsum) {
-  if constexpr (VF == Fmt::kA8 || VF == Fmt::kA4) {
+  if constexpr (VF == Fmt::kAffine8 || VF == Fmt::kAffine4) {
     if (vsc.ke.n_gath == 1) {
       AffineWeights<kD, VF, kSumW, true>(rows, n, p, vsc, w, wmax, wsum, bsum);
     } else {
@@ -214,8 +224,8 @@ KV_INL void TileWeights(const uint8_t* const* rows, uint32_t n, const float* p,
 // item ends).
 template <Fmt F>
 KV_INL void VPairCodes(const uint8_t* r0, const uint8_t* r1, size_t b, __m512i c[2]) {
-  static_assert(F == Fmt::kQ8_0 || F == Fmt::kA8, "8-bit V formats only (4-bit: QuadBytes)");
-  const size_t o = F == Fmt::kQ8_0 ? 34 * b + 2 : 32 * b;
+  static_assert(F == Fmt::kQ8_0 || F == Fmt::kAffine8, "8-bit V formats only (4-bit: QuadBytes)");
+  const size_t o = SubBlockCodes(F == Fmt::kQ8_0 ? KvCode::kQ8_0 : KvCode::kAffine8, b);
   const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + o));
   const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + o));
   const __m512i a = F == Fmt::kQ8_0 ? _mm512_cvtepi8_epi16(x0) : _mm512_cvtepu8_epi16(x0);
@@ -259,11 +269,11 @@ __attribute__((noinline)) KV_VNNI void AccumulateV(const uint8_t* vr, size_t vs,
                                                    const float* p, const float corr[4],
                                                    float* const acc[4],
                                                    const VScales<kD, VF>& vsc, TileDrip* drip_out) {
-  static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kA8, "8-bit V formats only");
+  static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kAffine8, "8-bit V formats only");
   TileDrip drip = *drip_out;
   using S = VShape<kD>;
   constexpr size_t kNB = S::kNB;
-  constexpr bool kAffine = VF == Fmt::kA8;
+  constexpr bool kAffine = VF == Fmt::kAffine8;
   alignas(64) float w[(kTile + 1) * S::kW];   // [token][weight lane 4 b + g]
   alignas(64) float step[S::kW], bias[S::kW];  // per lane: the int16 step; affine: the biases
   alignas(64) int32_t wp[kTile / 2 * S::kW];  // [token pair][lane]: (w[2 i], w[2 i + 1]) as int16
@@ -341,11 +351,11 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
                                                     const float* p, const float corr[4],
                                                     float* const acc[4],
                                                     const VScales<kD, VF>& vsc, TileDrip* drip_out) {
-  static_assert(VF == Fmt::kQ4_0 || VF == Fmt::kA4, "4-bit V formats only");
+  static_assert(VF == Fmt::kQ4_0 || VF == Fmt::kAffine4, "4-bit V formats only");
   TileDrip drip = *drip_out;
   using S = VShape<kD>;
   constexpr size_t kNB = S::kNB;
-  constexpr bool kCentre = VF == Fmt::kA4;  // 8 - off is 8 (affine4) or 0 (q4_0)
+  constexpr bool kCentre = VF == Fmt::kAffine4;  // 8 - off is 8 (affine4) or 0 (q4_0)
   alignas(64) float w[(kTile + 3) * S::kW];      // [token][lane 4 b + g]: p x scale(t, b)
   alignas(64) float step[S::kW], bias[S::kW];    // per lane: the int8 step; the offsets
   alignas(64) int8_t wq[kTile / 4 * S::kW * 4];  // [quad][lane][token of the quad]: int8 weights
@@ -403,7 +413,7 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
       if constexpr (kDrip) drip.Step(2);  // the slots of two token pairs
       for (size_t bb = 0; bb < 2; ++bb) {
         const size_t b = b0 + bb;
-        const __m512i z = QuadBytes(r, VF == Fmt::kQ4_0 ? 18 * b + 2 : 16 * b);
+        const __m512i z = QuadBytes(r, SubBlockCodes(VF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kAffine4, b));
         const __m512i lo = _mm512_and_si512(z, low4);
         for (size_t g = 0; g < 4; ++g) {
           o[4 * g + 2 * bb] = DpBusdBcast(o[4 * g + 2 * bb], lo, wi + 4 * (4 * b + g));
@@ -416,3 +426,6 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
   }
   *drip_out = drip;
 }
+
+}  // namespace kvtier::attn::int8
+#endif  // KVTIER_INT8_X86

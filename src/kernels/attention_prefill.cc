@@ -1,4 +1,4 @@
-// Prefill micro-kernel of the f32 fast path (attention_simd.cc): items with many query vectors
+// The prefill attention path (f32): items with many query vectors
 // (a prefill chunk's 4 query tokens x 4 GQA heads, say) run with the query vectors in the
 // lanes of one vector (two below 16 float lanes), so each decoded K / V tile feeds all of them,
 // each broadcast value feeds one FMA per lane vector and nothing is reduced across lanes. Per tile of kTT tokens (inside one block) of a KV head:
@@ -13,46 +13,33 @@
 // O^T, Q^T, the tiles and P^T are fixed-size (no buffer grows with the context); O^T is
 // transposed into the partials once at the end of the item. f32 accumulation throughout:
 // results differ from the row-per-query fast path only by summation order.
-// Include inside a Highway foreach_target translation unit after hwy/highway.h and
-// math-inl.h; attention_simd.cc instantiates it. Stateless; thread-safe.
+// Serves prefill items (dispatch.h's IsPrefillItem: 8 or more lanes) of the pair table's
+// kServeFast rows at head_dim 64, 128, 256, with the fast path's decoders (decoders-inl.h, in
+// value order). Compiled for every Highway target and dispatched at run time. Stateless;
+// thread-safe.
 
-// Per-target include guard (Highway's convention for -inl.h headers).
-#if defined(KVTIER_KERNELS_ATTENTION_PREFILL_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef KVTIER_KERNELS_ATTENTION_PREFILL_INL_H_
-#undef KVTIER_KERNELS_ATTENTION_PREFILL_INL_H_
-#else
-#define KVTIER_KERNELS_ATTENTION_PREFILL_INL_H_
-#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/attention_prefill.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 
-#include "hwy/contrib/math/math-inl.h"
-#include "hwy/highway.h"
-#include "kernels/attention_simd.h"
+#include "kernels/decoders-inl.h"
+#include "kernels/dispatch.h"
+#include "kernels/job.h"
+#include "kernels/paths.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {
+namespace {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Query vectors per lane group: one vector of lanes on targets with 16 float lanes, two
-// below (so that each broadcast K or V value feeds two FMAs and a 16-vector item fits).
-template <class DF>
-constexpr size_t PrefillVectors(DF) {
-  return HWY_LANES(float) >= 16 ? 1 : 2;
-}
-
-// Whether an item takes the prefill micro-kernel: a prefill row (more than one query token)
-// with at least kMinLanes and at most PrefillVectors vectors of query vectors. Decode items
-// keep the row-per-query fast path.
-template <class DF>
-HWY_INLINE bool UsePrefillKernel(DF df, const Job& job, const Item& it) {
-  constexpr uint32_t kMinLanes = 8;
-  const uint32_t nq = it.qv_end - it.qv_begin;
-  return job.q_lens[it.row] > 1 && nq >= kMinLanes && nq <= PrefillVectors(df) * hn::Lanes(df);
-}
+constexpr uint32_t kTile = 32;
 
 // kD: head_dim; kTT: tokens per tile (at most); kTB: tokens per score block; kDB: dims of O^T
 // per V pass (each times kQV vectors of accumulators). KDec / VDec: the fast path's decoders
@@ -60,7 +47,7 @@ HWY_INLINE bool UsePrefillKernel(DF df, const Job& job, const Item& it) {
 // Query vector i sits in lane i % N of lane vector i / N (kQV lane vectors).
 template <size_t kD, size_t kTT, size_t kTB, size_t kDB, size_t kQV, class KDec, class VDec, class DF,
           class Ctx>
-void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const Ctx& kc,
+void RunPrefill(DF df, const Job& job, const Item& it, float* partial, const Ctx& kc,
                     const Ctx& vc) {
   using VF = hn::Vec<DF>;
   constexpr size_t N = HWY_LANES(float);
@@ -260,7 +247,49 @@ void RunItemPrefill(DF df, const Job& job, const Item& it, float* partial, const
   }
 }
 
+
+template <size_t kD>
+bool RunPrefillD(const Job& job, const Item& it, float* partial) {
+  constexpr size_t N = HWY_LANES(float);
+  if constexpr (N < 8 || N % 4 != 0 || (kD / N) % 4 != 0) {
+    return false;
+  } else {
+    const DF df;
+    const RowCtx kc = MakeRowLayout(job.kv->k_format, kD), vc = MakeRowLayout(job.kv->v_format, kD);
+    // Score tokens / V dims per register block: kBlk x kQV accumulators.
+    constexpr size_t kQV = PrefillLaneVectors(N);
+    constexpr size_t kBlk = N >= 16 ? 16 : 4;
+    return VisitPair<kServeFast>(job.kernel.k, job.kernel.v, [&]<KvCode K, KvCode V>() {
+      WithDecoders<K, V>(job.kernel.scale_dtype, [&]<class KDec, class VDec>() {
+        RunPrefill<kD, kTile, kBlk, kBlk, kQV, typename EvenOdd<KDec>::Plain, typename EvenOdd<VDec>::Plain>(
+            df, job, it, partial, kc, vc);
+      });
+    });
+  }
+}
+
+}  // namespace
+
+bool RunItemPrefillImpl(const Job& job, const Item& item, float* partial) {
+  switch (job.kernel.head_dim) {
+    case 64: return RunPrefillD<64>(job, item, partial);
+    case 128: return RunPrefillD<128>(job, item, partial);
+    case 256: return RunPrefillD<256>(job, item, partial);
+    default: return false;
+  }
+}
+
 }  // namespace kvtier::attn::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
-#endif  // KVTIER_KERNELS_ATTENTION_PREFILL_INL_H_
+#if HWY_ONCE
+namespace kvtier::attn {
+
+HWY_EXPORT(RunItemPrefillImpl);
+
+bool RunItemPrefill(const Job& job, const Item& item, float* partial) {
+  return HWY_DYNAMIC_DISPATCH(RunItemPrefillImpl)(job, item, partial);
+}
+
+}  // namespace kvtier::attn
+#endif  // HWY_ONCE
