@@ -27,7 +27,7 @@
 
 namespace kvtier {
 
-class ThreadPool;
+class ThreadPool;  // kvtier/thread_pool.h
 
 struct AttentionParams {
   uint32_t n_heads = 0;      // query heads: a multiple of the view's n_kv_heads

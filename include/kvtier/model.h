@@ -22,7 +22,7 @@
 
 namespace kvtier {
 
-class ThreadPool;
+class ThreadPool;  // kvtier/thread_pool.h
 
 enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2 };
 std::string_view ModelArchName(ModelArch a);

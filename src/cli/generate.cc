@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "base/timer.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kvtier/status.h"
-#include "model/test_model.h"
+#include "kvtier/test_model.h"
 
 namespace CLI {
 class App;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/dtype_io.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kernels/attention_check.h"
 #include "kernels/attention_simd.h"
 

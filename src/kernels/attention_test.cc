@@ -12,7 +12,7 @@
 
 #include "base/dtype_io.h"
 #include "base/half.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kernels/attention_int8.h"
 #include "kernels/attention_q16.h"
 #include "kernels/attention_ref.h"
