@@ -1,3 +1,6 @@
+// Module kernels (src/kernels, kvtier_kernels; order and include rule: docs/architecture.md) owns
+// fused attention over the paged view, its float64 reference, machine probes.
+//
 // Fused attention over a paged, quantized KV cache (CPU).
 //
 // For every row r of the view, the queries are the last q_lens[r] tokens of that row: query i

@@ -1,3 +1,6 @@
+// Module model (src/model, kvtier_model; order and include rule: docs/architecture.md) owns the
+// model runtime (weights, matmul, forward pass, sampler).
+//
 // Model runtime: a decoder-only transformer (llama, qwen2, qwen3) loaded from GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
