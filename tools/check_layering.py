@@ -10,7 +10,9 @@ first; the `may include` column names the modules whose internal headers a modul
   - an include cycle among the files of src/kernels (a header and the .cc of the same stem
     are one component; a cycle between components is a loop of calls),
   - a folder of src/ with no row in the table, or a row whose `may include` names a module
-    that is not below it.
+    that is not below it,
+  - a library target (`kvtier_module(TARGET MODULE)` in CMake) linking the target of a module
+    its row does not list (CMake's link graph and the table say the same).
 Front ends (rows whose kind is `front end`) may include public headers (`kvtier/...`) and the
 internal headers of the modules their row lists; a benchmark file may also include the
 internals of the modules it measures, listed in the table "Benchmarks" of the same page.
@@ -194,6 +196,30 @@ def main():
                                   f"dependencies ({', '.join(m['may']) or '-'})")
     del by_folder
 
+    # CMake: a library module's targets link only what its row lists.
+    owner, links = {}, []
+    for m in modules:
+        for rel in files_under_cmake(root, m["folder"]):
+            text = open(os.path.join(root, rel), encoding="utf-8").read()
+            for mt in re.finditer(r"kvtier_module\(\s*(\S+)\s+(\S+)\s*\)", text):
+                owner[mt.group(1)] = mt.group(2)
+            for mt in re.finditer(r"target_link_libraries\(\s*(\S+)([^)]*)\)", text):
+                lineno = text.count("\n", 0, mt.start()) + 1
+                for dep in re.findall(r"\bkvtier_\w+", mt.group(2)):
+                    links.append((f"{rel}:{lineno}", mt.group(1), dep))
+    for loc, tgt, dep in links:
+        a, b = owner.get(tgt), owner.get(dep)
+        if not a or not b or a == b or a not in level or b not in level:
+            continue
+        if modules[level[a]]["kind"].startswith("front"):
+            continue
+        if level[b] > level[a]:
+            errors.append(f"{loc}: {tgt} ({a}) links {dep} ({b}): {b} is above {a} in the "
+                          f"module order")
+        elif b not in modules[level[a]]["may"]:
+            errors.append(f"{loc}: {tgt} ({a}) links {dep} ({b}), which the table does not "
+                          f"list for {a}")
+
     # Cycles among src/kernels components (stem: x.h + x.cc; x-inl.h is its own).
     def comp(path):
         base = os.path.basename(path)
@@ -222,6 +248,13 @@ def main():
           f"({' < '.join(m['name'] for m in modules)}); "
           f"{len(ALLOWED)} allow-listed include(s) left")
     return 0
+
+
+def files_under_cmake(root, folder):
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+        for n in sorted(names):
+            if n == "CMakeLists.txt" or n.endswith(".cmake"):
+                yield os.path.relpath(os.path.join(dirpath, n), root)
 
 
 def find_cycles(graph):
