@@ -130,7 +130,6 @@ def main():
         if os.path.isdir(os.path.join(root, "src", d)) and d not in level:
             errors.append(f"src/{d}: a module folder with no row in the table of {doc}")
 
-    by_folder = {m["folder"]: m for m in modules}
     seen_allowed = set()
     kernel_edges = []  # (from_rel, to_rel, lineno)
 
@@ -194,7 +193,6 @@ def main():
                 else:
                     errors.append(f"{where}: {target} is not among {m['name']}'s "
                                   f"dependencies ({', '.join(m['may']) or '-'})")
-    del by_folder
 
     # CMake: a library module's targets link only what its row lists.
     owner, links = {}, []
