@@ -1,3 +1,6 @@
+// Module kernels (src/kernels, kvtier_kernels; order and include rule: docs/architecture.md) owns
+// fused attention over the paged view, its float64 reference, machine probes.
+//
 // Fused attention over a paged, quantized KV cache (CPU).
 //
 // For every row r of the view, the queries are the last q_lens[r] tokens of that row: query i
@@ -27,7 +30,7 @@
 
 namespace kvtier {
 
-class ThreadPool;
+class ThreadPool;  // kvtier/thread_pool.h
 
 struct AttentionParams {
   uint32_t n_heads = 0;      // query heads: a multiple of the view's n_kv_heads

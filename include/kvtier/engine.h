@@ -1,3 +1,6 @@
+// Module engine (src/engine, kvtier_engine; order and include rule: docs/architecture.md) owns the
+// scheduler (continuous batching, admission, preemption), stop strings, prefill helpers.
+//
 // Engine: continuous batching over the tiered KV cache. One scheduler thread runs steps; in
 // each step every running request computes either its next chunk of prompt (at most
 // prefill_step tokens) or its next token, all in one Model::Forward over a ragged batch.

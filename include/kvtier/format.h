@@ -1,3 +1,6 @@
+// Module quant (src/quant, kvtier_quant; order and include rule: docs/architecture.md) owns the KV
+// row formats (descriptors with stable ids, scalar reference, SIMD quantizers).
+//
 // KV row formats: how one head_dim-long vector (one token of one KV head) is stored.
 //
 //   f32 / f16 / bf16       plain values; lossless for data already in that dtype.

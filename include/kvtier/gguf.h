@@ -1,3 +1,6 @@
+// Module gguf (src/gguf, kvtier_gguf; order and include rule: docs/architecture.md) owns GGUF v3
+// files: the validating reader and the writer.
+//
 // GGUF v3 files (ggml's model format): a validating reader over an mmap'ed file and a writer.
 //
 // The reader checks every count, length, offset, size and type against the file before it

@@ -1,3 +1,6 @@
+// Module kv (src/kv, kvtier_kv; order and include rule: docs/architecture.md) owns the paged KV
+// cache (block pool, sequence and batch caches, the paged view, conversion, blobs, block keys).
+//
 // Shared vocabulary of the KV cache: the model's KV shape, block ids, reference owners.
 // Plain values; thread-safe.
 #pragma once

@@ -1,3 +1,6 @@
+// Module model (src/model, kvtier_model; order and include rule: docs/architecture.md) owns the
+// model runtime (weights, matmul, forward pass, sampler).
+//
 // Model runtime: a decoder-only transformer (llama, qwen2, qwen3) loaded from GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
@@ -22,7 +25,7 @@
 
 namespace kvtier {
 
-class ThreadPool;
+class ThreadPool;  // kvtier/thread_pool.h
 
 enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2 };
 std::string_view ModelArchName(ModelArch a);

@@ -1,3 +1,6 @@
+// Module prefix (src/prefix, kvtier_prefix; order and include rule: docs/architecture.md) owns the
+// RAM prefix cache.
+//
 // PrefixCache: the RAM tier. A token radix tree whose nodes hold references to KV blocks, so a
 // request whose prompt starts like an earlier one reuses that K/V instead of recomputing it.
 //

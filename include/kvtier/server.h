@@ -1,3 +1,6 @@
+// Module server (src/server, kvtier_server; order and include rule: docs/architecture.md) owns the
+// OpenAI-compatible HTTP server and its metrics.
+//
 // The OpenAI-compatible HTTP server: /v1/chat/completions and /v1/completions (JSON or SSE
 // streams ending in [DONE]), /v1/models, /health, /metrics (Prometheus text),
 // GET /v1/cache/stats and DELETE /v1/cache. It turns requests into engine requests (chat

@@ -1,3 +1,6 @@
+// Module tier (src/tier, kvtier_tier; order and include rule: docs/architecture.md) owns the SSD
+// tier (segment and block files, writer threads, index, quarantine).
+//
 // SsdTier: the prefix cache's tier on disk. Blocks evicted from RAM are written by writer
 // threads behind a bounded queue, a batch of blocks at a time into one segment file
 // (docs/formats/kv-segment-file.md, format version 2: a header, then each block as a record

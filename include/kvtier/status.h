@@ -1,3 +1,7 @@
+// Module base (src/base, kvtier_base; order and include rule: docs/architecture.md) owns
+// Status/Result, dtypes, f16/bf16, aligned buffers, ThreadPool, timer, /proc readers, the Env
+// filesystem layer, CRC-32C; depends on nothing of kvtier.
+//
 // Status and Result<T>: how every fallible call in kvtier's core reports failure.
 // No exceptions cross module boundaries; callers must look at what they get back
 // ([[nodiscard]]). Value types; thread-compatible (a const Status may be read from any thread).

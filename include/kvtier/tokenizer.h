@@ -1,3 +1,6 @@
+// Module tokenizer (src/tokenizer, kvtier_tokenizer; order and include rule: docs/architecture.md)
+// owns tokenizers from GGUF metadata, stream decoding, chat templates.
+//
 // Tokenizers built from GGUF metadata (tokenizer.ggml.*): SentencePiece-style ("llama": scores,
 // byte fallback <0xNN>, leading-space prefix) and byte-level BPE ("gpt2": merge ranks, the GPT-2
 // bytes-to-unicode mapping, pre-tokenizer regexes run by PCRE2). Encoding matches llama.cpp's

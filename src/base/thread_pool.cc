@@ -2,7 +2,7 @@
 // the caller spin briefly before blocking, because a condition-variable wake-up on a busy
 // or virtualised machine can take longer than a whole parallel step (measured: without the
 // spin, a 2-thread pool ran quantization no faster than 1 thread).
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 
 #include <algorithm>
 

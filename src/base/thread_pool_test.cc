@@ -1,5 +1,5 @@
 // ThreadPool: every index visited exactly once, for many sizes, grains and pool sizes.
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 
 #include <gtest/gtest.h>
 

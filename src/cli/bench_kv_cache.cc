@@ -13,7 +13,7 @@
 #include "base/dtype_io.h"
 #include "base/stats.h"
 #include "base/sysinfo.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "base/timer.h"
 #include "cli/bench_report.h"
 #include "kvtier/quant.h"

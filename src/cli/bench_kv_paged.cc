@@ -11,7 +11,7 @@
 #include "base/stats.h"
 #include "base/strings.h"
 #include "base/sysinfo.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "base/timer.h"
 #include "cli/bench_report.h"
 #include "cli/flags.h"

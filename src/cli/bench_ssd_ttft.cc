@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "base/stats.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "base/timer.h"
 #include "cli/bench_ssd_util.h"
 #include "cli/flags.h"

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
 #include "kvtier/chat_template.h"

@@ -15,7 +15,7 @@
 
 #include "cli/model_session.h"
 #include "kvtier/model.h"
-#include "model/test_model.h"
+#include "kvtier/test_model.h"
 
 namespace kvtier::cli {
 namespace {

@@ -1,5 +1,5 @@
 // `kvtier make-test-model`: writes a seeded random llama / qwen2 / qwen3 model as GGUF
-// (src/model/test_model.h), loadable by kvtier and llama.cpp. The subcommand's flags are
+// (include/kvtier/test_model.h), loadable by kvtier and llama.cpp. The subcommand's flags are
 // registered here so main.cc only adds and dispatches it. Thread-compatible.
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "kvtier/status.h"
-#include "model/test_model.h"
+#include "kvtier/test_model.h"
 
 namespace kvtier::cli {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <unordered_set>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kvtier/batch_cache.h"
 
 namespace kvtier {

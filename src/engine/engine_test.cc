@@ -10,7 +10,7 @@
 #include <map>
 #include <mutex>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "engine/prefill.h"
 #include "gtest/gtest.h"
 #include "engine/engine_test_util.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "base/timer.h"
 #include "kvtier/batch_cache.h"
 

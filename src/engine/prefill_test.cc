@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "gtest/gtest.h"
 #include "engine/engine_test_util.h"
 

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "engine/prefill.h"
 #include "gtest/gtest.h"
 #include "kvtier/env.h"

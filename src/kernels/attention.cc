@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "base/dtype_io.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kernels/attention_check.h"
 #include "kernels/dispatch.h"
 #include "kernels/job.h"
+#include "kernels/paths.h"
 
 namespace kvtier {
 namespace {

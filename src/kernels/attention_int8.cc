@@ -1,4 +1,12 @@
-// The int8 q.k path (AVX-512 VNNI) for quantized K; see attention_int8.h and docs/kernels.md.
+// The int8 q.k path (attention_int8.cc): the query is quantized once per item into two int8
+// planes (one scale per 32 values) and q.k runs on the K codes with AVX-512 VNNI dot products.
+// Internal to src/kernels; its entry point and Int8QkAvailable are in paths.h, its on / off
+// switch in dispatch.h, and dispatch.cc says when it runs.
+// Served: K q8_0, q4_0, affine8 and affine4 (f16 scales, groups of 32 or more), V the same
+// formats (the pair table in dispatch.h), head_dim 64, 128 and 256. Output error against the
+// float64 reference on dequantized K/V: relative error < 1e-3 with 8-bit V, < 1e-2 with 4-bit
+// V (whose softmax weights are rounded to int8; docs/kernels.md states the bounds;
+// attention_test.cc tests them).
 //
 // Per item, each KV head's query vectors are quantized once, 4 at a time ("a pass"), with
 // AVX-512: one scale per 32 values (affine: per K scale group) and two int8 planes,
@@ -19,10 +27,7 @@
 // the next tile into L2 a line or two at a time over the current tile's score and V work
 // (TileDrip); L1 prefetches run a score step ahead (see ScoreStep16).
 // Nothing here grows with the context. Stateless apart from the on/off switch; thread-safe.
-#include "kernels/attention_int8.h"
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -37,13 +42,6 @@
 #include "kernels/prefetch.h"
 
 namespace kvtier::attn {
-namespace {
-std::atomic<bool> g_int8_enabled{true};
-}  // namespace
-
-void SetInt8QkEnabled(bool on) { g_int8_enabled.store(on, std::memory_order_relaxed); }
-bool Int8QkEnabled() { return g_int8_enabled.load(std::memory_order_relaxed); }
-
 #if KVTIER_INT8_X86
 namespace {
 using namespace int8;  // NOLINT: the path's own helpers

@@ -13,7 +13,7 @@
 // O^T, Q^T, the tiles and P^T are fixed-size (no buffer grows with the context); O^T is
 // transposed into the partials once at the end of the item. f32 accumulation throughout:
 // results differ from the row-per-query fast path only by summation order.
-// Serves prefill items (dispatch.h's IsPrefillItem: 8 or more lanes) of the pair table's
+// Serves prefill items (paths.h's IsPrefillItem: 8 or more lanes) of the pair table's
 // kServeFast rows at head_dim 64, 128, 256, with the fast path's decoders (decoders-inl.h, in
 // value order). Compiled for every Highway target and dispatched at run time. Stateless;
 // thread-safe.

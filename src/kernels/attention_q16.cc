@@ -1,5 +1,10 @@
-// The int16 q.k path (attention_q16.h): quantized K and V without the int8 (VNNI) path, on every
-// Highway target with 4 or more float lanes (AVX2, SSE4, NEON, AVX-512 without VNNI).
+// The int16 q.k path: quantized K and V without the int8 (VNNI) path, on every Highway target
+// with 4 or more float lanes (AVX2, SSE4, NEON, AVX-512 without VNNI). Internal to src/kernels;
+// its entry point is in paths.h, its on / off switch in dispatch.h, and dispatch.cc says when it
+// runs. Served: K and V q8_0, q4_0 (alike, or K q8_0 / V q4_0), affine8 / affine4 with groups of
+// 32 or more (K and V alike, one scale dtype); head_dim 64, 96, 128, 256. Output error against
+// the float64 reference on dequantized K/V: relative error < 1e-4 (docs/kernels.md states the
+// bound; attention_test.cc tests it).
 //
 // Per item, each KV head's query vectors are quantized once to int16 with one scale per K
 // "unit" (a q8_0 / q4_0 block of 32 values, or an affine scale group), in the lane order of the
@@ -25,11 +30,9 @@
 #include "hwy/contrib/math/math-inl.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <limits>
 
-#include "kernels/attention_q16.h"
 #include "kernels/dispatch.h"
 #include "kernels/job.h"
 #include "kernels/paths.h"
@@ -531,13 +534,6 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 namespace kvtier::attn {
-namespace {
-std::atomic<bool> g_q16_enabled{true};
-}  // namespace
-
-void SetInt16QkEnabled(bool on) { g_q16_enabled.store(on, std::memory_order_relaxed); }
-bool Int16QkEnabled() { return g_q16_enabled.load(std::memory_order_relaxed); }
-
 HWY_EXPORT(RunItemQ16Impl);
 
 bool RunItemQ16(const Job& job, const Item& item, float* partial) {

@@ -12,9 +12,9 @@
 
 #include "base/dtype_io.h"
 #include "base/half.h"
-#include "base/thread_pool.h"
-#include "kernels/attention_int8.h"
-#include "kernels/attention_q16.h"
+#include "kvtier/thread_pool.h"
+#include "kernels/dispatch.h"
+#include "kernels/paths.h"
 #include "kernels/attention_ref.h"
 #include "kvtier/batch_cache.h"
 #include "kvtier/quant.h"

@@ -7,11 +7,7 @@
 
 #include <atomic>
 
-#include "kernels/attention_int8.h"
-#include "kernels/attention_q16.h"
 #include "kernels/dispatch.h"
-#include "kernels/job.h"
-#include "kernels/paths.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier::attn::HWY_NAMESPACE {
@@ -34,6 +30,8 @@ HWY_AFTER_NAMESPACE();
 namespace kvtier::attn {
 namespace {
 std::atomic<bool> g_fast_enabled{true};
+std::atomic<bool> g_int8_enabled{true};
+std::atomic<bool> g_q16_enabled{true};
 }  // namespace
 
 HWY_EXPORT(TargetFeaturesImpl);
@@ -41,6 +39,10 @@ HWY_EXPORT(TargetNameImpl);
 
 void SetFastPathEnabled(bool on) { g_fast_enabled.store(on, std::memory_order_relaxed); }
 bool FastPathEnabled() { return g_fast_enabled.load(std::memory_order_relaxed); }
+void SetInt8QkEnabled(bool on) { g_int8_enabled.store(on, std::memory_order_relaxed); }
+bool Int8QkEnabled() { return g_int8_enabled.load(std::memory_order_relaxed); }
+void SetInt16QkEnabled(bool on) { g_q16_enabled.store(on, std::memory_order_relaxed); }
+bool Int16QkEnabled() { return g_q16_enabled.load(std::memory_order_relaxed); }
 
 std::string TargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameImpl)(); }
 
@@ -126,22 +128,6 @@ KernelChoice SelectAttentionKernel(const Format& k, const Format& v, uint32_t he
     c.prefill = c.decode;
   }
   return c;
-}
-
-bool IsPrefillItem(const Job& job, const Item& it) {
-  const size_t lanes = job.kernel.lanes;
-  if (lanes < 8) return false;
-  const uint32_t nq = it.qv_end - it.qv_begin;
-  return job.q_lens[it.row] > 1 && nq >= 8 && nq <= PrefillLaneVectors(lanes) * lanes;
-}
-
-bool RunItemOn(Path path, const Job& job, const Item& item, float* partial) {
-  using Fn = bool (*)(const Job&, const Item&, float*);
-  static constexpr Fn kPathTable[kNumPaths] = {
-      nullptr, RunItemInt8, RunItemQ16, RunItemFast, RunItemPrefill, RunItemGeneric,
-  };
-  const Fn fn = kPathTable[static_cast<size_t>(path)];
-  return fn != nullptr && fn(job, item, partial);
 }
 
 }  // namespace kvtier::attn

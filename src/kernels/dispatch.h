@@ -1,6 +1,6 @@
 // Which attention path runs a call: the one (K, V) pair table, the CPU features the choice
 // depends on, SelectAttentionKernel (chosen once per call by the driver and carried in the
-// Job) and the path table the driver runs items through. Internal to src/kernels.
+// Job). The path table the driver runs items through is in paths.h. Internal to src/kernels.
 //
 // Paths (one file each; none calls another):
 //   kInt8     attention_int8.cc     quantized K/V, int8 q.k with AVX-512 VNNI (decode and prefill)
@@ -24,9 +24,6 @@
 #include "quant/format_traits.h"
 
 namespace kvtier::attn {
-
-struct Job;
-struct Item;
 
 enum class Path : uint8_t { kNone, kInt8, kQ16, kFast, kPrefill, kGeneric };
 inline constexpr size_t kNumPaths = 6;
@@ -110,20 +107,20 @@ struct KernelChoice {
 KernelChoice SelectAttentionKernel(const Format& k, const Format& v, uint32_t head_dim,
                                    const CpuFeatures& cpu);
 
-// Whether the driver runs this item on choice.prefill.
-bool IsPrefillItem(const Job& job, const Item& it);
-
-// Runs one item on `path`. For KV head h and query vector i (from qv_begin) writes {m, l, acc}
-// at partial + ((h - head_begin) * n_qv + i) * (head_dim + 2): the running max score, the softmax
-// denominator scaled by exp(-m) and the unnormalised output (m = -inf, l = 0 when it saw no
-// key). Returns false when the path has no kernel for the job (a selection bug, or quant cannot
-// decode the format).
-bool RunItemOn(Path path, const Job& job, const Item& item, float* partial);
-
 // Test / benchmark switch: whether kFast and kPrefill may be chosen (default on; off sends
 // their pairs to the next path, kGeneric for plain formats). Thread-safe (an atomic flag).
 void SetFastPathEnabled(bool on);
 bool FastPathEnabled();
+// Likewise for the int8 path (kInt8: off sends its pairs to kQ16, kFast or kGeneric; the
+// exact-path tests turn it off) and the int16 path (kQ16).
+void SetInt8QkEnabled(bool on);
+bool Int8QkEnabled();
+void SetInt16QkEnabled(bool on);
+bool Int16QkEnabled();
+
+// True when this CPU has AVX-512 with VNNI and the int8 path is compiled in (its only
+// requirements besides the format). Defined beside the path, in attention_int8.cc.
+bool Int8QkAvailable();
 
 std::string TargetName();
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kernels/attention_ref.h"
 #include "kvtier/attention.h"
 #include "kvtier/batch_cache.h"

@@ -1,4 +1,4 @@
-// Shared pieces of the int8 q.k path (attention_int8.cc; see attention_int8.h): the AVX-512
+// Shared pieces of the int8 q.k path (attention_int8.cc): the AVX-512
 // VNNI target attributes, the K code traits, the query packing, the dot-product and softmax
 // helpers and the tile drip. int8_qk.h (scores) and int8_v.h (weighted V) build on it.
 // Internal to src/kernels, for attention_int8.cc only (everything is inline or a template,

@@ -16,4 +16,27 @@ bool RunItemFast(const Job& job, const Item& item, float* partial);     // atten
 bool RunItemPrefill(const Job& job, const Item& item, float* partial);  // attention_prefill.cc
 bool RunItemGeneric(const Job& job, const Item& item, float* partial);  // attention_generic.cc
 
+// Whether the driver runs this item on choice.prefill: with 8 or more lanes, a row of more
+// than one query token whose item holds 8 to PrefillLaneVectors x lanes query vectors.
+inline bool IsPrefillItem(const Job& job, const Item& it) {
+  const size_t lanes = job.kernel.lanes;
+  if (lanes < 8) return false;
+  const uint32_t nq = it.qv_end - it.qv_begin;
+  return job.q_lens[it.row] > 1 && nq >= 8 && nq <= PrefillLaneVectors(lanes) * lanes;
+}
+
+// The path table: runs one item on `path`. For KV head h and query vector i (from qv_begin)
+// writes {m, l, acc} at partial + ((h - head_begin) * n_qv + i) * (head_dim + 2): the running
+// max score, the softmax denominator scaled by exp(-m) and the unnormalised output (m = -inf,
+// l = 0 when it saw no key). Returns false when the path has no kernel for the job (a
+// selection bug, or quant cannot decode the format).
+inline bool RunItemOn(Path path, const Job& job, const Item& item, float* partial) {
+  using Fn = bool (*)(const Job&, const Item&, float*);
+  static constexpr Fn kPathTable[kNumPaths] = {
+      nullptr, RunItemInt8, RunItemQ16, RunItemFast, RunItemPrefill, RunItemGeneric,
+  };
+  const Fn fn = kPathTable[static_cast<size_t>(path)];
+  return fn != nullptr && fn(job, item, partial);
+}
+
 }  // namespace kvtier::attn

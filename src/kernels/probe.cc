@@ -10,7 +10,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/stats.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "base/timer.h"
 #include "kernels/probe.h"
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kvtier/attention.h"
 #include "kvtier/quant.h"
 #include "model/matmul.h"

@@ -10,7 +10,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kvtier/quant.h"
 #include "model/matmul.h"
 #include "quant/format_traits.h"

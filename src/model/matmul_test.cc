@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "base/test_random.h"
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kvtier/quant.h"
 
 namespace kvtier::model {

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "base/thread_pool.h"
+#include "kvtier/thread_pool.h"
 #include "kv/kv_test_util.h"
 #include "model/model_ref.h"
 #include "model/model_test_util.h"

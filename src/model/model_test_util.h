@@ -10,7 +10,7 @@
 #include "kvtier/model.h"
 #include "kvtier/quant.h"
 #include "model/matmul.h"
-#include "model/test_model.h"
+#include "kvtier/test_model.h"
 
 namespace kvtier::testing {
 

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 namespace kvtier {
 

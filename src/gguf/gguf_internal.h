@@ -1,4 +1,4 @@
-// Internal to src/model: the GGUF parser entry point shared by GgufFile::Open / FromMemory.
+// Internal to src/gguf: the GGUF parser entry point shared by GgufFile::Open / FromMemory.
 // Thread safety: ParseGguf fills the GgufFile it is given; call it once, before sharing it.
 #pragma once
 

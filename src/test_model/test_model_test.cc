@@ -1,7 +1,7 @@
 // Test models: a tiny model of each architecture written and read back (every tensor's name,
 // shape, type; metadata; tokenizer), weights with the asked statistics, seeds reproducible,
 // shapes llama.cpp could not load rejected naming the flag.
-#include "model/test_model.h"
+#include "kvtier/test_model.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

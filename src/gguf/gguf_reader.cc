@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "base/strings.h"
-#include "model/gguf_internal.h"
+#include "gguf/gguf_internal.h"
 
 namespace kvtier {
 namespace {

@@ -1,6 +1,6 @@
 // Corpus replay of the GGUF fuzz target (gguf_fuzz.cc), so it is compiled and run everywhere:
 // writer-made files, their truncations, the vocab files and the saved inputs in
-// src/model/testdata/gguf_fuzz/ (crashes the fuzzer found, kept as regressions).
+// src/gguf/testdata/gguf_fuzz/ (crashes the fuzzer found, kept as regressions).
 // With KVTIER_GGUF_SEED_DIR set, also writes the writer-made seeds there for a fuzzing run.
 #include <gtest/gtest.h>
 
@@ -52,7 +52,7 @@ TEST(GgufFuzzReplay, SeedsTruncationsAndSavedInputs) {
     }
   }
   const std::filesystem::path saved =
-      std::filesystem::path(KVTIER_SOURCE_DIR) / "src" / "model" / "testdata" / "gguf_fuzz";
+      std::filesystem::path(KVTIER_SOURCE_DIR) / "src" / "gguf" / "testdata" / "gguf_fuzz";
   size_t n_saved = 0;
   if (std::filesystem::exists(saved)) {
     for (const auto& e : std::filesystem::directory_iterator(saved)) {

@@ -6,7 +6,7 @@
 
 #include "kvtier/chat_template.h"
 #include "kvtier/tokenizer.h"
-#include "model/tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace kvtier {
 namespace {

@@ -3,7 +3,7 @@
 //
 // Ownership: BuildTestModel returns a writer owning every tensor's bytes.
 // Thread safety: pure functions; thread-safe.
-#include "model/test_model.h"
+#include "kvtier/test_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
 // libFuzzer target for the GGUF reader: any byte string must parse to a GgufFile or an error,
 // never crash, hang or read outside the input. On success every accessor is exercised and every
 // tensor byte read, so ASan sees an escape. Built as `kvtier_gguf_fuzz` with clang and
-// -DKVTIER_BUILD_FUZZ=ON; compiled into kvtier_model_gguf_test everywhere (corpus replay).
+// -DKVTIER_BUILD_FUZZ=ON; compiled into kvtier_gguf_test everywhere (corpus replay).
 //   build/fuzz/kvtier_gguf_fuzz -max_len=4096 CORPUS_DIR
 // Thread safety: stateless.
 #include <cstddef>

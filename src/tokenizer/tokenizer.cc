@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "kvtier/gguf.h"
-#include "model/tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 namespace kvtier {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "kvtier/tokenizer.h"
-#include "model/tokenizer_internal.h"
+#include "tokenizer/tokenizer_internal.h"
 
 namespace kvtier::testing_tok {
 

@@ -14,7 +14,7 @@
 #include <limits>
 
 #include "kvtier/gguf.h"
-#include "model/gguf_internal.h"
+#include "gguf/gguf_internal.h"
 
 namespace kvtier {
 namespace {

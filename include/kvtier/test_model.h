@@ -1,3 +1,6 @@
+// Module test_model (src/test_model, kvtier_test_model; order and include rule:
+// docs/architecture.md) owns seeded random test models written as GGUF.
+//
 // Test models: seeded random llama / qwen2 / qwen3 weights written as GGUF with llama.cpp's
 // tensor names and metadata keys, and a byte-level BPE ("gpt2") tokenizer, so that kvtier and
 // llama.cpp can both load them (`kvtier make-test-model`).

@@ -8,7 +8,7 @@
 
 #include "kvtier/gguf.h"
 #include "kvtier/tokenizer.h"
-#include "model/tokenizer_test_util.h"
+#include "tokenizer/tokenizer_test_util.h"
 
 namespace kvtier {
 namespace {
