@@ -17,6 +17,7 @@
 #include "cli/bench_serve.h"
 #include "cli/bench_ssd.h"
 #include "cli/cache_cmd.h"
+#include "cli/check_model.h"
 #include "cli/generate.h"
 #include "cli/serve.h"
 #include "cli/tokenize.h"
@@ -174,6 +175,7 @@ int main(int argc, char** argv) {
 
   kvtier::cli::MakeTestModelFlags make_model;
   CLI::App* mm = kvtier::cli::AddMakeTestModel(app, &make_model);
+  kvtier::cli::AddCheckModel(app);  // runs from its callback (cli/check_model.h)
 
   kvtier::cli::BenchModelConfig bm;
   bool bm_json = false;
