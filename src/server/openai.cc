@@ -339,7 +339,8 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
     try {
       const json again = json::parse(body_text);
       (void)again;
-    } catch (const json::parse_error& ex) {
+    } catch (const json::exception& ex) {  // parse_error, or out_of_range (a number overflow:
+                                           // found by kvtier_http_fuzz; it ended the process)
       where = ex.what();
       const size_t cut = where.find("] ");
       if (cut != std::string::npos) where = where.substr(cut + 2);

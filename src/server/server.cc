@@ -138,6 +138,17 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
   if (r.endpoint == Endpoint::kChat) {
     if (!encode(ApplyChatTemplate(chat_template, r.messages, true))) return false;
   } else if (r.prompt_is_tokens) {
+    const size_t vocab = tok.vocab_size();
+    for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
+      const int32_t t = r.prompt_tokens[i];
+      if (t < 0 || static_cast<size_t>(t) >= vocab) {
+        *e = Err(400,
+                 "prompt: token " + std::to_string(i) + " is " + std::to_string(t) +
+                     ", expected a token id 0.." + std::to_string(vocab - 1),
+                 "invalid_request_error", "prompt");
+        return false;
+      }
+    }
     *tokens = r.prompt_tokens;
   } else if (!encode(r.prompt)) {
     return false;

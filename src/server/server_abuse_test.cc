@@ -175,7 +175,7 @@ TEST(Abuse, AThousandSlowConnectionsDoNotStallHealthOrACompletion) {
     EXPECT_EQ(StatusOf(h), 200) << h.substr(0, 200);
     EXPECT_LT(secs, 1.0);
     worst_health = std::max(worst_health, secs);
-    const std::string c = Exchange(s.port, Post("/v1/completions", Completion(4)), 2.0, &secs);
+    const std::string c = Exchange(s.port, Post("/v1/completions", Completion(2)), 2.0, &secs);
     EXPECT_EQ(StatusOf(c), 200) << c.substr(0, 300);
     EXPECT_LT(secs, 1.0);
     worst_completion = std::max(worst_completion, secs);
@@ -325,6 +325,11 @@ TEST(Abuse, SmallerMessagesAndThePerClientBound) {
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   a = Exchange(s.port, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 2, &secs);
   EXPECT_EQ(StatusOf(a), 200) << a;
+  // An out-of-range token id: 400 naming the prompt (param "prompt", not null).
+  a = Exchange(s.port, Post("/v1/completions", R"({"prompt":[1,2,999999],"max_tokens":2})"), 2, &secs);
+  EXPECT_EQ(StatusOf(a), 400) << a;
+  EXPECT_NE(a.find("\"param\":\"prompt\""), std::string::npos) << a;
+  EXPECT_NE(a.find("token 2 is 999999"), std::string::npos) << a;
   // A deeply nested body: 400 before the parse.
   a = Exchange(s.port, Post("/v1/completions", std::string(100, '[') + std::string(100, ']')), 2, &secs);
   EXPECT_EQ(StatusOf(a), 400) << a;
