@@ -57,7 +57,6 @@ struct Server::Impl {
   const ServerDeps deps;
   const ServerOptions opt;
   server::ServerMetrics metrics;
-  std::unique_ptr<server::HttpFront> http;
   ChatTemplate chat_template = ChatTemplate::kPlain;
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   uint32_t context = 0;
@@ -72,6 +71,8 @@ struct Server::Impl {
   std::condition_variable drain_cv;
   std::mt19937_64 seeder{std::random_device{}()};
   std::mutex seeder_mu;
+  // Last: destroyed first, waiting for its worker threads while everything they use lives.
+  std::unique_ptr<server::HttpFront> http;
 };
 
 namespace {
