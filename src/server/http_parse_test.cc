@@ -74,7 +74,7 @@ TEST(HttpParse, ChunkedBodies) {
 
 TEST(HttpParse, FuzzEntryPointOnSeeds) {
   for (const std::string& s :
-       {std::string("\0GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 64),
+       {std::string(1, '\0') + "GET / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
         std::string("\2{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"),
         std::string("\3{\"prompt\":\"") + std::string(5000, 'x') + "\"}",
         std::string("\3") + std::string(200, '['),

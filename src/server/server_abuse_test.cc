@@ -336,5 +336,47 @@ TEST(Abuse, SmallerMessagesAndThePerClientBound) {
   EXPECT_NE(a.find("levels deep"), std::string::npos) << a;
 }
 
+// The deadlines themselves, shortened: a head that trickles gets 408 at header_timeout_ms, a
+// body under the minimum rate gets 408 after its grace, an idle connection is closed.
+TEST(Abuse, HeadAndBodyDeadlinesAnswer408) {
+  ServerOptions so;
+  so.header_timeout_ms = 300;
+  so.idle_timeout_ms = 300;
+  so.body_min_bytes_per_s = 100000;
+  Running s(so);
+  const int head = Connect(s.port), body = Connect(s.port), idle = Connect(s.port);
+  ASSERT_GE(head, 0);
+  (void)send(head, "GET /hea", 8, MSG_NOSIGNAL);
+  const std::string b = "POST /v1/completions HTTP/1.1\r\nContent-Length: 50000\r\n\r\n{";
+  (void)send(body, b.data(), b.size(), MSG_NOSIGNAL);
+  const auto t0 = Clock::now();
+  auto read_all = [](int fd) {
+    std::string got;
+    char buf[4096];
+    const auto t1 = Clock::now();
+    while (Since(t1) < 3) {  // bounded
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 50) <= 0) continue;
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      got.append(buf, static_cast<size_t>(n));
+    }
+    return got;
+  };
+  const std::string h = read_all(head);
+  const double head_s = Since(t0);
+  EXPECT_EQ(StatusOf(h), 408) << h;
+  EXPECT_NE(h.find("did not arrive within 300 ms"), std::string::npos) << h;
+  EXPECT_LT(head_s, 1.0);
+  const std::string bb = read_all(body);
+  EXPECT_EQ(StatusOf(bb), 408) << bb;
+  EXPECT_NE(bb.find("slower than 100000 bytes/s"), std::string::npos) << bb;
+  EXPECT_EQ(read_all(idle), "");  // closed without an answer
+  EXPECT_LT(Since(t0), 2.0);
+  std::printf("[abuse] deadlines: a trickled head got 408 after %.2f s (header_timeout 0.3 s); "
+              "a slow body 408; an idle connection closed\n", head_s);
+  for (int fd : {head, body, idle}) close(fd);
+}
+
 }  // namespace
 }  // namespace kvtier
