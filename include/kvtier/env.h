@@ -92,6 +92,10 @@ class Env {
       const std::string& path) = 0;
   // Atomically replaces `to` by `from` (rename(2)).
   virtual Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // Renames `from` to `to` only if `to` does not exist (renameat2(RENAME_NOREPLACE), or
+  // link(2) + unlink(2) where the filesystem lacks it): AlreadyExists, and nothing changed,
+  // when `to` is taken. A publish that must never overwrite another file uses it.
+  virtual Status RenameNoReplace(const std::string& from, const std::string& to) = 0;
   // NotFound if missing.
   virtual Status RemoveFile(const std::string& path) = 0;
   // Creates the directory and any missing parents; OK if it exists. The directories it

@@ -104,4 +104,8 @@ class Model {
   std::vector<Layer> layers_;
 };
 
+// The KV-row Format that decodes rows of this ggml weight type (byte-identical layouts: f32,
+// f16, bf16, q8_0, q4_0), or Unimplemented naming the type. Thread-safe (a pure function).
+Result<Format> WeightRowFormat(uint32_t ggml_type);
+
 }  // namespace kvtier

@@ -7,8 +7,10 @@
 // template, tokenizer, stop strings, context checks) and engine events into responses.
 //
 // Ownership: the server borrows the model, tokenizer, engine, pool and caches given in
-// ServerDeps; they must outlive it. Thread safety: Listen blocks the calling thread and serves
-// on a pool of HTTP threads; Shutdown may be called from any thread (e.g. a signal watcher).
+// ServerDeps; they must outlive it. Thread safety: Listen blocks the calling thread, which runs
+// the event loop (server/http_front.h: every socket, /health and /metrics); each completion
+// and cache request runs on a worker thread of its own; Shutdown may be called from any
+// thread (e.g. a signal watcher).
 #pragma once
 
 #include <cstdint>
@@ -41,8 +43,18 @@ struct ServerOptions {
   std::string model_id;                 // the name in /v1/models and responses (required)
   uint32_t max_context = 0;             // prompt + completion tokens (0: the model's n_ctx_train)
   uint64_t max_body_bytes = 16ull << 20;  // larger bodies get 413
-  uint32_t http_threads = 128;          // connections served at once (a stream holds one)
+  uint32_t http_threads = 128;          // kept for compatibility (must be > 0): connections no
+                                        // longer hold threads (see the limits below)
   uint32_t max_in_flight = 512;         // requests being served at once; 503 beyond
+  // Connection limits (issue 36; docs/server-limits.md). Excess connections get 503 at once.
+  uint32_t max_connections = 4096;
+  uint32_t max_connections_per_client = 256;  // per remote address
+  uint32_t header_timeout_ms = 10000;   // a whole request head, from its first byte (408)
+  uint32_t idle_timeout_ms = 5000;      // keep-alive wait for the next request
+  uint32_t body_min_bytes_per_s = 4096; // after header_timeout_ms of grace (408)
+  // Bodies in memory: each request reserves 3x its Content-Length from this budget while it
+  // is read and served; one that does not fit gets 503 before its body is read.
+  uint64_t body_budget_bytes = 96ull << 20;
   // One line per request and per cache decision (the engine's log lines come here too when
   // the caller routes them). Called from HTTP threads; must be thread-safe.
   std::function<void(const std::string&)> log;

@@ -127,6 +127,9 @@ struct SsdTierStats {
   uint64_t evicted_blocks = 0;         // removed to stay under max_bytes
   uint64_t evicted_bytes = 0;          // file bytes removed for it
   uint64_t removed_dead_files = 0;     // files removed once none of their blocks was left
+  uint64_t vanished_files = 0;         // indexed files found missing or resized on disk (the
+                                       // directory removed or replaced): dropped from the index
+  uint64_t id_collisions = 0;          // segment names found taken at publish (never replaced)
   // At Open():
   uint64_t found_blocks = 0;
   uint64_t removed_tmp_files = 0;
@@ -153,6 +156,11 @@ class SsdTier : public LowerTier {
   // Waits until every block queued so far is written or skipped.
   void Flush();
   SsdTierStats Stats() const;
+  // Checks every indexed file against the disk (one stat each) and drops from the index those
+  // that are missing or changed size, so Stats() counts only what is on disk. Runs by itself
+  // when a load finds a file missing or the writer finds segments/ gone; `kvtier cache stats`
+  // and Verify() call it first. Returns how many files it dropped.
+  uint64_t Reconcile();
   // Reads every indexed block in full and checks it (kvtier cache verify); a file with a
   // block that fails is quarantined (all of its blocks). *good counts the blocks verified in
   // files kept, *bad the blocks that failed.

@@ -27,6 +27,7 @@ enum class StatusCode : uint8_t {
   kUnimplemented = 7,
   kInternal = 8,  // a bug in kvtier
   kUnavailable = 9,  // overloaded or shutting down: try again later
+  kAlreadyExists = 10,  // a create with no-replace semantics found the name taken
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -48,6 +49,9 @@ class [[nodiscard]] Status {
   static Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+  static Status AlreadyExists(std::string m) {
+    return {StatusCode::kAlreadyExists, std::move(m)};
+  }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

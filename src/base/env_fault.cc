@@ -196,6 +196,11 @@ class FaultEnvImpl final : public FaultInjectionEnv {
     if (!d.error.ok()) return Status(d.error.code(), d.error.message() + " (to " + to + ")");
     return base_->RenameFile(from, to);
   }
+  Status RenameNoReplace(const std::string& from, const std::string& to) override {
+    Decision d = Decide(Op::kRename, from);  // counted as a rename
+    if (!d.error.ok()) return Status(d.error.code(), d.error.message() + " (to " + to + ")");
+    return base_->RenameNoReplace(from, to);
+  }
   Status RemoveFile(const std::string& path) override {
     Decision d = Decide(Op::kRemove, path);
     return d.error.ok() ? base_->RemoveFile(path) : d.error;

@@ -127,6 +127,13 @@ class MemEnvImpl final : public MemEnv {
   }
 
   Status RenameFile(const std::string& from, const std::string& to) override {
+    return Rename(from, to, false);
+  }
+  Status RenameNoReplace(const std::string& from, const std::string& to) override {
+    return Rename(from, to, true);
+  }
+  // Both renames, under one hold of mu_ (so the no-replace check and the rename are atomic).
+  Status Rename(const std::string& from, const std::string& to, bool no_replace) {
     std::lock_guard<std::mutex> lock(mu_);
     const std::string context = "rename " + from + " -> " + to;
     std::string from_name, to_name;
@@ -138,6 +145,7 @@ class MemEnvImpl final : public MemEnv {
     if (from_dir == to_dir && from_name == to_name) return Status::OK();
     auto target = to_dir->current.find(to_name);
     if (target != to_dir->current.end()) {
+      if (no_replace) return Status::AlreadyExists(context + ": File exists");
       if (target->second.dir) return Status::IOError(context + ": Is a directory");
       if (node.dir) return Status::IOError(context + ": Not a directory");
     }

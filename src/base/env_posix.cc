@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "kvtier/env.h"
@@ -204,6 +205,24 @@ class PosixEnv final : public Env {
       return ErrnoStatus("rename " + from + " -> " + to, errno);
     }
     return Status::OK();
+  }
+
+  Status RenameNoReplace(const std::string& from, const std::string& to) override {
+    const std::string context = "rename " + from + " -> " + to;
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) {
+      return Status::OK();
+    }
+    int err = errno;
+    if (err == EINVAL || err == ENOSYS || err == ENOTSUP) {
+      // A filesystem without RENAME_NOREPLACE: link(2) fails with EEXIST just as well.
+      if (::link(from.c_str(), to.c_str()) == 0) {
+        (void)::unlink(from.c_str());
+        return Status::OK();
+      }
+      err = errno;
+    }
+    if (err == EEXIST) return Status::AlreadyExists(context + ": File exists");
+    return ErrnoStatus(context, err);
   }
 
   Status RemoveFile(const std::string& path) override {

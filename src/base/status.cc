@@ -15,6 +15,7 @@ std::string_view StatusCodeName(StatusCode code) {
     case StatusCode::kUnimplemented: return "Unimplemented";
     case StatusCode::kInternal: return "Internal";
     case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kAlreadyExists: return "AlreadyExists";
   }
   return "Unknown";
 }

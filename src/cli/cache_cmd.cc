@@ -82,19 +82,30 @@ Status Stats(const CacheCommand& c, std::ostream& out) {
 
 Status Verify(const CacheCommand& c, std::ostream& out) {
   KVTIER_ASSIGN_OR_RETURN(std::shared_ptr<SsdTier> tier, OpenDir(c.dir));
+  // One summary, one unit per count: blocks checked, and files moved to quarantine/ (those
+  // whose headers failed at open, and those holding a block whose payload failed now).
+  const uint64_t at_open = tier->Stats().quarantined;
   uint64_t good = 0, bad = 0;
   KVTIER_RETURN_IF_ERROR(tier->Verify(&good, &bad));
-  const uint64_t quarantined = tier->Stats().quarantined;  // headers that failed at open too
+  const uint64_t quarantined = tier->Stats().quarantined;
   if (c.json) {
-    out << nlohmann::json{{"good", good}, {"bad", bad}, {"quarantined", quarantined}}.dump(2)
+    out << nlohmann::json{{"good", good},
+                          {"bad", bad},
+                          {"quarantined", quarantined},
+                          {"quarantined_at_open", at_open},
+                          {"quarantined_by_verify", quarantined - at_open}}
+               .dump(2)
         << "\n";
   } else {
-    out << c.dir << ": " << good << " blocks verified, " << bad << " failed the payload check, "
-        << quarantined << " quarantined in all (" << c.dir << "/quarantine)\n";
+    out << c.dir << ": " << good << " blocks verified, " << bad
+        << " failed the payload check; " << quarantined << " files moved to quarantine/ ("
+        << at_open << " with a damaged header at open, " << quarantined - at_open
+        << " holding a failed block)\n";
   }
   if (bad > 0 || quarantined > 0) {
-    return Status::Corruption(std::to_string(bad + quarantined) + " damaged block files in " +
-                              c.dir + " (moved to quarantine/)");
+    return Status::Corruption(std::to_string(quarantined) + " damaged files moved to " + c.dir +
+                              "/quarantine/ (" + std::to_string(bad) +
+                              " blocks failed the payload check)");
   }
   return Status::OK();
 }

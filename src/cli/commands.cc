@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "cli/cache_cmd.h"
+#include "cli/check_model.h"
 #include "cli/generate.h"
 #include "cli/make_test_model.h"
 #include "cli/serve.h"
@@ -35,8 +36,8 @@ void AddSamplingFlags(CLI::App& s, SamplingParams* p) {
 }  // namespace
 
 std::vector<Command> UserCommands() {
-  return {ServeCommand(),      GenerateCommand(),   ChatCommand(),         TokenizeCommand(),
-          PerplexityCommand(), CacheDirCommand(),   MakeTestModelCommand()};
+  return {ServeCommand(),      GenerateCommand(), ChatCommand(),          TokenizeCommand(),
+          PerplexityCommand(), CacheDirCommand(), MakeTestModelCommand(), CheckModelCommand()};
 }
 
 Command ServeCommand() {
@@ -81,6 +82,21 @@ Command ServeCommand() {
     s.add_option("--block-tokens", c->block_tokens, "Tokens per KV block")
         ->capture_default_str();
     s.add_option("--max-body-mb", c->max_body_mb, "Largest request body")->capture_default_str();
+    s.add_option("--max-connections", c->max_connections,
+                 "Open connections at most; more get 503 at once")->capture_default_str();
+    s.add_option("--max-connections-per-client", c->max_connections_per_client,
+                 "Open connections per client address at most")->capture_default_str();
+    s.add_option("--header-timeout-ms", c->header_timeout_ms,
+                 "Time for a whole request head from its first byte (408 after)")
+        ->capture_default_str();
+    s.add_option("--idle-timeout-ms", c->idle_timeout_ms,
+                 "Keep-alive wait for the next request")->capture_default_str();
+    s.add_option("--body-min-rate", c->body_min_rate,
+                 "Slowest body upload in bytes/s after the head's grace time (408 below; 0: off)")
+        ->capture_default_str();
+    s.add_option("--body-budget-mb", c->body_budget_mb,
+                 "Memory for request bodies in flight (each reserves 3x its size; 503 beyond)")
+        ->capture_default_str();
     s.add_option("--drain-seconds", c->drain_seconds,
                  "On SIGTERM, how long requests in flight may take to finish")
         ->capture_default_str();

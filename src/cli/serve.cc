@@ -47,6 +47,14 @@ Status CheckConfig(const ServeConfig& c) {
   KVTIER_RETURN_IF_ERROR(CheckRange("--block-tokens", c.block_tokens, 1, 4096));
   KVTIER_RETURN_IF_ERROR(CheckRange("--max-body-mb", static_cast<long long>(c.max_body_mb), 1,
                                     4096));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--max-connections", c.max_connections, 1, 1000000));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--max-connections-per-client",
+                                    c.max_connections_per_client, 1, 1000000));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--header-timeout-ms", c.header_timeout_ms, 1, 3600000));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--idle-timeout-ms", c.idle_timeout_ms, 1, 3600000));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--body-min-rate", c.body_min_rate, 0, 1u << 30));
+  KVTIER_RETURN_IF_ERROR(CheckRange("--body-budget-mb", static_cast<long long>(c.body_budget_mb),
+                                    1, 1 << 20));
   if (c.cache_memory_mb > 0 && c.cache_memory_percent > 0) {
     return Status::InvalidArgument(
         "--cache-memory-mb and --cache-memory-percent: give one of them, got both");
@@ -159,6 +167,12 @@ Status RunServe(const ServeConfig& c) {
   so.model_id = std::filesystem::path(path).stem().string();
   so.max_context = context;
   so.max_body_bytes = c.max_body_mb << 20;
+  so.max_connections = c.max_connections;
+  so.max_connections_per_client = c.max_connections_per_client;
+  so.header_timeout_ms = c.header_timeout_ms;
+  so.idle_timeout_ms = c.idle_timeout_ms;
+  so.body_min_bytes_per_s = c.body_min_rate;
+  so.body_budget_bytes = c.body_budget_mb << 20;
   so.log = LogLine;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Create(deps, so));
   KVTIER_RETURN_IF_ERROR(server->Bind());

@@ -35,6 +35,13 @@ struct ServeConfig {
   uint32_t block_tokens = 32;            // --block-tokens
   uint64_t max_body_mb = 16;             // --max-body-mb
   uint32_t drain_seconds = 60;           // --drain-seconds
+  // Connection and body limits (docs/server-limits.md); defaults are ServerOptions'.
+  uint32_t max_connections = 4096;       // --max-connections
+  uint32_t max_connections_per_client = 256;  // --max-connections-per-client
+  uint32_t header_timeout_ms = 10000;    // --header-timeout-ms
+  uint32_t idle_timeout_ms = 5000;       // --idle-timeout-ms
+  uint32_t body_min_rate = 4096;         // --body-min-rate (bytes per second)
+  uint64_t body_budget_mb = 96;          // --body-budget-mb
 };
 
 Status RunServe(const ServeConfig& c);

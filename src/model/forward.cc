@@ -66,6 +66,25 @@ void PadRows(const float* flat, std::span<const uint32_t> n, uint32_t max_n, siz
   }
 }
 
+// True when p[0..n) holds a NaN or an infinity (all exponent bits set: exact whatever the
+// floating-point flags). One pass over the residual per layer: about 1/n_embd of the layer's
+// matrix work.
+bool AnyNonFinite(const float* p, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad != 0;
+}
+
+Status NonFinite(const std::string& where) {
+  return Status::Internal("non-finite values (NaN or Inf) first appear " + where +
+                          ": the model's weights may hold NaN or Inf (kvtier check-model "
+                          "scans them)");
+}
+
 }  // namespace
 
 Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
@@ -108,6 +127,7 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
       }
     }
   }
+  if (AnyNonFinite(x.data(), T * E)) return NonFinite("in the token embeddings (token_embd)");
 
   model::RopeParams rope;
   rope.head_dim = c.head_dim;
@@ -150,6 +170,10 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), n, ap, att.data(), pool));
     KVTIER_RETURN_IF_ERROR(model::MatMul(L.wo, att.data(), T, xb.data(), pool));
     for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
+    if (AnyNonFinite(x.data(), T * E)) {
+      return NonFinite("in layer " + std::to_string(l) + " (blk." + std::to_string(l) +
+                       ", after attention)");
+    }
 
     model::RmsNorm(x.data(), L.ffn_norm, T, E, c.rms_eps, xb.data());
     KVTIER_RETURN_IF_ERROR(model::MatMul(L.gate, xb.data(), T, gate.data(), pool));
@@ -157,6 +181,10 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     model::SwiGlu(gate.data(), up.data(), T * F);
     KVTIER_RETURN_IF_ERROR(model::MatMul(L.down, gate.data(), T, xb.data(), pool));
     for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
+    if (AnyNonFinite(x.data(), T * E)) {
+      return NonFinite("in layer " + std::to_string(l) + " (blk." + std::to_string(l) +
+                       ", after the feed-forward)");
+    }
   }
 
   // Final norm on the tokens whose logits are wanted.
@@ -172,7 +200,11 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     std::memcpy(xb.data(), x.data(), T * E * sizeof(float));
   }
   model::RmsNorm(xb.data(), output_norm_, n_out, E, c.rms_eps, xb.data());
-  return model::MatMul(output_, xb.data(), n_out, logits, pool);
+  KVTIER_RETURN_IF_ERROR(model::MatMul(output_, xb.data(), n_out, logits, pool));
+  if (AnyNonFinite(logits, n_out * c.n_vocab)) {
+    return NonFinite("in the logits (output_norm / output)");
+  }
+  return Status::OK();
 }
 
 }  // namespace kvtier

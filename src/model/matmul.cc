@@ -269,6 +269,10 @@ namespace kvtier::model {
 HWY_EXPORT(MatMulImpl);
 HWY_EXPORT(TargetNameImpl);
 
+}  // namespace kvtier::model
+
+namespace kvtier {
+
 Result<Format> WeightRowFormat(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kF32: return Format::F32();
@@ -281,6 +285,10 @@ Result<Format> WeightRowFormat(uint32_t ggml_type) {
                                    " are not supported (supported: f32, f16, bf16, q8_0, q4_0)");
   }
 }
+
+}  // namespace kvtier
+
+namespace kvtier::model {
 
 static Status CheckMatrix(const WeightMatrix& w, Format* f) {
   KVTIER_ASSIGN_OR_RETURN(*f, WeightRowFormat(w.type));

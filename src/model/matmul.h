@@ -20,9 +20,8 @@ class ThreadPool;
 
 namespace kvtier::model {
 
-// The KV-row Format that decodes rows of this ggml type (byte-identical layouts), or
-// Unimplemented naming the type.
-Result<Format> WeightRowFormat(uint32_t ggml_type);
+// WeightRowFormat (the row Format that decodes a ggml weight type) is public: kvtier/model.h.
+using kvtier::WeightRowFormat;
 
 //   x [n_tok, w.n_in] f32, y [n_tok, w.n_out] f32 (overwritten)
 Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, ThreadPool* pool);

@@ -1,6 +1,7 @@
 // OpenAI request parsing and response JSON (server/openai.h). nlohmann::json; pure functions.
 #include "server/openai.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -283,11 +284,53 @@ bool IsValidUtf8(std::string_view s) {
 }
 
 bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, ApiError* e) {
+  return ParseRequest(endpoint, body_text, r, e, UINT64_MAX, 0);
+}
+
+bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, ApiError* e,
+                  uint64_t max_prompt_bytes, uint32_t context) {
   *r = ApiRequest();
   r->endpoint = endpoint;
   r->sampling.temperature = 1.0f;
   if (!IsValidUtf8(body_text)) {
     return Bad(e, "", "the request body is not valid UTF-8");
+  }
+  // Bounds before the parse: nesting (the parsed value is freed recursively) and any one
+  // string's length.
+  {
+    size_t depth = 0, max_depth = 0, run = 0, longest = 0;
+    bool in_string = false, escaped = false;
+    for (const char c : body_text) {
+      if (in_string) {
+        ++run;
+        if (escaped) escaped = false;
+        else if (c == '\\') escaped = true;
+        else if (c == '"') in_string = false, longest = std::max(longest, run - 1);
+        continue;
+      }
+      if (c == '"') in_string = true, run = 0;
+      else if (c == '[' || c == '{') max_depth = std::max(max_depth, ++depth);
+      else if ((c == ']' || c == '}') && depth > 0) --depth;
+    }
+    if (max_depth > kMaxJsonDepth) {
+      return Bad(e, "", "the request body nests JSON " + std::to_string(max_depth) +
+                            " levels deep; at most " + std::to_string(kMaxJsonDepth) +
+                            " are accepted");
+    }
+    if (longest > max_prompt_bytes && longest <= kMaxJsonString) {
+      *e = ApiError{413,
+                    "the request body has a JSON string of " + std::to_string(longest) +
+                        " bytes: more than " + std::to_string(context) +
+                        " tokens whatever it holds; this model's maximum context length is " +
+                        std::to_string(context) + " tokens (prompt and completion together)",
+                    "invalid_request_error", "", "context_length_exceeded"};
+      return false;
+    }
+    if (longest > kMaxJsonString) {
+      return Bad(e, "", "the request body has a JSON string of " + std::to_string(longest) +
+                            " bytes; at most " + std::to_string(kMaxJsonString) +
+                            " are accepted");
+    }
   }
   json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
@@ -296,7 +339,8 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
     try {
       const json again = json::parse(body_text);
       (void)again;
-    } catch (const json::parse_error& ex) {
+    } catch (const json::exception& ex) {  // parse_error, or out_of_range (a number overflow:
+                                           // found by kvtier_http_fuzz; it ended the process)
       where = ex.what();
       const size_t cut = where.find("] ");
       if (cut != std::string::npos) where = where.substr(cut + 2);

@@ -43,7 +43,16 @@ struct ApiRequest {
 
 // Parses and validates `body`. On failure returns false and fills *error (400, the field named
 // in `param` and the message: expected vs got).
+// Bodies nested deeper than kMaxJsonDepth, or with a string longer than kMaxJsonString bytes,
+// are refused (400) before they are parsed.
+inline constexpr size_t kMaxJsonDepth = 64;
+inline constexpr size_t kMaxJsonString = 16u << 20;
 bool ParseRequest(Endpoint endpoint, std::string_view body, ApiRequest* out, ApiError* error);
+// The same with the server's bound on prompt text: a JSON string longer than `max_prompt_bytes`
+// cannot fit the context whatever it holds, so it is refused (413, context_length_exceeded,
+// naming `context` tokens) before the parse.
+bool ParseRequest(Endpoint endpoint, std::string_view body, ApiRequest* out, ApiError* error,
+                  uint64_t max_prompt_bytes, uint32_t context);
 
 // What a finished (or finishing) request reports.
 struct CompletionInfo {

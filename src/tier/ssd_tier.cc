@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <tuple>
 
 #include "base/le_bytes.h"
 #include "base/timer.h"
@@ -209,7 +210,6 @@ Status SsdTier::Impl::ScanSegments() {
     char* end = nullptr;
     const uint64_t seg = std::strtoull(stem.c_str(), &end, 16);
     if (stem.size() != 16 || end != stem.c_str() + stem.size()) continue;  // not ours
-    next_segment = std::max(next_segment, seg + 1);
     Result<std::unique_ptr<RandomAccessFile>> file = env->NewRandomAccessFile(path);
     if (!file.ok()) continue;
     Result<tier::SegmentIndex> idx = tier::ReadSegmentIndex(**file, path);
@@ -229,6 +229,10 @@ Status SsdTier::Impl::ScanSegments() {
     }
     if (!idx.ok()) continue;  // an I/O error: left for the next Open()
     std::unique_lock<std::mutex> lock(mu);
+    // Only a segment that validated (its header names its file) sets the counter; an id at
+    // the top of the range would wrap it, so the counter starts over at 1 (taken names are
+    // skipped at write time and never replaced).
+    if (seg != UINT64_MAX && seg + 1 > next_segment) next_segment = seg + 1;
     const uint64_t fid = AddFile(path, size, false);
     for (const tier::SegmentRecord& r : idx->records) {
       if (Foreign(r.header.model)) {
@@ -556,6 +560,14 @@ Status SsdTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool& po
     m.Quarantine(fid, s.message());  // the whole file: every block of it is a miss now
     return s;
   }
+  // A file gone from under the index (its directory removed or replaced): every indexed file
+  // is checked, so the index and the stats hold only what is on disk.
+  if (s.code() == StatusCode::kNotFound) {
+    std::unique_lock<std::mutex> lock(m.mu);
+    const bool evicted = !m.files.contains(fid);  // removed by eviction meanwhile: expected
+    lock.unlock();
+    if (!evicted) m.Reconcile();
+  }
   // Another error (I/O, a file evicted meanwhile): this block is a miss from now on; a file
   // left without blocks is removed.
   std::unique_lock<std::mutex> lock(m.mu);
@@ -569,6 +581,48 @@ Status SsdTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool& po
   }
   return s;
 }
+
+uint64_t SsdTier::Impl::NextSegmentId() {
+  if (next_segment == 0 || next_segment == UINT64_MAX) next_segment = 1;
+  return next_segment++;
+}
+
+uint64_t SsdTier::Impl::Reconcile() {
+  std::vector<std::tuple<uint64_t, std::string, uint64_t>> snap;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    snap.reserve(files.size());
+    for (const auto& [id, f] : files) snap.emplace_back(id, f.path, f.bytes);
+  }
+  std::vector<uint64_t> gone;
+  for (const auto& [id, path, size] : snap) {
+    Result<uint64_t> s = env->FileSize(path);
+    if (!s.ok() || *s != size) gone.push_back(id);
+  }
+  if (gone.empty()) return 0;
+  std::lock_guard<std::mutex> lock(mu);
+  uint64_t n = 0;
+  for (uint64_t id : gone) {
+    auto it = files.find(id);
+    if (it == files.end()) continue;
+    const uint64_t b = it->second.bytes;
+    idle_handles.erase(std::remove_if(idle_handles.begin(), idle_handles.end(),
+                                      [&](const Handle& h) { return h.file == id; }),
+                       idle_handles.end());
+    DropFile(id);
+    bytes -= b;
+    ++stats.vanished_files;
+    ++n;
+  }
+  if (n > 0 && opt.log) {
+    std::fprintf(stderr, "kvtier ssd tier: %llu indexed files missing or changed on disk "
+                 "(directory removed or replaced?): dropped from the index\n",
+                 static_cast<unsigned long long>(n));
+  }
+  return n;
+}
+
+uint64_t SsdTier::Reconcile() { return impl_->Reconcile(); }
 
 SsdTierStats SsdTier::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -585,6 +639,7 @@ SsdTierStats SsdTier::Stats() const {
 Status SsdTier::Verify(uint64_t* good, uint64_t* bad) {
   Impl& m = *impl_;
   Flush();
+  m.Reconcile();
   struct Rec {
     BlockKey key;
     uint64_t offset, bytes;

@@ -89,6 +89,12 @@ struct SsdTier::Impl {
   // Moves a file not in the index to quarantine/ with one log line. Takes mu for the stats.
   void QuarantinePath(const std::string& path, const std::string& why);
 
+  // Reconcile() (kvtier/ssd_tier.h). Takes mu; stats outside it.
+  uint64_t Reconcile();
+  // The next segment id (requires mu): never 0 or UINT64_MAX, wrapping to 1 (a name still
+  // taken then is skipped by the writer, and RenameNoReplace makes a collision an error).
+  uint64_t NextSegmentId();
+
   Status Scan();
   Status ScanBlockFiles();
   // A block of a model keep_only_models does not list (never, when it is empty).
@@ -122,7 +128,8 @@ struct SsdTier::Impl {
   std::vector<Handle> idle_handles;             // most recently used last
   uint64_t tick = 0;
   uint64_t next_file = 1;    // in-memory file ids
-  uint64_t next_segment = 1; // segment file names (one more than the largest found)
+  uint64_t next_segment = 1; // segment file names (one more than the largest valid id found;
+                             // quarantined, newer-version and foreign names do not count)
   uint64_t bytes = 0;        // of every indexed file, and of files being removed
   uint64_t reserved = 0;     // bytes of files being written
   SsdTierStats stats;

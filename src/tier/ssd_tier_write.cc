@@ -44,8 +44,16 @@ void SsdTier::Impl::WriteSegment(std::vector<Job>& jobs, std::unique_lock<std::m
     return;
   }
   reserved += total;
-  const uint64_t seg = next_segment++;
+  uint64_t seg = NextSegmentId();
   lock.unlock();
+  // A name already taken (a file this index does not know: planted, or left by a wrapped
+  // counter) is skipped, never replaced.
+  for (int tries = 0; tries < 64 && env->FileExists(SegmentPath(seg, false)); ++tries) {
+    lock.lock();
+    ++stats.id_collisions;
+    seg = NextSegmentId();
+    lock.unlock();
+  }
   const std::string tmp = SegmentPath(seg, true), path = SegmentPath(seg, false);
   // SsdSyncMode::kFilesystem: the handle is opened before the writes its syncs must cover (a
   // write-back error after the open is reported to it); if it cannot be, fdatasync + fsync.
@@ -57,6 +65,7 @@ void SsdTier::Impl::WriteSegment(std::vector<Job>& jobs, std::unique_lock<std::m
   std::unique_ptr<WritableFile> file;
   Result<std::unique_ptr<WritableFile>> f = env->NewWritableFile(tmp);
   if (f.status().code() == StatusCode::kNotFound) {  // segments/ went missing: made again
+    Reconcile();  // and the index forgets the files that went with it
     const Status d = env->CreateDirs(SegmentDir());
     f = d.ok() ? env->NewWritableFile(tmp) : Result<std::unique_ptr<WritableFile>>(d);
   }
@@ -91,7 +100,13 @@ void SsdTier::Impl::WriteSegment(std::vector<Job>& jobs, std::unique_lock<std::m
       if (s.ok()) s = c;
     }
   }
-  if (s.ok()) s = env->RenameFile(tmp, path);
+  // No-replace: a name taken between the check above and now is an error, not an overwrite.
+  if (s.ok()) s = env->RenameNoReplace(tmp, path);
+  if (s.code() == StatusCode::kAlreadyExists) {
+    lock.lock();
+    ++stats.id_collisions;
+    lock.unlock();
+  }
   if (!s.ok()) {
     file.reset();
     (void)env->RemoveFile(tmp);
