@@ -175,4 +175,15 @@ class SsdTier : public LowerTier {
   std::unique_ptr<Impl> impl_;
 };
 
+// One format through the tier's encoders, checked now (`kvtier cache formats`).
+struct StoredFormatCheck {
+  Format format;
+  bool block_file_bit_exact = false;  // a block file written and read back, byte for byte
+  bool segment_bit_exact = false;     // the same block as a segment's record, likewise
+};
+// Every supported format (AllSupportedFormats) written as a block file and as the second
+// record of a segment (in memory) and read back into a pool block. Errors name the step that
+// failed. Thread-safe (touches nothing shared).
+Result<std::vector<StoredFormatCheck>> CheckStoredFormats();
+
 }  // namespace kvtier

@@ -4,13 +4,9 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <ostream>
-#include <random>
 
 #include "kvtier/env.h"
-#include "kvtier/sequence_cache.h"
 #include "kvtier/ssd_tier.h"
-#include "tier/block_file.h"
-#include "tier/segment_file.h"
 
 namespace kvtier::cli {
 namespace {
@@ -124,92 +120,32 @@ Status Clear(const CacheCommand& c, std::ostream& out) {
   return Status::OK();
 }
 
-// Writes a segment of two records (a copy of `file`, then `file`) to an in-memory Env, walks
-// it by its headers and reads the second record's rows into block `dst`.
-Status SegmentRoundTrip(const tier::BlockFileHeader& h, const std::vector<uint8_t>& file,
-                        BlockPool& pool, BlockId dst) {
-  std::vector<uint8_t> seg(tier::kSegmentHeaderBytes);
-  tier::EncodeSegmentHeader(1, 2, seg.data());
-  for (int i = 0; i < 2; ++i) {
-    seg.insert(seg.end(), file.begin(), file.end());
-    seg.resize(tier::AlignRecord(seg.size()), 0);
-  }
-  std::unique_ptr<MemEnv> env = MemEnv::Create();
-  KVTIER_RETURN_IF_ERROR(env->WriteFileDurably("/s.kvs", seg));
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> f, env->NewRandomAccessFile("/s.kvs"));
-  KVTIER_ASSIGN_OR_RETURN(tier::SegmentIndex idx, tier::ReadSegmentIndex(*f, "formats segment"));
-  if (idx.records.size() != 2 || !(idx.records[1].header.key == h.key)) {
-    return Status::Internal("formats: the segment's records did not read back");
-  }
-  return tier::ReadRecordRows(idx.records[1].header, *f, idx.records[1].offset, pool, dst,
-                              "formats segment");
-}
-
 // Every format through a block file and a segment and back, checked now: the support matrix.
 Status Formats(const CacheCommand& c, std::ostream& out) {
-  const KvShape shape{2, 2, 128};
-  constexpr uint32_t kTokens = 16;
+  KVTIER_ASSIGN_OR_RETURN(const std::vector<StoredFormatCheck> checks, CheckStoredFormats());
   nlohmann::json rows = nlohmann::json::array();
   if (!c.json) {
     out << "format            id          bits/value  bytes/row(128)  on disk          round trip\n";
   }
-  std::mt19937_64 rng(1);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const Format& f : AllSupportedFormats()) {
-    BlockPoolOptions po;
-    po.shape = shape;
-    po.k_format = po.v_format = f;
-    po.block_tokens = kTokens;
-    KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
-                            KvBlockLayout::Make(shape, f, f, kTokens));
-    po.capacity_bytes = 2 * layout.block_stride;
-    KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::Create(po));
-    SequenceCache seq(pool);
-    std::vector<float> kv(kTokens * shape.n_kv_heads * shape.head_dim);  // [tokens, heads, dim]
-    for (uint32_t l = 0; l < shape.n_layers; ++l) {
-      for (float& x : kv) x = nd(rng);
-      KVTIER_RETURN_IF_ERROR(seq.Append(l, DType::kF32, kv.data(), kv.data(), kTokens));
-    }
-    tier::BlockFileHeader h;
-    h.shape = shape;
-    h.k_format = h.v_format = f;
-    h.block_tokens = kTokens;
-    for (uint32_t i = 0; i < kTokens; ++i) h.tokens.push_back(static_cast<int32_t>(i));
-    h.namespace_key = NamespaceKey(h.model, shape, f, f, kTokens);
-    h.parent_key = h.namespace_key;
-    h.key = ChainBlockKey(h.parent_key, h.tokens);
-    KVTIER_ASSIGN_OR_RETURN(std::vector<uint8_t> file,
-                            tier::EncodeBlockFile(h, *pool, seq.block_ids()[0]));
-    KVTIER_ASSIGN_OR_RETURN(tier::BlockFileHeader back,
-                            tier::DecodeBlockHeader(file, file.size(), "formats"));
-    std::vector<BlockId> dst;
-    KVTIER_RETURN_IF_ERROR(pool->Allocate(1, KvOwner::kOther, &dst, "formats"));
-    KVTIER_RETURN_IF_ERROR(tier::DecodeBlockRows(back, file, *pool, dst[0], "formats"));
-    const bool same = std::equal(pool->block_data(dst[0]),
-                                 pool->block_data(dst[0]) + layout.block_stride,
-                                 pool->block_data(seq.block_ids()[0]));
-    // The same block as the second record of a segment file (format version 2), read back
-    // through the segment's record walk straight into a pool block.
-    KVTIER_RETURN_IF_ERROR(SegmentRoundTrip(h, file, *pool, dst[0]));
-    const bool seg_same = std::equal(pool->block_data(dst[0]),
-                                     pool->block_data(dst[0]) + layout.block_stride,
-                                     pool->block_data(seq.block_ids()[0]));
-    pool->Unref(dst, KvOwner::kOther);
+  for (const StoredFormatCheck& k : checks) {
+    const Format& f = k.format;
     char id[16];
     std::snprintf(id, sizeof id, "0x%08x", f.id());
     if (c.json) {
       rows.push_back({{"format", f.spec()}, {"id", f.id()}, {"bits_per_value", f.bits_per_value()},
                       {"row_bytes_128", f.row_bytes(128)}, {"stored", "native"},
-                      {"round_trip_bit_exact", same},
-                      {"segment_round_trip_bit_exact", seg_same}});
+                      {"round_trip_bit_exact", k.block_file_bit_exact},
+                      {"segment_round_trip_bit_exact", k.segment_bit_exact}});
     } else {
       char line[160];
       std::snprintf(line, sizeof line, "%-17s %-11s %-11.3f %-15zu %-16s %s\n", f.spec().c_str(),
                     id, f.bits_per_value(), f.row_bytes(128), "native",
-                    same && seg_same ? "bit for bit" : "MISMATCH");
+                    k.block_file_bit_exact && k.segment_bit_exact ? "bit for bit" : "MISMATCH");
       out << line;
     }
-    if (!same || !seg_same) return Status::Internal("format " + f.spec() + " did not round-trip");
+    if (!k.block_file_bit_exact || !k.segment_bit_exact) {
+      return Status::Internal("format " + f.spec() + " did not round-trip");
+    }
   }
   if (c.json) out << rows.dump(2) << "\n";
   return Status::OK();
