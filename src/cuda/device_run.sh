@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One GPU-machine call: build src/cuda on its own (the standalone configuration, no CPU-build
+# dependencies), run the `cuda` tests, the PyTorch SDPA baseline and kvtier_cuda_bench, all in
+# the same call (same card). Run from a tree holding include/, src/ and a googletest source
+# tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
+#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
+nvcc --version | tail -2
+echo "== build (${SECONDS}s)"
+cmake -S src/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DGTEST_SOURCE_DIR="$PWD/googletest" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" \
+  > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
+  || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; exit 1; }
+echo "== tests (${SECONDS}s)"
+rc=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo "== PyTorch SDPA bf16 baseline (${SECONDS}s)"
+  PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py > "$OUT/sdpa.csv" 2> "$OUT/sdpa.log"
+  cat "$OUT/sdpa.log"
+  echo "== kvtier_cuda_bench (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+fi
+echo "== done (${SECONDS}s), tests rc $rc"
+exit $rc
