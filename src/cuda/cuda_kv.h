@@ -14,7 +14,8 @@
 // DecodeAttention: one query token per row (decode) over a device PagedKvView, split-K over the
 // row's keys with a log-sum-exp merge, a KV head's rows read once for all of its query heads
 // (GQA), window and soft-cap as in kvtier/attention.h. K and V in the same format (f16, bf16,
-// q8_0, q4_0), read in place; head_dim 64, 128, 256; f32 query and output.
+// q8_0, q4_0), read in place; head_dim 64, 128, 256; f32 query and output. Tensor cores
+// (mma.sync) by default; DecodeOptions::exact selects the f32 kernel.
 //
 // Every function returns a Status naming what failed (a CUDA error names the call and the
 // runtime's message). Not thread-safe per pool; distinct pools and streams are independent.
@@ -122,6 +123,10 @@ struct DecodeOptions {
   uint32_t max_length = 0;
   // Key ranges a row is split into: 0 = chosen from the shape and the device, else this many.
   uint32_t n_splits = 0;
+  // The f32 kernel (every product and sum in f32; relative error ~1e-7 against the float64
+  // reference) instead of the tensor-core one (Q and P as hi + lo 16-bit pairs: ~1e-6 for f16
+  // and bf16 K/V; q8_0 / q4_0 V rows rounded once to f16: ~1e-4).
+  bool exact = false;
   void* stream = nullptr;  // cudaStream_t
 };
 
@@ -134,7 +139,7 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
 
 // The split DecodeAttention would choose (for the benchmark's report).
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim);
+                      const Format& format, uint32_t head_dim, bool exact = false);
 
 // Fills a device buffer with `n` values of dtype `t`, normal-ish (sum of uniforms), scaled by
 // `scale`, from `seed` (for tests and the benchmark; deterministic).

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cuda/cuda_kv.h"
-#include "cuda/decode.cuh"
+#include "cuda/decode_mma.cuh"
 
 namespace kvtier::cuda {
 namespace {
@@ -31,6 +31,7 @@ __global__ void MergeSplitsKernel(const float* part_o, const float* part_lse, fl
 }
 
 using Launcher = Status (*)(const DecodeParams&, int, int, uint32_t, uint32_t, cudaStream_t, int*);
+using MmaLauncher = Status (*)(const DecodeParams&, int, uint32_t, uint32_t, cudaStream_t, int*);
 
 Launcher LauncherFor(FormatKind k) {
   switch (k) {
@@ -38,6 +39,16 @@ Launcher LauncherFor(FormatKind k) {
     case FormatKind::kBF16: return LaunchDecodeBF16;
     case FormatKind::kQ8_0: return LaunchDecodeQ8_0;
     case FormatKind::kQ4_0: return LaunchDecodeQ4_0;
+    default: return nullptr;
+  }
+}
+
+MmaLauncher MmaLauncherFor(FormatKind k) {
+  switch (k) {
+    case FormatKind::kF16: return LaunchDecodeMmaF16;
+    case FormatKind::kBF16: return LaunchDecodeMmaBF16;
+    case FormatKind::kQ8_0: return LaunchDecodeMmaQ8_0;
+    case FormatKind::kQ4_0: return LaunchDecodeMmaQ4_0;
     default: return nullptr;
   }
 }
@@ -60,19 +71,34 @@ constexpr uint32_t kMinChunk = 256;  // tokens a split reads at least
 }  // namespace
 
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim) {
-  const Launcher launch = LauncherFor(format.kind);
+                      const Format& format, uint32_t head_dim, bool exact) {
   int occ = 1;
-  if (launch) {
-    DecodeParams dummy{};
-    if (!launch(dummy, static_cast<int>(head_dim), 4, 0, 0, nullptr, &occ).ok()) occ = 1;
+  DecodeParams dummy{};
+  if (exact) {
+    const Launcher launch = LauncherFor(format.kind);
+    if (launch && !launch(dummy, static_cast<int>(head_dim), 4, 0, 0, nullptr, &occ).ok()) occ = 1;
+  } else {
+    const MmaLauncher launch = MmaLauncherFor(format.kind);
+    if (launch && !launch(dummy, static_cast<int>(head_dim), 0, 0, nullptr, &occ).ok()) occ = 1;
   }
+  // Cost model: thread blocks run in waves of (SMs x blocks per SM); a block costs its tiles
+  // plus about two tiles' worth of fixed work (Q, the merge, the partial write). Fewest
+  // estimated tile-times wins, ties to fewer splits.
   const uint64_t items = std::max<uint64_t>(1, static_cast<uint64_t>(n_rows) * n_kv_heads);
-  // About four waves of thread blocks, so the last wave's tail is a small part of the time.
-  const uint64_t target = 4ull * SmCount() * occ;
-  uint64_t splits = (target + items - 1) / items;
-  const uint64_t max_splits = std::max<uint64_t>(1, (max_length + kMinChunk - 1) / kMinChunk);
-  splits = std::clamp<uint64_t>(splits, 1, std::min<uint64_t>(max_splits, 1024));
+  const uint64_t slots = static_cast<uint64_t>(SmCount()) * occ;
+  const uint64_t tile = exact ? kTile : kMmaTile;
+  const uint64_t len = std::max<uint64_t>(max_length, 1);
+  const uint64_t max_splits = std::min<uint64_t>(256, std::max<uint64_t>(1, len / kMinChunk));
+  uint64_t splits = 1, best = UINT64_MAX;
+  for (uint64_t s = 1; s <= max_splits; ++s) {
+    const uint64_t tiles = ((len + s - 1) / s + tile - 1) / tile;
+    const uint64_t waves = (items * s + slots - 1) / slots;
+    const uint64_t cost = waves * (tiles + 2);
+    if (cost < best) {
+      best = cost;
+      splits = s;
+    }
+  }
   return static_cast<uint32_t>(splits);
 }
 
@@ -122,7 +148,7 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
   uint32_t n_splits = options.n_splits;
   if (n_splits == 0) {
     n_splits = ChooseSplits(kv.n_rows, kv.n_kv_heads, options.max_length, kv.k_format,
-                            kv.head_dim);
+                            kv.head_dim, options.exact);
   }
   n_splits = std::max(1u, std::min(n_splits, 65535u));
   uint32_t chunk = kTile;
@@ -160,8 +186,14 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     p.part_lse = p.part_o + heads * n_splits * kv.head_dim;
   }
   const auto stream = static_cast<cudaStream_t>(options.stream);
-  KVTIER_RETURN_IF_ERROR(launch(p, static_cast<int>(kv.head_dim), static_cast<int>(group),
-                                kv.n_rows, kv.n_kv_heads, stream, nullptr));
+  if (options.exact) {
+    KVTIER_RETURN_IF_ERROR(launch(p, static_cast<int>(kv.head_dim), static_cast<int>(group),
+                                  kv.n_rows, kv.n_kv_heads, stream, nullptr));
+  } else {
+    KVTIER_RETURN_IF_ERROR(MmaLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
+                                                            kv.n_rows, kv.n_kv_heads, stream,
+                                                            nullptr));
+  }
   if (n_splits > 1) {
     MergeSplitsKernel<<<static_cast<unsigned>(heads), std::min<uint32_t>(kv.head_dim, 256), 0,
                         stream>>>(p.part_o, p.part_lse, out, n_splits, kv.head_dim);

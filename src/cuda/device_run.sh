@@ -27,6 +27,9 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   cat "$OUT/sdpa.log"
   echo "== kvtier_cuda_bench (${SECONDS}s)"
   build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  echo "== the f32 (exact) kernel at 32K, batch 32, for comparison (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
+    2>&1 | tee "$OUT/bench_exact.txt" | tail -4
 fi
 echo "== done (${SECONDS}s), tests rc $rc"
 exit $rc
