@@ -7,7 +7,7 @@
 //
 //   kvtier_cuda_bench [--contexts 32768,131072] [--batches 1,8,32] [--formats bf16,f16,q8_0,q4_0]
 //                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
-//                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact]
+//                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--sequential]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -52,7 +52,7 @@ int Main(int argc, char** argv) {
   uint32_t heads = 32, kv_heads = 8, head_dim = 128, block_tokens = 32, iters = 20;
   double peak = 3352;
   std::string sdpa_file;
-  bool exact = false;
+  bool exact = false, sequential = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -73,6 +73,7 @@ int Main(int argc, char** argv) {
     else if (a == "--peak-gbps") peak = std::stod(next());
     else if (a == "--sdpa") sdpa_file = next();
     else if (a == "--exact") exact = true;
+    else if (a == "--sequential") sequential = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -97,9 +98,10 @@ int Main(int argc, char** argv) {
   if (!copy.ok()) return Fail(copy.status());
   std::printf("device: %s\n", DeviceDescription().c_str());
   std::printf("device copy: %.0f GB/s (read + write); HBM peak taken as %.0f GB/s\n", *copy, peak);
-  std::printf("shape: %u q / %u KV heads, head_dim %u, %u-token blocks (shuffled), f32 q/out, "
+  std::printf("shape: %u q / %u KV heads, head_dim %u, %u-token blocks (%s), f32 q/out, "
               "median of %u calls, L2 flushed before each; %s kernel\n",
-              heads, kv_heads, head_dim, block_tokens, iters, exact ? "f32 (exact)" : "tensor-core");
+              heads, kv_heads, head_dim, block_tokens, sequential ? "in order" : "shuffled", iters,
+              exact ? "f32 (exact)" : "tensor-core");
   std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s\n", "format", "context", "batch",
               "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa");
 
@@ -119,7 +121,7 @@ int Main(int argc, char** argv) {
     // Blocks in a shuffled order, as a long-running server's pool hands them out.
     std::vector<BlockId> perm(n_blocks);
     std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
+    if (!sequential) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
     // Fill every block through the append kernel, a chunk of tokens at a time.
     {
       const uint32_t chunk = 65536;

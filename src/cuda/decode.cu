@@ -72,6 +72,16 @@ constexpr uint32_t kMinChunk = 256;  // tokens a split reads at least
 
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
                       const Format& format, uint32_t head_dim, bool exact) {
+  // The last answer, kept: a decode step asks the same question for every layer.
+  struct Key {
+    uint32_t n_rows, n_kv_heads, max_length, format_id, head_dim;
+    bool exact;
+    bool operator==(const Key&) const = default;
+  };
+  static thread_local Key last_key{};
+  static thread_local uint32_t last_splits = 0;
+  const Key key{n_rows, n_kv_heads, max_length, format.id(), head_dim, exact};
+  if (last_splits != 0 && key == last_key) return last_splits;
   int occ = 1;
   DecodeParams dummy{};
   if (exact) {
@@ -99,7 +109,9 @@ uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
       splits = s;
     }
   }
-  return static_cast<uint32_t>(splits);
+  last_key = key;
+  last_splits = static_cast<uint32_t>(splits);
+  return last_splits;
 }
 
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,

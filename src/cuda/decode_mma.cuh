@@ -8,10 +8,11 @@
 //                                                     straight from S^T's accumulators
 //
 // f16 / bf16 rows are used as stored, and Q and P enter the tensor cores as a hi + lo pair of
-// f16 (bf16 for bf16 K/V), so their rounding costs about 2^-17 relative. q8_0 / q4_0: a warp
-// unpacks its 16 rows in shared memory first: K as exact f16 codes, its block scales applied to
-// each 32-value block's partial scores in f32; V as f16(code * scale); Q and P as one f16 each
-// (rounded operands, so those formats are tested at the rounded-path bound, 1e-3).
+// f16 (bf16 for bf16 K/V), so their rounding costs about 2^-17 relative. q8_0 / q4_0: K's
+// B fragments are built in registers from the stored codes (exact in f16), each 32-value
+// block's partial scores scaled by its d in f32; V's A fragments likewise as f16(code * d),
+// transposed in registers by movmatrix; Q and P enter as one f16 each (rounded operands, so
+// those formats are tested at the CPU's rounded-path bound, 1e-3).
 #pragma once
 
 #include "cuda/decode.cuh"
@@ -32,17 +33,21 @@ struct MmaGeo {
   static constexpr int kRawPitch = kPlain ? kRowBytes + 16 : (kRowBytes + 15) / 16 * 16;
   static constexpr int kStages = HD >= 256 ? 2 : 3;
   static constexpr int kStageBytes = 2 * kMmaTile * kRawPitch;
+  // q4_0's V rows go through shared memory as f16 (measured faster than movmatrix for it: the
+  // registers that path needs spill); q8_0's are transposed in registers.
+  static constexpr bool kVInSmem = F == FormatKind::kQ4_0;
   static constexpr int kHalfPitch = 2 * HD + 16;
-  static constexpr int kDeqBytes = kPlain ? 0 : kMmaTile * kHalfPitch;  // K, then V, of a warp
-  static constexpr int kScaleBytes = kPlain ? 0 : kMmaTile * (HD / 32) * 4;
+  static constexpr int kDeqBytes = kVInSmem ? kMmaTile * kHalfPitch : 0;
   static constexpr int kLoop = kStages * kStageBytes;
   static constexpr int kMerge = (4 * 8 * HD + 2 * 4 * 8) * 4;
   static constexpr int kBody = kLoop > kMerge ? kLoop : kMerge;
   static constexpr int kOffsBytes = 2 * 2 * kMmaTile * 8;
-  static constexpr int kSmem = kBody + kDeqBytes + kScaleBytes + kOffsBytes;
-  // Thread blocks per SM the registers must allow (shared memory allows 3 for the quantized
-  // formats at head_dim <= 128; 2 for the plain ones).
-  static constexpr int kMinBlocks = !kPlain && HD <= 128 ? 3 : 1;
+  static constexpr int kSmem = kBody + kDeqBytes + kOffsBytes;
+  // Thread blocks per SM the registers must allow (shared memory allows 4 or more for the
+  // quantized formats at head_dim <= 128; 2 for the plain ones).
+  // (q4_0 at 4 would spill: 132 bytes at 128 registers, nvcc 13.0.)
+  static constexpr int kMinBlocks =
+      kPlain || HD > 128 ? 1 : (F == FormatKind::kQ8_0 ? 4 : 3);
 };
 
 namespace dev {
@@ -58,6 +63,16 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p)
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+}
+
+// The transpose of the 8x8 16-bit matrix whose row lane/4, columns 2(lane%4) + {0, 1}, this
+// lane holds.
+__device__ __forceinline__ uint32_t MovTrans(__half2 x) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n"
+               : "=r"(d)
+               : "r"(*reinterpret_cast<const uint32_t*>(&x)));
+  return d;
 }
 
 // d += A . B (m16n8k16, f32 accumulators); A = {a0, a1, a2, a3}, B = {b0, b1}.
@@ -120,65 +135,30 @@ __device__ __forceinline__ void CpAsyncZero(void* smem, const void* gmem) {
   }
 }
 
-// A warp's 16 rows of K (kv = 0) or V (kv = 1), q8_0 / q4_0, from the raw tile into the f16
-// tile: K as exact codes with its block scales to kscale[block][token], V as f16(code * scale).
-template <FormatKind F, int HD>
-__device__ __forceinline__ void Unpack16(const uint8_t* raw, uint8_t* deq, float* kscale, int kv,
-                                         int warp, int lane) {
-  using Geo = MmaGeo<F, HD>;
+// A warp's 16 q4_0 V rows from the raw tile into the f16 tile as f16(code * d).
+template <int HD>
+__device__ __forceinline__ void UnpackQ4V16(const uint8_t* raw, uint8_t* deq, int warp, int lane) {
+  using Geo = MmaGeo<FormatKind::kQ4_0, HD>;
   constexpr int T = kMmaTile;
-  if constexpr (F == FormatKind::kQ8_0) {
-    constexpr int CH = HD / 8;  // 8-code chunks per row
+  constexpr int CH = HD / 16;  // 8-byte halves of blocks per row
 #pragma unroll
-    for (int k = 0; k < 16 * CH / 32; ++k) {
-      const int u = lane + 32 * k;
-      const int row = u / CH, ch = u % CH;
-      const int tok = warp * 16 + row, b = ch >> 2, sub = ch & 3;
-      const uint8_t* blk = raw + (kv * T + tok) * Geo::kRawPitch + 34 * b;
-      const uint16_t dbits = Ld16(blk);
-      __half2 v[4];
+  for (int k = 0; k < 16 * CH / 32; ++k) {
+    const int u = lane + 32 * k;
+    const int row = u / CH, ch = u % CH;
+    const int tok = warp * 16 + row, b = ch >> 1, hh = ch & 1;
+    const uint8_t* blk = raw + (T + tok) * Geo::kRawPitch + 18 * b;
+    const uint16_t dbits = Ld16(blk);
+    const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
+    __half2 lo[4], hi[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = I8x2ToHalf2(Ld16(blk + 2 + 8 * sub + 2 * i));
-      if (kv == 0) {
-        if (sub == 0) kscale[b * T + tok] = HalfBits(dbits);
-      } else {
-        const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[i] = __hmul2(v[i], d2);
-      }
-      *reinterpret_cast<uint4*>(deq + tok * Geo::kHalfPitch + ch * 16) =
-          *reinterpret_cast<const uint4*>(v);
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = Ld16(blk + 2 + 8 * hh + 2 * i);
+      lo[i] = __hmul2(U4x2ToHalf2(w), d2);
+      hi[i] = __hmul2(U4x2ToHalf2(w >> 4), d2);
     }
-  } else {
-    constexpr int CH = HD / 16;  // 8-byte halves of blocks per row
-#pragma unroll
-    for (int k = 0; k < 16 * CH / 32; ++k) {
-      const int u = lane + 32 * k;
-      const int row = u / CH, ch = u % CH;
-      const int tok = warp * 16 + row, b = ch >> 1, hh = ch & 1;
-      const uint8_t* blk = raw + (kv * T + tok) * Geo::kRawPitch + 18 * b;
-      const uint16_t dbits = Ld16(blk);
-      __half2 lo[4], hi[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t w = Ld16(blk + 2 + 8 * hh + 2 * i);
-        lo[i] = U4x2ToHalf2(w);
-        hi[i] = U4x2ToHalf2(w >> 4);
-      }
-      if (kv == 0) {
-        if (hh == 0) kscale[b * T + tok] = HalfBits(dbits);
-      } else {
-        const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          lo[i] = __hmul2(lo[i], d2);
-          hi[i] = __hmul2(hi[i], d2);
-        }
-      }
-      uint8_t* dst = deq + tok * Geo::kHalfPitch + (32 * b + 8 * hh) * 2;
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(lo);
-      *reinterpret_cast<uint4*>(dst + 32) = *reinterpret_cast<const uint4*>(hi);
-    }
+    uint8_t* dst = deq + tok * Geo::kHalfPitch + (32 * b + 8 * hh) * 2;
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(lo);
+    *reinterpret_cast<uint4*>(dst + 32) = *reinterpret_cast<const uint4*>(hi);
   }
 }
 
@@ -192,8 +172,7 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
   constexpr bool BF = Geo::kBf16;
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* deq = smem + Geo::kBody;
-  float* kscale = reinterpret_cast<float*>(deq + Geo::kDeqBytes);
-  uint64_t* offs = reinterpret_cast<uint64_t*>(deq + Geo::kDeqBytes + Geo::kScaleBytes);
+  uint64_t* offs = reinterpret_cast<uint64_t*>(deq + Geo::kDeqBytes);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int quad = lane >> 2, c4 = lane & 3;
@@ -286,17 +265,7 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     const uint32_t wt0 = begin + it * T + warp * 16;
     if (wt0 >= end) continue;
     const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes;
-    const uint8_t* ktile;
-    int pitch;
-    if constexpr (Geo::kPlain) {
-      ktile = sraw;
-      pitch = Geo::kRawPitch;
-    } else {
-      dev::Unpack16<F, HD>(sraw, deq, kscale, 0, warp, lane);
-      __syncwarp();
-      ktile = deq;
-      pitch = Geo::kHalfPitch;
-    }
+    const uint8_t* ktile = sraw;
 
     // q.k for the warp's 16 tokens: s[n-tile][c], column = token n-tile*8 + 2c4 + {0, 1}.
     float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
@@ -305,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
 #pragma unroll
       for (int kk = 0; kk < KS; ++kk) {
         uint32_t b[4];
-        dev::LdMatrixX4(b, ktile + lrow * pitch + (16 * kk + lcol) * 2);
+        dev::LdMatrixX4(b, ktile + lrow * Geo::kRawPitch + (16 * kk + lcol) * 2);
         dev::Mma<BF>(s[0], qh[kk][0], 0u, qh[kk][1], 0u, b[0], b[1]);
         dev::Mma<BF>(s[1], qh[kk][0], 0u, qh[kk][1], 0u, b[2], b[3]);
         dev::Mma<BF>(sl[0], ql[kk][0], 0u, ql[kk][1], 0u, b[0], b[1]);
@@ -317,21 +286,43 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
         s[nt][1] += sl[nt][1];
       }
     } else {
+      // B fragments straight from the stored codes: token `quad` of each n-tile, dims
+      // 2c4 + {0, 1} and 2c4 + {8, 9} of each 16-value step, exact in f16; each 32-value
+      // block's partial scores are then scaled by its tokens' d in f32.
+      constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
 #pragma unroll
       for (int blk = 0; blk < HD / 32; ++blk) {
         float sb[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
 #pragma unroll
-        for (int kk = 2 * blk; kk < 2 * blk + 2; ++kk) {
-          uint32_t b[4];
-          dev::LdMatrixX4(b, ktile + lrow * pitch + (16 * kk + lcol) * 2);
-          dev::Mma<false>(sb[0], qh[kk][0], 0u, qh[kk][1], 0u, b[0], b[1]);
-          dev::Mma<false>(sb[1], qh[kk][0], 0u, qh[kk][1], 0u, b[2], b[3]);
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint8_t* base = ktile + (warp * 16 + nt * 8 + quad) * Geo::kRawPitch +
+                                kBlockBytes * blk + 2 + 2 * c4;
+          if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const __half2 b0 = dev::I8x2ToHalf2(dev::Ld16(base + 16 * half));
+              const __half2 b1 = dev::I8x2ToHalf2(dev::Ld16(base + 16 * half + 8));
+              dev::Mma<false>(sb[nt], qh[2 * blk + half][0], 0u, qh[2 * blk + half][1], 0u,
+                              *reinterpret_cast<const uint32_t*>(&b0),
+                              *reinterpret_cast<const uint32_t*>(&b1));
+            }
+          } else {
+            const uint32_t w0 = dev::Ld16(base), w1 = dev::Ld16(base + 8);
+            const __half2 l0 = dev::U4x2ToHalf2(w0), l1 = dev::U4x2ToHalf2(w1);
+            const __half2 h0 = dev::U4x2ToHalf2(w0 >> 4), h1 = dev::U4x2ToHalf2(w1 >> 4);
+            dev::Mma<false>(sb[nt], qh[2 * blk][0], 0u, qh[2 * blk][1], 0u,
+                            *reinterpret_cast<const uint32_t*>(&l0),
+                            *reinterpret_cast<const uint32_t*>(&l1));
+            dev::Mma<false>(sb[nt], qh[2 * blk + 1][0], 0u, qh[2 * blk + 1][1], 0u,
+                            *reinterpret_cast<const uint32_t*>(&h0),
+                            *reinterpret_cast<const uint32_t*>(&h1));
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          const float2 d = *reinterpret_cast<const float2*>(kscale + blk * T + warp * 16 + nt * 8 + 2 * c4);
-          s[nt][0] = fmaf(d.x, sb[nt][0], s[nt][0]);
-          s[nt][1] = fmaf(d.y, sb[nt][1], s[nt][1]);
+          const uint8_t* drow = ktile + (warp * 16 + nt * 8 + 2 * c4) * Geo::kRawPitch + kBlockBytes * blk;
+          s[nt][0] = fmaf(dev::HalfBits(dev::Ld16(drow)), sb[nt][0], s[nt][0]);
+          s[nt][1] = fmaf(dev::HalfBits(dev::Ld16(drow + Geo::kRawPitch)), sb[nt][1], s[nt][1]);
         }
       }
     }
@@ -361,25 +352,66 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     uint32_t bh0, bl0, bh1, bl1;
     dev::Split<BF>(pe[0], pe[1], &bh0, &bl0);
     dev::Split<BF>(pe[2], pe[3], &bh1, &bl1);
-    const uint8_t* vtile;
-    if constexpr (Geo::kPlain) {
-      vtile = sraw + T * Geo::kRawPitch;
-    } else {
-      __syncwarp();  // K's f16 rows are read: V's take their place
-      dev::Unpack16<F, HD>(sraw, deq, kscale, 1, warp, lane);
-      __syncwarp();
-      vtile = deq;
-    }
 #pragma unroll
     for (int m = 0; m < KS; ++m) {
       acc[m][0] *= a0;
       acc[m][1] *= a1;
       acc[m][2] *= a0;
       acc[m][3] *= a1;
-      uint32_t a[4];
-      dev::LdMatrixX4Trans(a, vtile + lrow * pitch + (16 * m + lcol) * 2);
-      dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
-      if constexpr (Geo::kPlain) dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
+    }
+    if constexpr (Geo::kPlain) {
+      const uint8_t* vtile = sraw + T * Geo::kRawPitch;
+#pragma unroll
+      for (int m = 0; m < KS; ++m) {
+        uint32_t a[4];
+        dev::LdMatrixX4Trans(a, vtile + lrow * Geo::kRawPitch + (16 * m + lcol) * 2);
+        dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+        dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
+      }
+    } else if constexpr (Geo::kVInSmem) {
+      dev::UnpackQ4V16<HD>(sraw, deq, warp, lane);
+      __syncwarp();
+#pragma unroll
+      for (int m = 0; m < KS; ++m) {
+        uint32_t a[4];
+        dev::LdMatrixX4Trans(a, deq + lrow * Geo::kHalfPitch + (16 * m + lcol) * 2);
+        dev::Mma<false>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+      }
+    } else {
+      // V^T's A fragments from the stored codes: this lane decodes token quad (and 8 + quad),
+      // dims 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of each 16-value step as f16(code * d), and
+      // movmatrix transposes each 8x8 piece into place.
+      constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
+      const uint8_t* vraw = sraw + T * Geo::kRawPitch;
+#pragma unroll
+      for (int blk = 0; blk < HD / 32; ++blk) {
+        __half2 v[2][2][2];  // [token half][16-value step of the block][dims +0 / +8]
+#pragma unroll
+        for (int th = 0; th < 2; ++th) {
+          const uint8_t* rowp = vraw + (warp * 16 + th * 8 + quad) * Geo::kRawPitch + kBlockBytes * blk;
+          const uint16_t dbits = dev::Ld16(rowp);
+          const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
+          if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+            for (int part = 0; part < 2; ++part) {
+              v[th][part][0] = __hmul2(dev::I8x2ToHalf2(dev::Ld16(rowp + 2 + 16 * part + 2 * c4)), d2);
+              v[th][part][1] = __hmul2(dev::I8x2ToHalf2(dev::Ld16(rowp + 10 + 16 * part + 2 * c4)), d2);
+            }
+          } else {
+            const uint32_t w0 = dev::Ld16(rowp + 2 + 2 * c4), w1 = dev::Ld16(rowp + 10 + 2 * c4);
+            v[th][0][0] = __hmul2(dev::U4x2ToHalf2(w0), d2);
+            v[th][0][1] = __hmul2(dev::U4x2ToHalf2(w1), d2);
+            v[th][1][0] = __hmul2(dev::U4x2ToHalf2(w0 >> 4), d2);
+            v[th][1][1] = __hmul2(dev::U4x2ToHalf2(w1 >> 4), d2);
+          }
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+          const int m = 2 * blk + part;
+          dev::Mma<false>(acc[m], dev::MovTrans(v[0][part][0]), dev::MovTrans(v[0][part][1]),
+                          dev::MovTrans(v[1][part][0]), dev::MovTrans(v[1][part][1]), bh0, bh1);
+        }
+      }
     }
   }
   dev::CpAsyncWait<0>();

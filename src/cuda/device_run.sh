@@ -12,7 +12,7 @@ nvcc --version | tail -2
 echo "== build (${SECONDS}s)"
 cmake -S src/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGTEST_SOURCE_DIR="$PWD/googletest" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" \
-  > "$OUT/cmake.log" 2>&1 || { tail -30 "$OUT/cmake.log"; exit 1; }
+  > /tmp/cmake.log 2>&1 || { tail -30 /tmp/cmake.log; exit 1; }
 ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; exit 1; }
 echo "== tests (${SECONDS}s)"
@@ -27,9 +27,23 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   cat "$OUT/sdpa.log"
   echo "== kvtier_cuda_bench (${SECONDS}s)"
   build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  echo "== bf16 with the blocks in order (not shuffled), for comparison (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --sequential --formats bf16 \
+    2>&1 | tail -6
   echo "== the f32 (exact) kernel at 32K, batch 32, for comparison (${SECONDS}s)"
   build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
     2>&1 | tee "$OUT/bench_exact.txt" | tail -4
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  echo "== Nsight Compute: the tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
+  for f in ${NCU_FORMATS:-q4_0 bf16}; do
+    ncu --kernel-name regex:DecodeMma --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+      --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      build/cuda/kvtier_cuda_bench --formats "$f" --contexts 32768 --batches 32 --iters 1 \
+      >> "$OUT/ncu.txt" 2>&1
+  done
+  grep -E "DecodeMma|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Hit|Mem Busy|Max Bandwidth|Stall" "$OUT/ncu.txt" | head -80
 fi
 echo "== done (${SECONDS}s), tests rc $rc"
 exit $rc
