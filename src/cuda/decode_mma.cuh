@@ -21,6 +21,31 @@ namespace kvtier::cuda {
 
 constexpr int kMmaTile = 64;
 
+// Compile-time knobs, for kvtier_cuda_bench sweeps (device_run.sh VARIANTS=1); the defaults are
+// the best measured on an H100 (docs/results/cuda.md). Stages: tiles in shared memory at
+// head_dim <= 128 (head_dim 256 uses 2). Quad issue: a quad of lanes copies each row (fewer
+// live addresses: 118 registers for q4_0 / q8_0 where the flat order spills at the 128 that 4
+// blocks per SM allow; slower for bf16) instead of the flat piece-by-piece order. Q4_V_SMEM: q4_0's V through shared memory as f16 (1) or transposed in
+// registers by movmatrix (0).
+#ifndef KVTIER_CUDA_PLAIN_STAGES
+#define KVTIER_CUDA_PLAIN_STAGES 3
+#endif
+#ifndef KVTIER_CUDA_Q8_STAGES
+#define KVTIER_CUDA_Q8_STAGES 4
+#endif
+#ifndef KVTIER_CUDA_Q4_STAGES
+#define KVTIER_CUDA_Q4_STAGES 3
+#endif
+#ifndef KVTIER_CUDA_Q8_QUAD_ISSUE
+#define KVTIER_CUDA_Q8_QUAD_ISSUE 1
+#endif
+#ifndef KVTIER_CUDA_Q4_QUAD_ISSUE
+#define KVTIER_CUDA_Q4_QUAD_ISSUE 1
+#endif
+#ifndef KVTIER_CUDA_Q4_V_SMEM
+#define KVTIER_CUDA_Q4_V_SMEM 0
+#endif
+
 template <FormatKind F, int HD>
 struct MmaGeo {
   static constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
@@ -31,11 +56,15 @@ struct MmaGeo {
   // Plain rows are read by ldmatrix: a pitch of 16 mod 128 bytes keeps its 8 rows off each
   // other's banks.
   static constexpr int kRawPitch = kPlain ? kRowBytes + 16 : (kRowBytes + 15) / 16 * 16;
-  static constexpr int kStages = HD >= 256 ? 2 : 3;
+  static constexpr int kStages =
+      HD >= 256 ? 2
+                : (kPlain ? KVTIER_CUDA_PLAIN_STAGES
+                          : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_Q8_STAGES : KVTIER_CUDA_Q4_STAGES));
+  static constexpr bool kQuadIssue = F == FormatKind::kQ8_0   ? KVTIER_CUDA_Q8_QUAD_ISSUE
+                                     : F == FormatKind::kQ4_0 ? KVTIER_CUDA_Q4_QUAD_ISSUE
+                                                              : false;
   static constexpr int kStageBytes = 2 * kMmaTile * kRawPitch;
-  // q4_0's V rows go through shared memory as f16 (measured faster than movmatrix for it: the
-  // registers that path needs spill); q8_0's are transposed in registers.
-  static constexpr bool kVInSmem = F == FormatKind::kQ4_0;
+  static constexpr bool kVInSmem = F == FormatKind::kQ4_0 && KVTIER_CUDA_Q4_V_SMEM;
   static constexpr int kHalfPitch = 2 * HD + 16;
   static constexpr int kDeqBytes = kVInSmem ? kMmaTile * kHalfPitch : 0;
   static constexpr int kLoop = kStages * kStageBytes;
@@ -45,9 +74,7 @@ struct MmaGeo {
   static constexpr int kSmem = kBody + kDeqBytes + kOffsBytes;
   // Thread blocks per SM the registers must allow (shared memory allows 4 or more for the
   // quantized formats at head_dim <= 128; 2 for the plain ones).
-  // (q4_0 at 4 would spill: 132 bytes at 128 registers, nvcc 13.0.)
-  static constexpr int kMinBlocks =
-      kPlain || HD > 128 ? 1 : (F == FormatKind::kQ8_0 ? 4 : 3);
+  static constexpr int kMinBlocks = kPlain || HD > 128 ? 1 : 4;
 };
 
 namespace dev {
@@ -190,6 +217,11 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
   const int n_tiles = end > begin ? static_cast<int>((end - begin + T - 1) / T) : 0;
 
   // Q fragments (A of q.k): head `quad`, dims 16kk + 2c4 + {0, 1, 8, 9}, scaled, hi and lo.
+  // Scores are kept in log2 units (q pre-scaled by log2 e; exp2 in the softmax), except under
+  // a soft-cap, which needs the natural-log score first.
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bool capped = p.softcap > 0.0f;
+  const float qscale = capped ? p.scale : p.scale * kLog2e;
   uint32_t qh[KS][2], ql[KS][2];
   {
     const bool on = quad < static_cast<int>(p.group);
@@ -197,8 +229,8 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
 #pragma unroll
     for (int kk = 0; kk < KS; ++kk) {
       const int d0 = 16 * kk + 2 * c4;
-      const float x0 = on ? qp[d0] * p.scale : 0.0f, x1 = on ? qp[d0 + 1] * p.scale : 0.0f;
-      const float x2 = on ? qp[d0 + 8] * p.scale : 0.0f, x3 = on ? qp[d0 + 9] * p.scale : 0.0f;
+      const float x0 = on ? qp[d0] * qscale : 0.0f, x1 = on ? qp[d0 + 1] * qscale : 0.0f;
+      const float x2 = on ? qp[d0 + 8] * qscale : 0.0f, x3 = on ? qp[d0 + 9] * qscale : 0.0f;
       dev::Split<BF>(x0, x1, &qh[kk][0], &ql[kk][0]);
       dev::Split<BF>(x2, x3, &qh[kk][1], &ql[kk][1]);
     }
@@ -223,16 +255,43 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     const uint32_t t0 = begin + tile * T;
     const uint64_t* o = offs + (tile & 1) * 2 * T;
     uint8_t* sb = smem + (tile % S) * Geo::kStageBytes;
+    if constexpr (Geo::kQuadIssue) {
+      // A quad of lanes per row (rows 0-63 K, 64-127 V; a thread takes 4 rows), lane c of the
+      // quad pieces c, c + 4, ...: one offset load per row, few live addresses.
+      static_assert(2 * T == 4 * (kThreads / 4), "four rows per quad");
+      constexpr int kPerLane = (Geo::kPieces + 3) / 4;
 #pragma unroll
-    for (int n = 0; n < 2 * T * Geo::kPieces / kThreads; ++n) {
-      const int pc = tid + n * kThreads;
-      const int i = pc / Geo::kPieces, j = pc - i * Geo::kPieces;
-      const int kv = i >= T, tok = i & (T - 1);
-      uint8_t* dst = sb + i * Geo::kRawPitch + j * Geo::kCopy;
-      if (t0 + tok < end) {
-        dev::CpAsync<Geo::kCopy>(dst, (kv ? vb : kb) + o[i] + j * Geo::kCopy);
-      } else {
-        dev::CpAsyncZero<Geo::kCopy>(dst, kb);
+      for (int k = 0; k < 4; ++k) {
+        const int i = (tid >> 2) + (kThreads / 4) * k;
+        const int kv = i >= T, tok = i & (T - 1);
+        const uint8_t* src = (kv ? vb : kb) + o[i];
+        uint8_t* dst = sb + i * Geo::kRawPitch;
+        const bool valid = t0 + tok < end;
+#pragma unroll
+        for (int jj = 0; jj < kPerLane; ++jj) {
+          const int j = (tid & 3) + 4 * jj;
+          if (Geo::kPieces % 4 == 0 || j < Geo::kPieces) {
+            if (valid) {
+              dev::CpAsync<Geo::kCopy>(dst + j * Geo::kCopy, src + j * Geo::kCopy);
+            } else {
+              dev::CpAsyncZero<Geo::kCopy>(dst + j * Geo::kCopy, kb);
+            }
+          }
+        }
+      }
+    } else {
+      // Flat: consecutive threads take consecutive pieces of the tile's 128 rows.
+#pragma unroll
+      for (int n = 0; n < 2 * T * Geo::kPieces / kThreads; ++n) {
+        const int pc = tid + n * kThreads;
+        const int i = pc / Geo::kPieces, j = pc - i * Geo::kPieces;
+        const int kv = i >= T, tok = i & (T - 1);
+        uint8_t* dst = sb + i * Geo::kRawPitch + j * Geo::kCopy;
+        if (t0 + tok < end) {
+          dev::CpAsync<Geo::kCopy>(dst, (kv ? vb : kb) + o[i] + j * Geo::kCopy);
+        } else {
+          dev::CpAsyncZero<Geo::kCopy>(dst, kb);
+        }
       }
     }
   };
@@ -333,17 +392,17 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint32_t t = wt0 + (i >> 1) * 8 + 2 * c4 + (i & 1);
-      if (p.softcap > 0.0f) sc[i] = p.softcap * tanhf(sc[i] / p.softcap);
+      if (capped) sc[i] = p.softcap * tanhf(sc[i] / p.softcap) * kLog2e;
       if (t >= end) sc[i] = -INFINITY;
       mt = fmaxf(mt, sc[i]);
     }
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
     mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
     const float m_new = fmaxf(m_run, mt);
-    const float alpha = m_new == -INFINITY ? 1.0f : expf(m_run - m_new);
+    const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m_run - m_new);
     float pe[4];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) pe[i] = sc[i] == -INFINITY ? 0.0f : expf(sc[i] - m_new);
+    for (int i = 0; i < 4; ++i) pe[i] = sc[i] == -INFINITY ? 0.0f : exp2f(sc[i] - m_new);
     l_run = l_run * alpha + (pe[0] + pe[1]) + (pe[2] + pe[3]);
     m_run = m_new;
     // Accumulator columns are heads 2c4 and 2c4 + 1: their alphas live in quads 2c4, 2c4 + 1.
@@ -446,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
       for (int w = 0; w < 4; ++w) {
         const float mw = m_m[w * 8 + g];
         if (mw == -INFINITY) continue;
-        const float e = expf(mw - M);
+        const float e = exp2f(mw - M);
         L += m_l[w * 8 + g] * e;
         O += m_acc[(w * 8 + g) * HD + dim] * e;
       }
@@ -457,7 +516,11 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
       p.out[head * HD + dim] = o;
     } else {
       p.part_o[(head * p.n_splits + split) * HD + dim] = o;
-      if (dim == 0) p.part_lse[head * p.n_splits + split] = L > 0.0f ? M + logf(L) : -INFINITY;
+      // The merge takes natural-log sums: M is in log2 units.
+      if (dim == 0) {
+        p.part_lse[head * p.n_splits + split] =
+            L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+      }
     }
   }
 }

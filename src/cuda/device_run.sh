@@ -34,6 +34,20 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
     2>&1 | tee "$OUT/bench_exact.txt" | tail -4
 fi
+if [ "${VARIANTS:-0}" = 1 ]; then
+  echo "== pipeline-depth variants of the tensor-core kernel (${SECONDS}s)"
+  # Each item: KNOB=VALUE[+KNOB=VALUE...]:formats (knobs: decode_mma.cuh).
+  for v in ${VARIANT_LIST:-Q8_QUAD_ISSUE=0+Q8_STAGES=3:q8_0 Q4_STAGES=4:q4_0 Q4_STAGES=2:q4_0 PLAIN_STAGES=2:bf16}; do
+    def=${v%%:*}; fmts=${v##*:}; dir=build/v_${def//[+=]/_}
+    flags=$(echo "$def" | tr '+' '\n' | sed 's/^/-DKVTIER_CUDA_/' | tr '\n' ' ')
+    cmake -S src/cuda -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_CUDA_FLAGS="$flags" >/dev/null 2>&1 &&
+      ninja -C "$dir" -j"$(nproc)" kvtier_cuda_bench >/dev/null 2>&1 || { echo "variant $def: build failed"; continue; }
+    echo "-- KVTIER_CUDA_${def}"
+    "$dir/kvtier_cuda_bench" --sdpa "$OUT/sdpa.csv" --formats "$fmts" --contexts 32768,131072 \
+      --batches 8,32 2>&1 | grep -E "^(bf16|q8_0|q4_0) "
+  done
+fi
 if [ "${NCU:-0}" = 1 ]; then
   echo "== Nsight Compute: the tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
   for f in ${NCU_FORMATS:-q4_0 bf16}; do
