@@ -1,0 +1,209 @@
+// kvtier_cuda_bench: paged decode attention on the GPU at issue 35's shapes (32K and 128K
+// context, batch 1 / 8 / 32, 32 query / 8 KV heads, head_dim 128), every format; time per call
+// (median of --iters, L2 flushed before each), GB/s on the format's own K+V bytes, the fraction
+// of the HBM peak (--peak-gbps, default the H100 SXM's 3352) and of a measured device copy, and,
+// given --sdpa FILE (lines "context,batch,ms" from sdpa_bench.py run in the same device call),
+// the speed-up over PyTorch SDPA on contiguous bf16 K/V.
+//
+//   kvtier_cuda_bench [--contexts 32768,131072] [--batches 1,8,32] [--formats bf16,f16,q8_0,q4_0]
+//                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
+//                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--sequential]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_kv.h"
+
+namespace kvtier::cuda {
+namespace {
+
+std::vector<uint32_t> ParseList(const std::string& s) {
+  std::vector<uint32_t> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(static_cast<uint32_t>(std::stoul(item)));
+  return v;
+}
+
+std::vector<std::string> ParseNames(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(item);
+  return v;
+}
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "kvtier_cuda_bench: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<uint32_t> contexts = {32768, 131072}, batches = {1, 8, 32};
+  std::vector<std::string> formats = {"bf16", "f16", "q8_0", "q4_0"};
+  uint32_t heads = 32, kv_heads = 8, head_dim = 128, block_tokens = 32, iters = 20;
+  double peak = 3352;
+  std::string sdpa_file;
+  bool exact = false, sequential = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--contexts") contexts = ParseList(next());
+    else if (a == "--batches") batches = ParseList(next());
+    else if (a == "--formats") formats = ParseNames(next());
+    else if (a == "--heads") heads = std::stoul(next());
+    else if (a == "--kv-heads") kv_heads = std::stoul(next());
+    else if (a == "--head-dim") head_dim = std::stoul(next());
+    else if (a == "--block-tokens") block_tokens = std::stoul(next());
+    else if (a == "--iters") iters = std::stoul(next());
+    else if (a == "--peak-gbps") peak = std::stod(next());
+    else if (a == "--sdpa") sdpa_file = next();
+    else if (a == "--exact") exact = true;
+    else if (a == "--sequential") sequential = true;
+    else {
+      std::fprintf(stderr, "unknown flag %s\n", a.c_str());
+      return 2;
+    }
+  }
+  std::string why;
+  if (!DeviceAvailable(&why)) {
+    std::fprintf(stderr, "kvtier_cuda_bench: %s\n", why.c_str());
+    return 1;
+  }
+  std::map<std::pair<uint32_t, uint32_t>, double> sdpa;
+  if (!sdpa_file.empty()) {
+    std::ifstream in(sdpa_file);
+    std::string line;
+    while (std::getline(in, line)) {
+      uint32_t ctx = 0, b = 0;
+      double ms = 0;
+      if (std::sscanf(line.c_str(), "%u,%u,%lf", &ctx, &b, &ms) == 3) sdpa[{ctx, b}] = ms;
+    }
+  }
+  auto copy = MeasureCopyBandwidth(size_t{2} << 30);
+  if (!copy.ok()) return Fail(copy.status());
+  std::printf("device: %s\n", DeviceDescription().c_str());
+  std::printf("device copy: %.0f GB/s (read + write); HBM peak taken as %.0f GB/s\n", *copy, peak);
+  std::printf("shape: %u q / %u KV heads, head_dim %u, %u-token blocks (%s), f32 q/out, "
+              "median of %u calls, L2 flushed before each; %s kernel\n",
+              heads, kv_heads, head_dim, block_tokens, sequential ? "in order" : "shuffled", iters,
+              exact ? "f32 (exact)" : "tensor-core");
+  std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s\n", "format", "context", "batch",
+              "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa");
+
+  const uint32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
+  const uint32_t max_b = *std::max_element(batches.begin(), batches.end());
+  auto flush = DeviceBuffer::Allocate(size_t{256} << 20);
+  if (!flush.ok()) return Fail(flush.status());
+  for (const std::string& fname : formats) {
+    auto fmt = ParseFormat(fname);
+    if (!fmt.ok()) return Fail(fmt.status());
+    const KvShape shape{1, kv_heads, head_dim};
+    const uint32_t blocks_per_seq = (max_ctx + block_tokens - 1) / block_tokens;
+    const uint32_t n_blocks = blocks_per_seq * max_b;
+    auto pool_r = DevicePool::Create(shape, *fmt, *fmt, block_tokens, n_blocks);
+    if (!pool_r.ok()) return Fail(pool_r.status());
+    DevicePool& pool = **pool_r;
+    // Blocks in a shuffled order, as a long-running server's pool hands them out.
+    std::vector<BlockId> perm(n_blocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    if (!sequential) std::shuffle(perm.begin(), perm.end(), std::mt19937_64(42));
+    // Fill every block through the append kernel, a chunk of tokens at a time.
+    {
+      const uint32_t chunk = 65536;
+      const size_t row = static_cast<size_t>(kv_heads) * head_dim;
+      auto k = DeviceBuffer::Allocate(chunk * row * 2);
+      auto v = DeviceBuffer::Allocate(chunk * row * 2);
+      auto sl = DeviceBuffer::Allocate(chunk * sizeof(int64_t));
+      if (!k.ok() || !v.ok() || !sl.ok()) return Fail(Status::ResourceExhausted("fill buffers"));
+      const uint64_t total = static_cast<uint64_t>(n_blocks) * block_tokens;
+      std::vector<int64_t> slots(chunk);
+      for (uint64_t t0 = 0, seed = 1; t0 < total; t0 += chunk, ++seed) {
+        const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(chunk, total - t0));
+        for (uint32_t i = 0; i < n; ++i) slots[i] = static_cast<int64_t>(t0 + i);
+        Status st = FillRandom(k->data(), n * row, DType::kBF16, 2 * seed);
+        if (st.ok()) st = FillRandom(v->data(), n * row, DType::kBF16, 2 * seed + 1);
+        if (st.ok()) st = sl->CopyFromHost(slots.data(), n * sizeof(int64_t));
+        if (st.ok()) st = AppendKv(pool, 0, DType::kBF16, k->data(), v->data(), sl->as<int64_t>(), n);
+        if (!st.ok()) return Fail(st);
+      }
+      if (Status st = Synchronize(); !st.ok()) return Fail(st);
+    }
+    std::vector<BlockId> tables(static_cast<size_t>(n_blocks));
+    for (uint32_t i = 0; i < n_blocks; ++i) tables[i] = perm[i];
+    auto dtables = DeviceBuffer::Allocate(tables.size() * sizeof(BlockId));
+    if (!dtables.ok()) return Fail(dtables.status());
+    if (Status st = dtables->CopyFromHost(tables.data(), tables.size() * sizeof(BlockId)); !st.ok()) {
+      return Fail(st);
+    }
+    for (uint32_t ctx : contexts) {
+      for (uint32_t b : batches) {
+        std::vector<PagedKvRow> rows(b);
+        for (uint32_t r = 0; r < b; ++r) {
+          rows[r].block_table = dtables->as<const BlockId>() + static_cast<size_t>(r) * blocks_per_seq;
+          rows[r].n_blocks = blocks_per_seq;
+          rows[r].length = ctx;
+        }
+        auto drows = DeviceBuffer::Allocate(rows.size() * sizeof(PagedKvRow));
+        auto q = DeviceBuffer::Allocate(static_cast<size_t>(b) * heads * head_dim * sizeof(float));
+        auto out = DeviceBuffer::Allocate(static_cast<size_t>(b) * heads * head_dim * sizeof(float));
+        if (!drows.ok() || !q.ok() || !out.ok()) return Fail(Status::ResourceExhausted("bench buffers"));
+        if (Status st = drows->CopyFromHost(rows.data(), rows.size() * sizeof(PagedKvRow)); !st.ok()) {
+          return Fail(st);
+        }
+        if (Status st = FillRandom(q->data(), static_cast<size_t>(b) * heads * head_dim, DType::kF32, 99);
+            !st.ok()) {
+          return Fail(st);
+        }
+        const PagedKvView view = pool.View(0, drows->as<const PagedKvRow>(), b);
+        AttentionParams p;
+        p.n_heads = heads;
+        DecodeOptions o;
+        o.max_length = ctx;
+        o.exact = exact;
+        DecodeWorkspace ws;
+        const uint32_t splits = ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, exact);
+        std::vector<double> ms;
+        for (uint32_t it = 0; it < iters + 3; ++it) {
+          if (Status st = flush->Fill(static_cast<uint8_t>(it)); !st.ok()) return Fail(st);
+          auto t = TimeOnDevice([&] { return DecodeAttention(view, q->as<const float>(), p, out->as<float>(), o, &ws); });
+          if (!t.ok()) return Fail(t.status());
+          if (it >= 3) ms.push_back(*t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double bytes = static_cast<double>(b) * ctx * kv_heads *
+                             (fmt->row_bytes(head_dim) * 2.0);
+        const double gbps = bytes / (med * 1e-3) / 1e9;
+        char sd[32] = "-", vs[32] = "-";
+        if (auto it = sdpa.find({ctx, b}); it != sdpa.end()) {
+          std::snprintf(sd, sizeof sd, "%.3f", it->second);
+          std::snprintf(vs, sizeof vs, "%.2fx", it->second / med);
+        }
+        std::printf("%-6s %7u %5u %6u %9.3f %8.0f %6.1f%% %6.1f%% %9s %8s\n", fname.c_str(), ctx, b,
+                    splits, med, gbps, 100 * gbps / peak, 100 * gbps / *copy, sd, vs);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvtier::cuda
+
+int main(int argc, char** argv) { return kvtier::cuda::Main(argc, argv); }

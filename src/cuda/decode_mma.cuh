@@ -1,0 +1,583 @@
+// The tensor-core paged decode kernel (the default path; decode.cuh's f32 kernel is the exact
+// one). One thread block (4 warps) per (split, KV head, row), 64-token tiles staged with
+// cp.async (kStages deep; tokens past the range zero-filled); a warp takes 16 tokens of a tile:
+//
+//   S^T [8 heads x 16 tokens] = Q [heads x d] . K^T   mma.m16n8k16, A = Q in registers (rows
+//                                                     8-15 zero), B = K rows via ldmatrix
+//   O^T [d x 8 heads]        += V^T . P^T             A = V rows via ldmatrix.trans, B = P
+//                                                     straight from S^T's accumulators
+//
+// f16 / bf16 rows are used as stored, and Q and P enter the tensor cores as a hi + lo pair of
+// f16 (bf16 for bf16 K/V), so their rounding costs about 2^-17 relative. q8_0 / q4_0: K's
+// B fragments are built in registers from the stored codes (exact in f16), each 32-value
+// block's partial scores scaled by its d in f32; V's A fragments likewise as f16(code * d),
+// transposed in registers by movmatrix; Q and P enter as one f16 each (rounded operands, so
+// those formats are tested at the CPU's rounded-path bound, 1e-3).
+#pragma once
+
+#include "cuda/decode.cuh"
+
+namespace kvtier::cuda {
+
+constexpr int kMmaTile = 64;
+
+// Compile-time knobs, for kvtier_cuda_bench sweeps (device_run.sh VARIANTS=1); the defaults are
+// the best measured on an H100 (docs/results/cuda.md). Stages: tiles in shared memory at
+// head_dim <= 128 (head_dim 256 uses 2). Quad issue: a quad of lanes copies each row (fewer
+// live addresses: 118 registers for q4_0 / q8_0 where the flat order spills at the 128 that 4
+// blocks per SM allow; slower for bf16) instead of the flat piece-by-piece order. Q4_V_SMEM: q4_0's V through shared memory as f16 (1) or transposed in
+// registers by movmatrix (0).
+#ifndef KVTIER_CUDA_PLAIN_STAGES
+#define KVTIER_CUDA_PLAIN_STAGES 3
+#endif
+#ifndef KVTIER_CUDA_Q8_STAGES
+#define KVTIER_CUDA_Q8_STAGES 4
+#endif
+#ifndef KVTIER_CUDA_Q4_STAGES
+#define KVTIER_CUDA_Q4_STAGES 3
+#endif
+#ifndef KVTIER_CUDA_Q8_QUAD_ISSUE
+#define KVTIER_CUDA_Q8_QUAD_ISSUE 1
+#endif
+#ifndef KVTIER_CUDA_Q4_QUAD_ISSUE
+#define KVTIER_CUDA_Q4_QUAD_ISSUE 1
+#endif
+#ifndef KVTIER_CUDA_Q4_V_SMEM
+#define KVTIER_CUDA_Q4_V_SMEM 0
+#endif
+
+template <FormatKind F, int HD>
+struct MmaGeo {
+  static constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  static constexpr bool kBf16 = F == FormatKind::kBF16;
+  static constexpr int kRowBytes = kPlain ? 2 * HD : (F == FormatKind::kQ8_0 ? 34 : 18) * HD / 32;
+  static constexpr int kCopy = kRowBytes % 16 == 0 ? 16 : (kRowBytes % 8 == 0 ? 8 : 4);
+  static constexpr int kPieces = kRowBytes / kCopy;
+  // Plain rows are read by ldmatrix: a pitch of 16 mod 128 bytes keeps its 8 rows off each
+  // other's banks.
+  static constexpr int kRawPitch = kPlain ? kRowBytes + 16 : (kRowBytes + 15) / 16 * 16;
+  static constexpr int kStages =
+      HD >= 256 ? 2
+                : (kPlain ? KVTIER_CUDA_PLAIN_STAGES
+                          : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_Q8_STAGES : KVTIER_CUDA_Q4_STAGES));
+  static constexpr bool kQuadIssue = F == FormatKind::kQ8_0   ? KVTIER_CUDA_Q8_QUAD_ISSUE
+                                     : F == FormatKind::kQ4_0 ? KVTIER_CUDA_Q4_QUAD_ISSUE
+                                                              : false;
+  static constexpr int kStageBytes = 2 * kMmaTile * kRawPitch;
+  static constexpr bool kVInSmem = F == FormatKind::kQ4_0 && KVTIER_CUDA_Q4_V_SMEM;
+  static constexpr int kHalfPitch = 2 * HD + 16;
+  static constexpr int kDeqBytes = kVInSmem ? kMmaTile * kHalfPitch : 0;
+  static constexpr int kLoop = kStages * kStageBytes;
+  static constexpr int kMerge = (4 * 8 * HD + 2 * 4 * 8) * 4;
+  static constexpr int kBody = kLoop > kMerge ? kLoop : kMerge;
+  static constexpr int kOffsBytes = 2 * 2 * kMmaTile * 8;
+  static constexpr int kSmem = kBody + kDeqBytes + kOffsBytes;
+  // Thread blocks per SM the registers must allow (shared memory allows 4 or more for the
+  // quantized formats at head_dim <= 128; 2 for the plain ones).
+  static constexpr int kMinBlocks = kPlain || HD > 128 ? 1 : 4;
+};
+
+namespace dev {
+
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+// The transpose of the 8x8 16-bit matrix whose row lane/4, columns 2(lane%4) + {0, 1}, this
+// lane holds.
+__device__ __forceinline__ uint32_t MovTrans(__half2 x) {
+  uint32_t d;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n"
+               : "=r"(d)
+               : "r"(*reinterpret_cast<const uint32_t*>(&x)));
+  return d;
+}
+
+// d += A . B (m16n8k16, f32 accumulators); A = {a0, a1, a2, a3}, B = {b0, b1}.
+template <bool BF16>
+__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// (x, y) as a hi and a lo pair of 16-bit floats: x = hi + lo to about 2^-17 (f16: 2^-22).
+template <bool BF16>
+__device__ __forceinline__ void Split(float x, float y, uint32_t* hi, uint32_t* lo) {
+  if constexpr (BF16) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    const float2 hf = __bfloat1622float2(h);
+    const __nv_bfloat162 l = __floats2bfloat162_rn(x - hf.x, y - hf.y);
+    *hi = *reinterpret_cast<const uint32_t*>(&h);
+    *lo = *reinterpret_cast<const uint32_t*>(&l);
+  } else {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    *hi = *reinterpret_cast<const uint32_t*>(&h);
+    *lo = *reinterpret_cast<const uint32_t*>(&l);
+  }
+}
+
+// Two int8 codes (the low 16 bits of w) as an exact half2: 1024 + 128 + code, minus 1152.
+__device__ __forceinline__ __half2 I8x2ToHalf2(uint32_t w) {
+  const uint32_t u = __byte_perm(w ^ 0x8080u, 0x6464u, 0x5140u);
+  return __hsub2(*reinterpret_cast<const __half2*>(&u), __floats2half2_rn(1152.0f, 1152.0f));
+}
+// Two 4-bit codes (bits 0-3 and 8-11 of w) minus 8, as an exact half2.
+__device__ __forceinline__ __half2 U4x2ToHalf2(uint32_t w) {
+  const uint32_t u = __byte_perm(w & 0x0f0fu, 0x6464u, 0x5140u);
+  return __hsub2(*reinterpret_cast<const __half2*>(&u), __floats2half2_rn(1032.0f, 1032.0f));
+}
+
+template <int W>
+__device__ __forceinline__ void CpAsyncZero(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  if constexpr (W == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, 0;\n" ::"r"(s), "l"(gmem));
+  } else if constexpr (W == 8) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, 0;\n" ::"r"(s), "l"(gmem));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, 0;\n" ::"r"(s), "l"(gmem));
+  }
+}
+
+// A warp's 16 q4_0 V rows from the raw tile into the f16 tile as f16(code * d).
+template <int HD>
+__device__ __forceinline__ void UnpackQ4V16(const uint8_t* raw, uint8_t* deq, int warp, int lane) {
+  using Geo = MmaGeo<FormatKind::kQ4_0, HD>;
+  constexpr int T = kMmaTile;
+  constexpr int CH = HD / 16;  // 8-byte halves of blocks per row
+#pragma unroll
+  for (int k = 0; k < 16 * CH / 32; ++k) {
+    const int u = lane + 32 * k;
+    const int row = u / CH, ch = u % CH;
+    const int tok = warp * 16 + row, b = ch >> 1, hh = ch & 1;
+    const uint8_t* blk = raw + (T + tok) * Geo::kRawPitch + 18 * b;
+    const uint16_t dbits = Ld16(blk);
+    const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
+    __half2 lo[4], hi[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w = Ld16(blk + 2 + 8 * hh + 2 * i);
+      lo[i] = __hmul2(U4x2ToHalf2(w), d2);
+      hi[i] = __hmul2(U4x2ToHalf2(w >> 4), d2);
+    }
+    uint8_t* dst = deq + tok * Geo::kHalfPitch + (32 * b + 8 * hh) * 2;
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(lo);
+    *reinterpret_cast<uint4*>(dst + 32) = *reinterpret_cast<const uint4*>(hi);
+  }
+}
+
+}  // namespace dev
+
+template <FormatKind F, int HD>
+__global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
+    DecodeMmaKernel(const DecodeParams p) {
+  using Geo = MmaGeo<F, HD>;
+  constexpr int S = Geo::kStages, T = kMmaTile, KS = HD / 16;
+  constexpr bool BF = Geo::kBf16;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* deq = smem + Geo::kBody;
+  uint64_t* offs = reinterpret_cast<uint64_t*>(deq + Geo::kDeqBytes);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int quad = lane >> 2, c4 = lane & 3;
+  const uint32_t split = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+  const PagedKvRow row = p.rows[r];
+  const uint32_t len = row.length;
+  const uint32_t first = (p.window > 0 && len > p.window) ? len - p.window : 0;
+  const uint64_t b64 = static_cast<uint64_t>(first) + static_cast<uint64_t>(split) * p.chunk;
+  const uint32_t begin = b64 < len ? static_cast<uint32_t>(b64) : len;
+  uint32_t end = len;
+  if (split + 1 < p.n_splits) {
+    const uint64_t e64 = b64 + p.chunk;
+    end = e64 < len ? static_cast<uint32_t>(e64) : len;
+  }
+  const int n_tiles = end > begin ? static_cast<int>((end - begin + T - 1) / T) : 0;
+
+  // Q fragments (A of q.k): head `quad`, dims 16kk + 2c4 + {0, 1, 8, 9}, scaled, hi and lo.
+  // Scores are kept in log2 units (q pre-scaled by log2 e; exp2 in the softmax), except under
+  // a soft-cap, which needs the natural-log score first.
+  constexpr float kLog2e = 1.4426950408889634f;
+  const bool capped = p.softcap > 0.0f;
+  const float qscale = capped ? p.scale : p.scale * kLog2e;
+  uint32_t qh[KS][2], ql[KS][2];
+  {
+    const bool on = quad < static_cast<int>(p.group);
+    const float* qp = p.q + (static_cast<size_t>(r) * p.n_heads + h * p.group + (on ? quad : 0)) * HD;
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      const int d0 = 16 * kk + 2 * c4;
+      const float x0 = on ? qp[d0] * qscale : 0.0f, x1 = on ? qp[d0 + 1] * qscale : 0.0f;
+      const float x2 = on ? qp[d0 + 8] * qscale : 0.0f, x3 = on ? qp[d0 + 9] * qscale : 0.0f;
+      dev::Split<BF>(x0, x1, &qh[kk][0], &ql[kk][0]);
+      dev::Split<BF>(x2, x3, &qh[kk][1], &ql[kk][1]);
+    }
+  }
+
+  const uint8_t* kb = p.k_base + static_cast<size_t>(h) * p.k_head_stride;
+  const uint8_t* vb = p.v_base + static_cast<size_t>(h) * p.v_head_stride;
+  auto compute_offsets = [&](int tile) {  // threads 0 .. T-1
+    const uint32_t t = begin + tile * T + tid;
+    uint64_t ko = 0, vo = 0;
+    if (t < end) {
+      const uint32_t blk_i = t / p.block_tokens, slot = t - blk_i * p.block_tokens;
+      const uint64_t blk = static_cast<uint64_t>(row.block_table[blk_i]);
+      ko = blk * p.block_stride + slot * p.k_token_stride;
+      vo = blk * p.block_stride + slot * p.v_token_stride;
+    }
+    uint64_t* o = offs + (tile & 1) * 2 * T;
+    o[tid] = ko;
+    o[T + tid] = vo;
+  };
+  auto issue = [&](int tile) {
+    const uint32_t t0 = begin + tile * T;
+    const uint64_t* o = offs + (tile & 1) * 2 * T;
+    uint8_t* sb = smem + (tile % S) * Geo::kStageBytes;
+    if constexpr (Geo::kQuadIssue) {
+      // A quad of lanes per row (rows 0-63 K, 64-127 V; a thread takes 4 rows), lane c of the
+      // quad pieces c, c + 4, ...: one offset load per row, few live addresses.
+      static_assert(2 * T == 4 * (kThreads / 4), "four rows per quad");
+      constexpr int kPerLane = (Geo::kPieces + 3) / 4;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = (tid >> 2) + (kThreads / 4) * k;
+        const int kv = i >= T, tok = i & (T - 1);
+        const uint8_t* src = (kv ? vb : kb) + o[i];
+        uint8_t* dst = sb + i * Geo::kRawPitch;
+        const bool valid = t0 + tok < end;
+#pragma unroll
+        for (int jj = 0; jj < kPerLane; ++jj) {
+          const int j = (tid & 3) + 4 * jj;
+          if (Geo::kPieces % 4 == 0 || j < Geo::kPieces) {
+            if (valid) {
+              dev::CpAsync<Geo::kCopy>(dst + j * Geo::kCopy, src + j * Geo::kCopy);
+            } else {
+              dev::CpAsyncZero<Geo::kCopy>(dst + j * Geo::kCopy, kb);
+            }
+          }
+        }
+      }
+    } else {
+      // Flat: consecutive threads take consecutive pieces of the tile's 128 rows.
+#pragma unroll
+      for (int n = 0; n < 2 * T * Geo::kPieces / kThreads; ++n) {
+        const int pc = tid + n * kThreads;
+        const int i = pc / Geo::kPieces, j = pc - i * Geo::kPieces;
+        const int kv = i >= T, tok = i & (T - 1);
+        uint8_t* dst = sb + i * Geo::kRawPitch + j * Geo::kCopy;
+        if (t0 + tok < end) {
+          dev::CpAsync<Geo::kCopy>(dst, (kv ? vb : kb) + o[i] + j * Geo::kCopy);
+        } else {
+          dev::CpAsyncZero<Geo::kCopy>(dst, kb);
+        }
+      }
+    }
+  };
+
+  for (int x = 0; x < S - 1; ++x) {
+    if (tid < T && x < n_tiles) compute_offsets(x);
+    __syncthreads();
+    if (x < n_tiles) issue(x);
+    dev::CpAsyncCommit();
+    __syncthreads();
+  }
+  if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
+
+  float m_run = -INFINITY, l_run = 0.0f;
+  float acc[KS][4];
+#pragma unroll
+  for (int mt = 0; mt < KS; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+  // ldmatrix addresses: lane l reads row (l & 7) of 8x8 matrix l / 8, matrices ordered
+  // (tokens 0-7, cols 0-7), (tokens 0-7, cols 8-15), (tokens 8-15, 0-7), (tokens 8-15, 8-15).
+  const int lrow = warp * 16 + ((lane >> 4) << 3) + (lane & 7);
+  const int lcol = ((lane >> 3) & 1) * 8;
+
+  for (int it = 0; it < n_tiles; ++it) {
+    dev::CpAsyncWait<S - 2>();
+    __syncthreads();
+    if (it + S - 1 < n_tiles) issue(it + S - 1);
+    dev::CpAsyncCommit();
+    if (tid < T && it + S < n_tiles) compute_offsets(it + S);
+
+    const uint32_t wt0 = begin + it * T + warp * 16;
+    if (wt0 >= end) continue;
+    const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes;
+    const uint8_t* ktile = sraw;
+
+    // q.k for the warp's 16 tokens: s[n-tile][c], column = token n-tile*8 + 2c4 + {0, 1}.
+    float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+    if constexpr (Geo::kPlain) {
+      float sl[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};  // the lo half's own chains
+#pragma unroll
+      for (int kk = 0; kk < KS; ++kk) {
+        uint32_t b[4];
+        dev::LdMatrixX4(b, ktile + lrow * Geo::kRawPitch + (16 * kk + lcol) * 2);
+        dev::Mma<BF>(s[0], qh[kk][0], 0u, qh[kk][1], 0u, b[0], b[1]);
+        dev::Mma<BF>(s[1], qh[kk][0], 0u, qh[kk][1], 0u, b[2], b[3]);
+        dev::Mma<BF>(sl[0], ql[kk][0], 0u, ql[kk][1], 0u, b[0], b[1]);
+        dev::Mma<BF>(sl[1], ql[kk][0], 0u, ql[kk][1], 0u, b[2], b[3]);
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][0] += sl[nt][0];
+        s[nt][1] += sl[nt][1];
+      }
+    } else {
+      // B fragments straight from the stored codes: token `quad` of each n-tile, dims
+      // 2c4 + {0, 1} and 2c4 + {8, 9} of each 16-value step, exact in f16; each 32-value
+      // block's partial scores are then scaled by its tokens' d in f32.
+      constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
+#pragma unroll
+      for (int blk = 0; blk < HD / 32; ++blk) {
+        float sb[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint8_t* base = ktile + (warp * 16 + nt * 8 + quad) * Geo::kRawPitch +
+                                kBlockBytes * blk + 2 + 2 * c4;
+          if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const __half2 b0 = dev::I8x2ToHalf2(dev::Ld16(base + 16 * half));
+              const __half2 b1 = dev::I8x2ToHalf2(dev::Ld16(base + 16 * half + 8));
+              dev::Mma<false>(sb[nt], qh[2 * blk + half][0], 0u, qh[2 * blk + half][1], 0u,
+                              *reinterpret_cast<const uint32_t*>(&b0),
+                              *reinterpret_cast<const uint32_t*>(&b1));
+            }
+          } else {
+            const uint32_t w0 = dev::Ld16(base), w1 = dev::Ld16(base + 8);
+            const __half2 l0 = dev::U4x2ToHalf2(w0), l1 = dev::U4x2ToHalf2(w1);
+            const __half2 h0 = dev::U4x2ToHalf2(w0 >> 4), h1 = dev::U4x2ToHalf2(w1 >> 4);
+            dev::Mma<false>(sb[nt], qh[2 * blk][0], 0u, qh[2 * blk][1], 0u,
+                            *reinterpret_cast<const uint32_t*>(&l0),
+                            *reinterpret_cast<const uint32_t*>(&l1));
+            dev::Mma<false>(sb[nt], qh[2 * blk + 1][0], 0u, qh[2 * blk + 1][1], 0u,
+                            *reinterpret_cast<const uint32_t*>(&h0),
+                            *reinterpret_cast<const uint32_t*>(&h1));
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          const uint8_t* drow = ktile + (warp * 16 + nt * 8 + 2 * c4) * Geo::kRawPitch + kBlockBytes * blk;
+          s[nt][0] = fmaf(dev::HalfBits(dev::Ld16(drow)), sb[nt][0], s[nt][0]);
+          s[nt][1] = fmaf(dev::HalfBits(dev::Ld16(drow + Geo::kRawPitch)), sb[nt][1], s[nt][1]);
+        }
+      }
+    }
+
+    // Online softmax for head `quad` over tokens {2c4, 2c4 + 1, 8 + 2c4, 9 + 2c4}.
+    float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
+    float mt = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t t = wt0 + (i >> 1) * 8 + 2 * c4 + (i & 1);
+      if (capped) sc[i] = p.softcap * tanhf(sc[i] / p.softcap) * kLog2e;
+      if (t >= end) sc[i] = -INFINITY;
+      mt = fmaxf(mt, sc[i]);
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float m_new = fmaxf(m_run, mt);
+    const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m_run - m_new);
+    float pe[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) pe[i] = sc[i] == -INFINITY ? 0.0f : exp2f(sc[i] - m_new);
+    l_run = l_run * alpha + (pe[0] + pe[1]) + (pe[2] + pe[3]);
+    m_run = m_new;
+    // Accumulator columns are heads 2c4 and 2c4 + 1: their alphas live in quads 2c4, 2c4 + 1.
+    const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * c4);
+    const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * c4 + 4);
+    uint32_t bh0, bl0, bh1, bl1;
+    dev::Split<BF>(pe[0], pe[1], &bh0, &bl0);
+    dev::Split<BF>(pe[2], pe[3], &bh1, &bl1);
+#pragma unroll
+    for (int m = 0; m < KS; ++m) {
+      acc[m][0] *= a0;
+      acc[m][1] *= a1;
+      acc[m][2] *= a0;
+      acc[m][3] *= a1;
+    }
+    if constexpr (Geo::kPlain) {
+      const uint8_t* vtile = sraw + T * Geo::kRawPitch;
+#pragma unroll
+      for (int m = 0; m < KS; ++m) {
+        uint32_t a[4];
+        dev::LdMatrixX4Trans(a, vtile + lrow * Geo::kRawPitch + (16 * m + lcol) * 2);
+        dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+        dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
+      }
+    } else if constexpr (Geo::kVInSmem) {
+      dev::UnpackQ4V16<HD>(sraw, deq, warp, lane);
+      __syncwarp();
+#pragma unroll
+      for (int m = 0; m < KS; ++m) {
+        uint32_t a[4];
+        dev::LdMatrixX4Trans(a, deq + lrow * Geo::kHalfPitch + (16 * m + lcol) * 2);
+        dev::Mma<false>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+      }
+    } else {
+      // V^T's A fragments from the stored codes: this lane decodes token quad (and 8 + quad),
+      // dims 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of each 16-value step as f16(code * d), and
+      // movmatrix transposes each 8x8 piece into place.
+      constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
+      const uint8_t* vraw = sraw + T * Geo::kRawPitch;
+#pragma unroll
+      for (int blk = 0; blk < HD / 32; ++blk) {
+        __half2 v[2][2][2];  // [token half][16-value step of the block][dims +0 / +8]
+#pragma unroll
+        for (int th = 0; th < 2; ++th) {
+          const uint8_t* rowp = vraw + (warp * 16 + th * 8 + quad) * Geo::kRawPitch + kBlockBytes * blk;
+          const uint16_t dbits = dev::Ld16(rowp);
+          const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
+          if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+            for (int part = 0; part < 2; ++part) {
+              v[th][part][0] = __hmul2(dev::I8x2ToHalf2(dev::Ld16(rowp + 2 + 16 * part + 2 * c4)), d2);
+              v[th][part][1] = __hmul2(dev::I8x2ToHalf2(dev::Ld16(rowp + 10 + 16 * part + 2 * c4)), d2);
+            }
+          } else {
+            const uint32_t w0 = dev::Ld16(rowp + 2 + 2 * c4), w1 = dev::Ld16(rowp + 10 + 2 * c4);
+            v[th][0][0] = __hmul2(dev::U4x2ToHalf2(w0), d2);
+            v[th][0][1] = __hmul2(dev::U4x2ToHalf2(w1), d2);
+            v[th][1][0] = __hmul2(dev::U4x2ToHalf2(w0 >> 4), d2);
+            v[th][1][1] = __hmul2(dev::U4x2ToHalf2(w1 >> 4), d2);
+          }
+        }
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+          const int m = 2 * blk + part;
+          dev::Mma<false>(acc[m], dev::MovTrans(v[0][part][0]), dev::MovTrans(v[0][part][1]),
+                          dev::MovTrans(v[1][part][0]), dev::MovTrans(v[1][part][1]), bh0, bh1);
+        }
+      }
+    }
+  }
+  dev::CpAsyncWait<0>();
+  __syncthreads();
+
+  // Merge the 4 warps (heads 0-7 of the block; those >= group are dropped).
+  float* m_acc = reinterpret_cast<float*>(smem);  // [4][8][HD]
+  float* m_m = m_acc + 4 * 8 * HD;                // [4][8]
+  float* m_l = m_m + 4 * 8;                       // [4][8]
+  float l = l_run;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if (c4 == 0) {
+    m_m[warp * 8 + quad] = m_run;
+    m_l[warp * 8 + quad] = l;
+  }
+#pragma unroll
+  for (int m = 0; m < KS; ++m) {
+    const int d0 = 16 * m + quad;
+    m_acc[(warp * 8 + 2 * c4) * HD + d0] = acc[m][0];
+    m_acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = acc[m][1];
+    m_acc[(warp * 8 + 2 * c4) * HD + d0 + 8] = acc[m][2];
+    m_acc[(warp * 8 + 2 * c4 + 1) * HD + d0 + 8] = acc[m][3];
+  }
+  __syncthreads();
+  for (int i = tid; i < static_cast<int>(p.group) * HD; i += kThreads) {
+    const int g = i / HD, dim = i % HD;
+    float M = -INFINITY;
+    for (int w = 0; w < 4; ++w) M = fmaxf(M, m_m[w * 8 + g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != -INFINITY) {
+      for (int w = 0; w < 4; ++w) {
+        const float mw = m_m[w * 8 + g];
+        if (mw == -INFINITY) continue;
+        const float e = exp2f(mw - M);
+        L += m_l[w * 8 + g] * e;
+        O += m_acc[(w * 8 + g) * HD + dim] * e;
+      }
+    }
+    const size_t head = static_cast<size_t>(r) * p.n_heads + h * p.group + g;
+    const float o = L > 0.0f ? O / L : 0.0f;
+    if (p.n_splits == 1) {
+      p.out[head * HD + dim] = o;
+    } else {
+      p.part_o[(head * p.n_splits + split) * HD + dim] = o;
+      // The merge takes natural-log sums: M is in log2 units.
+      if (dim == 0) {
+        p.part_lse[head * p.n_splits + split] =
+            L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+      }
+    }
+  }
+}
+
+template <FormatKind F, int HD>
+Status LaunchDecodeMma(const DecodeParams& p, uint32_t n_rows, uint32_t n_kv_heads,
+                       cudaStream_t stream) {
+  constexpr int smem = MmaGeo<F, HD>::kSmem;
+  static bool attr_set = false;
+  if (!attr_set) {
+    KVTIER_CUDA_RETURN(cudaFuncSetAttribute(DecodeMmaKernel<F, HD>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    attr_set = true;
+  }
+  const dim3 grid(p.n_splits, n_kv_heads, n_rows);
+  DecodeMmaKernel<F, HD><<<grid, kThreads, smem, stream>>>(p);
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  return Status::OK();
+}
+
+template <FormatKind F, int HD>
+int DecodeMmaOccupancy() {
+  static int cached = 0;
+  if (cached > 0) return cached;
+  constexpr int smem = MmaGeo<F, HD>::kSmem;
+  cudaFuncSetAttribute(DecodeMmaKernel<F, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  int n = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, DecodeMmaKernel<F, HD>, kThreads, smem) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  cached = n > 0 ? n : 1;
+  return cached;
+}
+
+// Dispatch on head_dim (64, 128, 256); group 1..8 at run time.
+#define KVTIER_DEFINE_DECODE_MMA_LAUNCHER(NAME, KIND)                                        \
+  Status NAME(const DecodeParams& p, int hd, uint32_t n_rows, uint32_t kvh, cudaStream_t s,  \
+              int* occupancy) {                                                              \
+    switch (hd) {                                                                            \
+      case 64: return occupancy ? (*occupancy = DecodeMmaOccupancy<KIND, 64>(), Status::OK()) : LaunchDecodeMma<KIND, 64>(p, n_rows, kvh, s); \
+      case 128: return occupancy ? (*occupancy = DecodeMmaOccupancy<KIND, 128>(), Status::OK()) : LaunchDecodeMma<KIND, 128>(p, n_rows, kvh, s); \
+      case 256: return occupancy ? (*occupancy = DecodeMmaOccupancy<KIND, 256>(), Status::OK()) : LaunchDecodeMma<KIND, 256>(p, n_rows, kvh, s); \
+      default: break;                                                                        \
+    }                                                                                        \
+    return Status::Unimplemented("CUDA decode attention: head_dim " + std::to_string(hd) +   \
+                                 " (64, 128, 256)");                                          \
+  }
+
+Status LaunchDecodeMmaF16(const DecodeParams& p, int hd, uint32_t n_rows, uint32_t kvh,
+                          cudaStream_t s, int* occupancy);
+Status LaunchDecodeMmaBF16(const DecodeParams& p, int hd, uint32_t n_rows, uint32_t kvh,
+                           cudaStream_t s, int* occupancy);
+Status LaunchDecodeMmaQ8_0(const DecodeParams& p, int hd, uint32_t n_rows, uint32_t kvh,
+                           cudaStream_t s, int* occupancy);
+Status LaunchDecodeMmaQ4_0(const DecodeParams& p, int hd, uint32_t n_rows, uint32_t kvh,
+                           cudaStream_t s, int* occupancy);
+
+}  // namespace kvtier::cuda

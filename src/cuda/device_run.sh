@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# One GPU-machine call: build src/cuda on its own (the standalone configuration, no CPU-build
+# dependencies), run the `cuda` tests, the PyTorch SDPA baseline and kvtier_cuda_bench, all in
+# the same call (same card). Run from a tree holding include/, src/ and a googletest source
+# tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
+#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,driver_version --format=csv
+nvcc --version | tail -2
+echo "== build (${SECONDS}s)"
+cmake -S src/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DGTEST_SOURCE_DIR="$PWD/googletest" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" \
+  > /tmp/cmake.log 2>&1 || { tail -30 /tmp/cmake.log; exit 1; }
+ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
+  || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; exit 1; }
+echo "== tests (${SECONDS}s)"
+rc=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  echo "== PyTorch SDPA bf16 baseline (${SECONDS}s)"
+  PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py > "$OUT/sdpa.csv" 2> "$OUT/sdpa.log"
+  cat "$OUT/sdpa.log"
+  echo "== kvtier_cuda_bench (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  echo "== bf16 with the blocks in order (not shuffled), for comparison (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --sequential --formats bf16 \
+    2>&1 | tail -6
+  echo "== the f32 (exact) kernel at 32K, batch 32, for comparison (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
+    2>&1 | tee "$OUT/bench_exact.txt" | tail -4
+fi
+if [ "${VARIANTS:-0}" = 1 ]; then
+  echo "== pipeline-depth variants of the tensor-core kernel (${SECONDS}s)"
+  # Each item: KNOB=VALUE[+KNOB=VALUE...]:formats (knobs: decode_mma.cuh).
+  for v in ${VARIANT_LIST:-Q8_QUAD_ISSUE=0+Q8_STAGES=3:q8_0 Q4_STAGES=4:q4_0 Q4_STAGES=2:q4_0 PLAIN_STAGES=2:bf16}; do
+    def=${v%%:*}; fmts=${v##*:}; dir=build/v_${def//[+=]/_}
+    flags=$(echo "$def" | tr '+' '\n' | sed 's/^/-DKVTIER_CUDA_/' | tr '\n' ' ')
+    cmake -S src/cuda -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real -DCMAKE_CUDA_FLAGS="$flags" >/dev/null 2>&1 &&
+      ninja -C "$dir" -j"$(nproc)" kvtier_cuda_bench >/dev/null 2>&1 || { echo "variant $def: build failed"; continue; }
+    echo "-- KVTIER_CUDA_${def}"
+    "$dir/kvtier_cuda_bench" --sdpa "$OUT/sdpa.csv" --formats "$fmts" --contexts 32768,131072 \
+      --batches 8,32 2>&1 | grep -E "^(bf16|q8_0|q4_0) "
+  done
+fi
+if [ "${NCU:-0}" = 1 ]; then
+  echo "== Nsight Compute: the tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
+  for f in ${NCU_FORMATS:-q4_0 bf16}; do
+    ncu --kernel-name regex:DecodeMma --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+      --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      build/cuda/kvtier_cuda_bench --formats "$f" --contexts 32768 --batches 32 --iters 1 \
+      >> "$OUT/ncu.txt" 2>&1
+  done
+  grep -E "DecodeMma|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Hit|Mem Busy|Max Bandwidth|Stall" "$OUT/ncu.txt" | head -80
+fi
+echo "== done (${SECONDS}s), tests rc $rc"
+exit $rc
