@@ -25,7 +25,7 @@ if [ "${KVTIER_SKIP_CLANG:-0}" != 1 ]; then
   # g++ build above and run again under ASan below. The rules touch the outputs so that ninja
   # sees them made; the depfiles are still written, so edits rebuild what they should.
   CC=clang-14 CXX=clang++-14 cmake -S . -B build/clang -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_CXX_FLAGS_DEBUG="-O0" -DKVTIER_BUILD_BENCH=OFF \
+    -DCMAKE_CXX_FLAGS_DEBUG="-O0" -DKVTIER_BUILD_BENCH=OFF -DKVTIER_CUDA=OFF \
     "-DCMAKE_CXX_COMPILE_OBJECT=<CMAKE_CXX_COMPILER> <DEFINES> <INCLUDES> <FLAGS> -fsyntax-only <SOURCE> && touch <OBJECT>" \
     "-DCMAKE_CXX_CREATE_STATIC_LIBRARY=touch <TARGET>" \
     "-DCMAKE_CXX_LINK_EXECUTABLE=touch <TARGET>" >/dev/null
@@ -51,7 +51,7 @@ if [ "${KVTIER_SKIP_SANITIZERS:-0}" != 1 ]; then
   if grep -qw avx512_vnni /proc/cpuinfo; then asan_int8=ON; fi
   cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
     -DCMAKE_CXX_FLAGS="-DHWY_DISABLED_TARGETS=$asan_off" -DKVTIER_INT8_KERNELS=$asan_int8 \
-    -DKVTIER_SANITIZE=ON -DKVTIER_BUILD_BENCH=OFF -DKVTIER_BUILD_CLI=OFF >/dev/null
+    -DKVTIER_SANITIZE=ON -DKVTIER_BUILD_BENCH=OFF -DKVTIER_BUILD_CLI=OFF -DKVTIER_CUDA=OFF >/dev/null
   ninja -C build/asan
   (cd build/asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j"$JOBS")
@@ -63,13 +63,13 @@ if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
   # (6400 = HWY_AVX3 | HWY_SSE4 | HWY_SSSE3).
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
     -DCMAKE_CXX_FLAGS="-DHWY_DISABLED_TARGETS=6400" \
-    -DKVTIER_TSAN=ON -DKVTIER_BUILD_BENCH=OFF >/dev/null
+    -DKVTIER_TSAN=ON -DKVTIER_BUILD_BENCH=OFF -DKVTIER_CUDA=OFF >/dev/null
   ninja -C build/tsan kvtier_prefix_test kvtier_base_test kvtier_env_test kvtier_tier_test
   # The tests that share structures between threads (the property test is single-threaded).
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   build/tsan/src/base/kvtier_base_test --gtest_filter='ThreadPool*'
   build/tsan/src/base/kvtier_env_test --gtest_filter='EnvConcurrency*'
   build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*'
-  build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*:SsdTierBatch.*:SsdTierSegment.*'
+  build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*:SsdTierBatch.*:SsdTierSegment.*:SsdTierIds.*'
 fi
 echo "== all tests passed (${SECONDS}s)"
