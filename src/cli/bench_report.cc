@@ -65,11 +65,15 @@ std::string TextTable::Render() const {
     for (size_t i = 0; i < cells.size(); ++i) {
       const std::string pad(width[i] - cells[i].size(), ' ');
       if (i > 0) l += "  ";
-      l += left_[i] ? cells[i] + (i + 1 < cells.size() ? pad : "") : pad + cells[i];
+      l += left_[i] ? cells[i] + pad : pad + cells[i];
     }
+    l.erase(l.find_last_not_of(' ') + 1);  // no trailing blanks (empty last cells)
     out += l + "\n";
   };
-  line(headers_);
+  if (std::any_of(headers_.begin(), headers_.end(),
+                  [](const std::string& h) { return !h.empty(); })) {
+    line(headers_);
+  }
   for (const auto& r : rows_) line(r);
   return out;
 }

@@ -15,7 +15,9 @@ namespace kvtier::cli {
 std::string Printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Columns as wide as their widest cell, two spaces apart (plus `indent` before each line).
-// A header starting with '<' is left-aligned (the '<' is dropped), else right-aligned.
+// A header starting with '<' is left-aligned (the '<' is dropped), else right-aligned. When
+// every header is empty there is no header line (a list of label / value rows). Lines end
+// without trailing blanks.
 class TextTable {
  public:
   explicit TextTable(std::vector<std::string> headers, int indent = 0);

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -304,13 +303,25 @@ json RunJson(const BenchServeRun& r) {
   return j;
 }
 
-std::string Fixed(double v, int digits) {
-  char b[64];
-  std::snprintf(b, sizeof b, "%.*f", digits, v);
-  return b;
-}
+std::string Mib(double bytes) { return Printf("%.2f MiB", bytes / (1 << 20)); }
 
-std::string Mib(double bytes) { return Fixed(bytes / (1 << 20), 2) + " MiB"; }
+// The "KV bytes (max)" cell: each tier's bytes and the formats it holds.
+std::string KvBytesCell(const BenchServeRun& run) {
+  if (!run.metrics_seen) return "n/a (no kvtier_kv_bytes in /metrics)";
+  const auto totals = TierTotals(run);
+  std::string cell;
+  for (const char* tier : {"active", "ram", "ssd"}) {
+    auto t = totals.find(tier);
+    if (t == totals.end()) continue;
+    cell += (cell.empty() ? "" : "; ") + std::string(tier) + " " + Mib(t->second);
+    std::string fmts;
+    for (const BenchServeKvBytes& k : run.kv_bytes) {
+      if (k.tier == tier && k.bytes > 0) fmts += (fmts.empty() ? "" : ",") + k.format;
+    }
+    if (!fmts.empty()) cell += " [" + fmts + "]";
+  }
+  return cell.empty() ? "0" : cell;
+}
 
 std::string FileSafe(std::string s) {
   for (char& ch : s) {
@@ -347,59 +358,45 @@ std::string FormatBenchServeTable(const BenchServeReport& r) {
     const BenchServeStats s = SummarizeRun(run);
     o << "bench-serve " << run.workload << " (context " << run.context_tokens << " tokens, KV "
       << (run.kv_format.empty() ? "?" : run.kv_format) << ")\n";
-    o << "  server          " << run.server << "\n";
-    o << "  prompts         " << run.prompt_source << "; " << Fixed(run.chars_per_token, 2)
-      << " chars/token ("
-      << (run.calibration == "tokenize"  ? "measured by /tokenize"
-          : run.calibration == "request" ? "measured by a request"
-          : run.calibration == "given"   ? "--chars-per-token"
-                                         : "assumed")
-      << ")\n";
-    o << "  requests        " << s.requests << ", errors " << s.errors << ", wall "
-      << Fixed(run.wall_s, 2) << " s\n";
-    o << "  TTFT ms         p50 " << Fixed(s.ttft_p50, 1) << "  p90 " << Fixed(s.ttft_p90, 1)
-      << "  p99 " << Fixed(s.ttft_p99, 1) << "\n";
-    o << "  decode tok/s    per request p50 " << Fixed(s.decode_tps_p50, 1) << " (mean "
-      << Fixed(s.decode_tps_mean, 1) << "), total " << Fixed(s.decode_tps_total, 1) << "\n";
-    o << "  tokens          prompt " << s.prompt_tokens << ", cached " << s.cached_tokens << " ("
-      << Fixed(100 * s.cached_ratio, 1) << "%), completion " << s.completion_tokens << "\n";
-    o << "  KV bytes (max)  ";
-    if (!run.metrics_seen) {
-      o << "n/a (no kvtier_kv_bytes in /metrics)";
-    } else {
-      const auto totals = TierTotals(run);
-      bool any = false;
-      for (const char* tier : {"active", "ram", "ssd"}) {
-        auto t = totals.find(tier);
-        if (t == totals.end()) continue;
-        o << (any ? "; " : "") << tier << " " << Mib(t->second);
-        std::string fmts;
-        for (const BenchServeKvBytes& k : run.kv_bytes) {
-          if (k.tier == tier && k.bytes > 0) fmts += (fmts.empty() ? "" : ",") + k.format;
-        }
-        if (!fmts.empty()) o << " [" << fmts << "]";
-        any = true;
-      }
-      if (!any) o << "0";
-    }
-    o << "\n  peak RSS        "
-      << (run.peak_rss_bytes > 0 ? Mib(static_cast<double>(run.peak_rss_bytes)) : "n/a") << "\n";
+    const char* calibration = run.calibration == "tokenize"  ? "measured by /tokenize"
+                              : run.calibration == "request" ? "measured by a request"
+                              : run.calibration == "given"   ? "--chars-per-token"
+                                                             : "assumed";
+    TextTable summary({"<", "<"}, 2);
+    summary.Row({"server", run.server})
+        .Row({"prompts", Printf("%s; %.2f chars/token (%s)", run.prompt_source.c_str(),
+                                run.chars_per_token, calibration)})
+        .Row({"requests", Printf("%u, errors %u, wall %.2f s", s.requests, s.errors, run.wall_s)})
+        .Row(
+            {"TTFT ms", Printf("p50 %.1f  p90 %.1f  p99 %.1f", s.ttft_p50, s.ttft_p90, s.ttft_p99)})
+        .Row({"decode tok/s", Printf("per request p50 %.1f (mean %.1f), total %.1f",
+                                     s.decode_tps_p50, s.decode_tps_mean, s.decode_tps_total)})
+        .Row({"tokens",
+              Printf("prompt %llu, cached %llu (%.1f%%), completion %llu",
+                     static_cast<unsigned long long>(s.prompt_tokens),
+                     static_cast<unsigned long long>(s.cached_tokens), 100 * s.cached_ratio,
+                     static_cast<unsigned long long>(s.completion_tokens))})
+        .Row({"KV bytes (max)", KvBytesCell(run)})
+        .Row({"peak RSS",
+              run.peak_rss_bytes > 0 ? Mib(static_cast<double>(run.peak_rss_bytes)) : "n/a"});
+    o << summary.Render();
     if (HasRounds(run)) {
-      o << "  | round | requests | prompt tokens | cached tokens | TTFT ms (p50) | decode tok/s "
-           "(p50) |\n  |---|---|---|---|---|---|\n";
+      TextTable rounds({"round", "requests", "prompt tokens", "cached tokens", "TTFT ms (p50)",
+                        "decode tok/s (p50)"},
+                       2);
       for (uint32_t round : Rounds(run)) {
         const BenchServeStats rs = SummarizeRun(run, round);
         const double n = std::max<double>(1, rs.requests - rs.errors);
-        o << "  | " << round << " | " << rs.requests << " | "
-          << std::llround(static_cast<double>(rs.prompt_tokens) / n) << " | "
-          << std::llround(static_cast<double>(rs.cached_tokens) / n) << " | "
-          << Fixed(rs.ttft_p50, 1) << " | " << Fixed(rs.decode_tps_p50, 1) << " |\n";
+        rounds.Row({std::to_string(round), std::to_string(rs.requests),
+                    std::to_string(std::llround(static_cast<double>(rs.prompt_tokens) / n)),
+                    std::to_string(std::llround(static_cast<double>(rs.cached_tokens) / n)),
+                    Printf("%.1f", rs.ttft_p50), Printf("%.1f", rs.decode_tps_p50)});
       }
+      o << rounds.Render();
     }
     double speedup = 0, hit = 0;
     if (run.workload == "two-round" && TwoRoundFigures(run, &speedup, &hit)) {
-      o << "  round 2 TTFT speedup " << Fixed(speedup, 2) << "x, hit rate " << Fixed(100 * hit, 1)
-        << "%\n";
+      o << Printf("  round 2 TTFT speedup %.2fx, hit rate %.1f%%\n", speedup, 100 * hit);
     }
     if (const BenchServeRequest* e = FirstError(run)) o << "  first error: " << e->error << "\n";
     o << "\n";

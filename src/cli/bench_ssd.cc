@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -390,9 +389,7 @@ Status CheckConfig(const BenchSsdConfig& c, bool* throughput, bool* ttft) {
   KVTIER_RETURN_IF_ERROR(CheckRange("--head-dim", c.head_dim, 1, 1024));
   KVTIER_RETURN_IF_ERROR(CheckRange("--block-tokens", c.block_tokens, 1, 4096));
   if (!(c.gb > 0 && c.gb <= 1000)) {
-    char got[64];
-    std::snprintf(got, sizeof got, "%g", c.gb);
-    return Status::InvalidArgument(std::string("--gb: expected a size in (0, 1000] GB, got ") + got);
+    return Status::InvalidArgument(Printf("--gb: expected a size in (0, 1000] GB, got %g", c.gb));
   }
   if (!c.dir.empty() && !std::filesystem::is_directory(c.dir)) {
     return Status::InvalidArgument("--dir: expected an existing directory, got '" + c.dir + "'");
@@ -438,39 +435,32 @@ Result<BenchSsdReport> RunBenchSsd(const BenchSsdConfig& c,
 
 std::string FormatBenchSsdTable(const BenchSsdReport& r) {
   std::ostringstream o;
-  char line[320];
   if (r.has_throughput) {
     const BenchSsdThroughput& t = r.throughput;
     o << "throughput: " << t.blocks << " blocks of " << t.shape << ", " << t.block_tokens
       << " tokens, K/V " << t.kv_type << " (" << GroupDigits(t.file_bytes_per_block)
       << " B per block file), " << t.entries << " entries, " << DescribeBytes(t.total_bytes)
       << " per repeat; " << t.writer_threads << " writer threads, layout " << t.ssd_layout
-      << ", sync " << t.ssd_sync
-      << "; medians of " << t.repeats
-      << "\n";
-    std::snprintf(line, sizeof line,
-                  "spill (evict all + flush)  %9.1f ms %7.3f GB/s | plain write + fdatasync "
-                  "%9.1f ms %7.3f GB/s | ratio %5.1f%%   (fill %.0f ms, producer waits %llu, "
-                  "skipped %llu)\n",
-                  t.spill_ms, t.spill_gbps, t.write_ms, t.write_gbps, 100 * t.spill_ratio,
-                  t.fill_ms, static_cast<unsigned long long>(t.producer_waits),
-                  static_cast<unsigned long long>(t.skipped));
-    o << line;
+      << ", sync " << t.ssd_sync << "; medians of " << t.repeats << "\n";
+    // The tier's operation against plain sequential I/O of the same bytes.
+    TextTable tt({"<SSD tier", "ms", "GB/s", "<plain file", "ms", "GB/s", "ratio", "<notes"});
+    tt.Row({"spill (evict all + flush)", Printf("%.1f", t.spill_ms), Printf("%.3f", t.spill_gbps),
+            "plain write + fdatasync", Printf("%.1f", t.write_ms), Printf("%.3f", t.write_gbps),
+            Printf("%.1f%%", 100 * t.spill_ratio),
+            Printf("fill %.0f ms, producer waits %llu, skipped %llu", t.fill_ms,
+                   static_cast<unsigned long long>(t.producer_waits),
+                   static_cast<unsigned long long>(t.skipped))});
     for (const BenchSsdRead& rd : t.reads) {
-      std::snprintf(line, sizeof line,
-                    "reload, page cache %-4s  %9.1f ms %7.3f GB/s | plain read %9.1f ms %7.3f "
-                    "GB/s | ratio %5.1f%%   (open %.1f ms; Load %.0f us/block, %.3f GB/s; "
-                    "plain file %.0f%% resident before)\n",
-                    rd.page_cache.c_str(), rd.reload_ms, rd.reload_gbps, rd.read_ms,
-                    rd.read_gbps, 100 * rd.ratio, rd.open_ms, rd.load_us_per_block,
-                    rd.load_gbps, rd.resident_pct);
-      o << line;
-      std::snprintf(line, sizeof line,
-                    "                                                  | plain read into "
-                    "distinct memory %9.1f ms %7.3f GB/s | ratio %5.1f%%\n",
-                    rd.read_pool_ms, rd.read_pool_gbps, 100 * rd.ratio_pool);
-      o << line;
+      tt.Row({"reload, page cache " + rd.page_cache, Printf("%.1f", rd.reload_ms),
+              Printf("%.3f", rd.reload_gbps), "plain read", Printf("%.1f", rd.read_ms),
+              Printf("%.3f", rd.read_gbps), Printf("%.1f%%", 100 * rd.ratio),
+              Printf("open %.1f ms; Load %.0f us/block, %.3f GB/s; plain file %.0f%% resident "
+                     "before",
+                     rd.open_ms, rd.load_us_per_block, rd.load_gbps, rd.resident_pct)});
+      tt.Row({"", "", "", "plain read into distinct memory", Printf("%.1f", rd.read_pool_ms),
+              Printf("%.3f", rd.read_pool_gbps), Printf("%.1f%%", 100 * rd.ratio_pool)});
     }
+    o << tt.Render();
   }
   if (r.has_ttft) {
     const BenchSsdTtft& t = r.ttft;
@@ -478,25 +468,22 @@ std::string FormatBenchSsdTable(const BenchSsdReport& r) {
     o << "ttft: model " << t.model_name << " (" << t.arch << "), KV " << t.kv_type << ", "
       << t.threads << " threads; prompt " << t.prompt_tokens << " tokens: " << t.prompt_source
       << "\n";
-    std::snprintf(line, sizeof line,
-                  "cold prefill %.1f ms (median of %d); KV %s; spilled %llu blocks, %s in %.1f "
-                  "ms; warm rows: median of %d\n",
-                  t.cold_ms, t.cold_repeats, DescribeBytes(t.kv_bytes).c_str(),
-                  static_cast<unsigned long long>(t.spilled_blocks),
-                  DescribeBytes(t.spilled_bytes).c_str(), t.spill_ms, t.repeats);
-    o << line;
-    std::snprintf(line, sizeof line, "%-14s %-5s %-6s %-6s %8s %8s %10s %9s %10s %8s %9s %10s %8s\n",
-                  "scenario", "pages", "hit", "kind", "request", "reused", "TTFT ms",
-                  "fetch ms", "compute ms", "speedup", "read MiB", "read GB/s", "open ms");
-    o << line;
+    o << Printf(
+        "cold prefill %.1f ms (median of %d); KV %s; spilled %llu blocks, %s in %.1f ms; "
+        "warm rows: median of %d\n",
+        t.cold_ms, t.cold_repeats, DescribeBytes(t.kv_bytes).c_str(),
+        static_cast<unsigned long long>(t.spilled_blocks), DescribeBytes(t.spilled_bytes).c_str(),
+        t.spill_ms, t.repeats);
+    TextTable tt({"<scenario", "<pages", "<hit", "<kind", "request", "reused", "TTFT ms",
+                  "fetch ms", "compute ms", "speedup", "read MiB", "read GB/s", "open ms"});
     for (const BenchSsdTtftRow& w : t.rows) {
-      std::snprintf(line, sizeof line,
-                    "%-14s %-5s %-6s %-6s %8u %8u %10.1f %9.1f %10.1f %7.1fx %9.1f %10.3f %8.1f\n",
-                    w.scenario.c_str(), w.page_cache.c_str(), w.hit.c_str(), w.kind.c_str(),
-                    w.request_tokens, w.reused_tokens, w.ttft_ms, w.fetch_ms, w.compute_ms,
-                    w.speedup, double(w.bytes_read) / (1 << 20), w.read_gbps, w.open_ms);
-      o << line;
+      tt.Row({w.scenario, w.page_cache, w.hit, w.kind, std::to_string(w.request_tokens),
+              std::to_string(w.reused_tokens), Printf("%.1f", w.ttft_ms),
+              Printf("%.1f", w.fetch_ms), Printf("%.1f", w.compute_ms), Printf("%.1fx", w.speedup),
+              Printf("%.1f", double(w.bytes_read) / (1 << 20)), Printf("%.3f", w.read_gbps),
+              Printf("%.1f", w.open_ms)});
     }
+    o << tt.Render();
   }
   o << "files in " << r.dir << " (removed); peak RSS " << DescribeBytes(r.peak_rss_bytes) << "\n";
   return o.str();
