@@ -80,6 +80,10 @@ struct KvBlockLayout {
   size_t v_offset(uint32_t layer) const { return layer * layer_stride + k_region_bytes; }
   // "K q8_0 / V q4_0, 32-token blocks of 1,032,192 bytes, 28 layers x 8 KV heads x ..."
   std::string ToString() const;
+  // The paged view of `layer` over blocks laid out like this from `base` (a host pool's
+  // memory, or a device pool's: the view only carries the pointers), for `n_rows` rows.
+  PagedKvView View(const uint8_t* base, uint32_t layer, const PagedKvRow* rows,
+                   uint32_t n_rows) const;
 };
 
 struct BlockPoolOptions {

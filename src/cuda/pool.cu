@@ -158,22 +158,7 @@ void DevicePool::Free(const std::vector<BlockId>& ids) {
 }
 
 PagedKvView DevicePool::View(uint32_t layer, const PagedKvRow* dev_rows, uint32_t n_rows) const {
-  PagedKvView v;
-  v.k_base = base() + layout_.k_offset(layer);
-  v.v_base = base() + layout_.v_offset(layer);
-  v.block_stride = layout_.block_stride;
-  v.k_token_stride = layout_.k_token_stride;
-  v.k_head_stride = layout_.k_row_bytes;
-  v.v_token_stride = layout_.v_token_stride;
-  v.v_head_stride = layout_.v_row_bytes;
-  v.block_tokens = layout_.block_tokens;
-  v.n_kv_heads = layout_.shape.n_kv_heads;
-  v.head_dim = layout_.shape.head_dim;
-  v.k_format = layout_.k_format;
-  v.v_format = layout_.v_format;
-  v.n_rows = n_rows;
-  v.rows = dev_rows;
-  return v;
+  return layout_.View(base(), layer, dev_rows, n_rows);
 }
 
 Status DevicePool::CopyBlockToHost(BlockId id, void* dst) const {

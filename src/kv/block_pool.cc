@@ -77,6 +77,26 @@ std::string KvBlockLayout::ToString() const {
          ", " + shape.ToString();
 }
 
+PagedKvView KvBlockLayout::View(const uint8_t* base, uint32_t layer, const PagedKvRow* rows,
+                                uint32_t n_rows) const {
+  PagedKvView v;
+  v.k_base = base + k_offset(layer);
+  v.v_base = base + v_offset(layer);
+  v.block_stride = block_stride;
+  v.k_token_stride = k_token_stride;
+  v.k_head_stride = k_row_bytes;
+  v.v_token_stride = v_token_stride;
+  v.v_head_stride = v_row_bytes;
+  v.block_tokens = block_tokens;
+  v.n_kv_heads = shape.n_kv_heads;
+  v.head_dim = shape.head_dim;
+  v.k_format = k_format;
+  v.v_format = v_format;
+  v.n_rows = n_rows;
+  v.rows = rows;
+  return v;
+}
+
 Result<std::shared_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(
       KvBlockLayout layout,
@@ -315,22 +335,7 @@ uint32_t BlockPool::RefCount(BlockId id) const {
 }
 
 PagedKvView BlockPool::View(uint32_t layer, const PagedKvRow* rows, uint32_t n_rows) const {
-  PagedKvView v;
-  v.k_base = base_ + layout_.k_offset(layer);
-  v.v_base = base_ + layout_.v_offset(layer);
-  v.block_stride = layout_.block_stride;
-  v.k_token_stride = layout_.k_token_stride;
-  v.k_head_stride = layout_.k_row_bytes;
-  v.v_token_stride = layout_.v_token_stride;
-  v.v_head_stride = layout_.v_row_bytes;
-  v.block_tokens = layout_.block_tokens;
-  v.n_kv_heads = layout_.shape.n_kv_heads;
-  v.head_dim = layout_.shape.head_dim;
-  v.k_format = layout_.k_format;
-  v.v_format = layout_.v_format;
-  v.n_rows = n_rows;
-  v.rows = rows;
-  return v;
+  return layout_.View(base_, layer, rows, n_rows);
 }
 
 PoolStats BlockPool::Stats() const {
