@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Packs what src/cuda/device_run.sh needs (include/, the src/ folders the standalone build
-# compiles, googletest's source) into DEST/payload.tar.xz (default /work/main/.cudawt, a folder
-# that main's .git/info/exclude ignores, so the device tool carries it: carry [".cudawt"]).
+# compiles, googletest's source) into DEST/payload.tar.xz (default .cudawt in the checkout, a folder
+# that .git/info/exclude ignores, so the device tool carries it: carry [".cudawt"]).
 # Device command: mkdir -p /tmp/w && tar xJf .cudawt/payload.tar.xz -C /tmp/w && cd /tmp/w &&
 #                 bash src/cuda/device_run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DEST=${1:-/work/main/.cudawt}
+DEST=${1:-$PWD/.cudawt}
 GTEST=${GTEST_SRC:-/usr/src/googletest}
 mkdir -p "$DEST"
 tmp=$(mktemp -d)
