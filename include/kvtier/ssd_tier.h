@@ -158,9 +158,15 @@ class SsdTier : public LowerTier {
   SsdTierStats Stats() const;
   // Checks every indexed file against the disk (one stat each) and drops from the index those
   // that are missing or changed size, so Stats() counts only what is on disk. Runs by itself
-  // when a load finds a file missing or the writer finds segments/ gone; `kvtier cache stats`
-  // and Verify() call it first. Returns how many files it dropped.
+  // when a load finds a file missing or the writer finds segments/ gone; `kvtier cache stats`,
+  // the server's /v1/cache/stats and Verify() call it first. About 1.6-3.7 us a file (9-24 ms
+  // for 5,276 block files, measured in ssd_tier_ids_test.cc). Returns how many files it dropped.
   uint64_t Reconcile();
+  // Reconcile() on a writer thread, soon, unless one ran (or was asked for) less than
+  // `min_interval_ms` ago; returns at once, never touching the disk itself. For callers that
+  // must not block on a walk of the directory (the server's /metrics, on its event loop):
+  // their next Stats() reflects the disk as of at most min_interval_ms plus a walk ago.
+  void ReconcileSoon(uint32_t min_interval_ms);
   // Reads every indexed block in full and checks it (kvtier cache verify); a file with a
   // block that fails is quarantined (all of its blocks). *good counts the blocks verified in
   // files kept, *bad the blocks that failed.

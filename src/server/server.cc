@@ -26,7 +26,7 @@ using server::ApiRequest;
 using server::Endpoint;
 
 struct Server::Impl {
-  Impl(ServerDeps d, ServerOptions o) : deps(std::move(d)), opt(std::move(o)), metrics(deps) {}
+  Impl(ServerDeps d, ServerOptions o) : deps(std::move(d)), opt(std::move(o)), metrics(deps, opt.metrics_ssd_reconcile_ms) {}
 
   // Counts a request in flight for its lifetime, streams included (Shutdown waits for zero).
   struct InFlight {
@@ -358,12 +358,13 @@ void Server::Impl::CacheStats(server::Exchange& x) {
     out["prefix_cache"] = nullptr;
   }
   if (deps.ssd != nullptr) {
+    deps.ssd->Reconcile();  // only what is on disk: files removed or replaced leave the index
     const SsdTierStats ss = deps.ssd->Stats();
     out["ssd"] = {{"dir", deps.ssd->options().dir}, {"blocks", ss.blocks},
                   {"bytes", ss.bytes}, {"max_bytes", ss.max_bytes},
                   {"spilled_blocks", ss.spilled_blocks}, {"loaded_blocks", ss.loaded_blocks},
                   {"quarantined", ss.quarantined}, {"evicted_blocks", ss.evicted_blocks},
-                  {"queued", ss.queued}};
+                  {"vanished_files", ss.vanished_files}, {"queued", ss.queued}};
   } else {
     out["ssd"] = nullptr;
   }

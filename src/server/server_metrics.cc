@@ -31,7 +31,8 @@ void Sync(Counter* c, double now) {
 
 }  // namespace
 
-ServerMetrics::ServerMetrics(const ServerDeps& deps) : deps_(deps) {
+ServerMetrics::ServerMetrics(const ServerDeps& deps, uint32_t ssd_reconcile_ms)
+    : deps_(deps), ssd_reconcile_ms_(ssd_reconcile_ms) {
   cancelled_ = Must(registry_.AddCounter("kvtier_requests_cancelled_total",
                                          "Requests whose client went away before the end"),
                     "cancelled");
@@ -147,6 +148,10 @@ void ServerMetrics::Collect() {
             static_cast<double>(cs.promoted_blocks));
   }
   if (deps_.ssd != nullptr) {
+    // Never a walk of the disk here (the event loop's thread): a writer thread checks the
+    // index against the disk when the last check is older than ssd_reconcile_ms_, so these
+    // figures count what was on disk then.
+    deps_.ssd->ReconcileSoon(ssd_reconcile_ms_);
     const SsdTierStats ss = deps_.ssd->Stats();
     for (const auto& [ns, blocks] : deps_.ssd->AllNamespaces()) {
       Result<KvBlockLayout> l = KvBlockLayout::Make(ns.shape, ns.k_format, ns.v_format,

@@ -1,7 +1,8 @@
 // The server's Prometheus metrics: requests by endpoint and status, tokens, latency
 // histograms (time to first token, per output token, per request), and, refreshed at every
 // scrape from the subsystems' own statistics, the engine's queue, KV bytes by tier and format,
-// prefix-cache hits by kind and the SSD tier's spills, reloads and quarantines.
+// prefix-cache hits by kind and the SSD tier's spills, reloads and quarantines (its bytes and
+// blocks as of the tier's latest walk of its directory, asked for at scrapes, rate-limited).
 //
 // Thread-safe: request threads record, the /metrics thread renders.
 #pragma once
@@ -18,7 +19,8 @@ namespace kvtier::server {
 
 class ServerMetrics {
  public:
-  explicit ServerMetrics(const ServerDeps& deps);
+  // ssd_reconcile_ms: ServerOptions::metrics_ssd_reconcile_ms.
+  ServerMetrics(const ServerDeps& deps, uint32_t ssd_reconcile_ms);
 
   void Request(const std::string& endpoint, int status);
   void Cancelled() { cancelled_->Add(); }
@@ -35,6 +37,7 @@ class ServerMetrics {
   void Collect();
 
   const ServerDeps deps_;
+  const uint32_t ssd_reconcile_ms_;
   MetricsRegistry registry_;
   std::mutex mu_;
   std::map<std::string, Counter*> counters_;

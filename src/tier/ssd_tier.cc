@@ -591,6 +591,7 @@ uint64_t SsdTier::Impl::Reconcile() {
   std::vector<std::tuple<uint64_t, std::string, uint64_t>> snap;
   {
     std::lock_guard<std::mutex> lock(mu);
+    last_reconcile = std::chrono::steady_clock::now();
     snap.reserve(files.size());
     for (const auto& [id, f] : files) snap.emplace_back(id, f.path, f.bytes);
   }
@@ -623,6 +624,20 @@ uint64_t SsdTier::Impl::Reconcile() {
 }
 
 uint64_t SsdTier::Reconcile() { return impl_->Reconcile(); }
+
+void SsdTier::Impl::ReconcileSoon(uint32_t min_interval_ms) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (reconcile_wanted || stop) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (last_reconcile != std::chrono::steady_clock::time_point{} &&
+      now - last_reconcile < std::chrono::milliseconds(min_interval_ms)) {
+    return;
+  }
+  reconcile_wanted = true;
+  cv_work.notify_one();
+}
+
+void SsdTier::ReconcileSoon(uint32_t min_interval_ms) { impl_->ReconcileSoon(min_interval_ms); }
 
 SsdTierStats SsdTier::Stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);

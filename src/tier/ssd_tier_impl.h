@@ -3,6 +3,7 @@
 // guards the index, the queue, the idle read handles and the stats; file I/O runs outside it.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -91,6 +92,7 @@ struct SsdTier::Impl {
 
   // Reconcile() (kvtier/ssd_tier.h). Takes mu; stats outside it.
   uint64_t Reconcile();
+  void ReconcileSoon(uint32_t min_interval_ms);
   // The next segment id (requires mu): never 0 or UINT64_MAX, wrapping to 1 (a name still
   // taken then is skipped by the writer, and RenameNoReplace makes a collision an error).
   uint64_t NextSegmentId();
@@ -133,6 +135,10 @@ struct SsdTier::Impl {
   uint64_t bytes = 0;        // of every indexed file, and of files being removed
   uint64_t reserved = 0;     // bytes of files being written
   SsdTierStats stats;
+  // ReconcileSoon(): a walk asked of the writers, and when the latest walk (any caller's)
+  // began; both under mu.
+  bool reconcile_wanted = false;
+  std::chrono::steady_clock::time_point last_reconcile{};
 };
 
 }  // namespace kvtier

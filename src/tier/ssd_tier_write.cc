@@ -274,7 +274,14 @@ void SsdTier::Impl::WriterLoop() {
   // batch_bytes.
   const uint64_t limit = opt.layout == SsdLayout::kSegments ? SegmentLimit() : opt.batch_bytes;
   for (;;) {
-    cv_work.wait(lock, [&] { return stop || !queue.empty(); });
+    cv_work.wait(lock, [&] { return stop || !queue.empty() || reconcile_wanted; });
+    if (reconcile_wanted) {  // ReconcileSoon(): the walk runs here, off the caller's thread
+      reconcile_wanted = false;
+      lock.unlock();
+      Reconcile();
+      lock.lock();
+      continue;
+    }
     if (queue.empty()) return;  // stop requested and nothing left
     batch.clear();
     uint64_t batch_bytes = 0;

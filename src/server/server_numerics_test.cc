@@ -1,0 +1,183 @@
+// NaN / Inf in a model's weights through HTTP (issue 36): the forward pass's check stops the
+// request, and the server answers 500 whose error message names the layer where non-finite
+// values first appear (non-streaming), or an error event naming it then [DONE] (streaming);
+// the server keeps serving /health.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvtier/engine.h"
+#include "kvtier/env.h"
+#include "kvtier/gguf.h"
+#include "kvtier/model.h"
+#include "kvtier/server.h"
+#include "kvtier/test_model.h"
+#include "kvtier/tokenizer.h"
+
+namespace kvtier {
+namespace {
+
+using nlohmann::json;
+
+// A tiny f32 llama (two layers) at `path`.
+void WriteTinyModel(const std::string& path) {
+  TestModelConfig c;
+  c.arch = "llama";
+  c.hidden = 128;
+  c.layers = 2;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.head_dim = 64;
+  c.ffn = 128;
+  c.vocab = 300;
+  c.ctx = 256;
+  c.weight_type = GgmlType::kF32;
+  c.text_fillers = true;
+  ASSERT_TRUE(WriteTestModel(c, path).ok());
+}
+
+// Writes `value` over the value at flat index `index` of tensor `name` (f32).
+void Plant(const std::string& path, const std::string& name, uint64_t index, float value) {
+  std::vector<uint8_t> bytes = Env::Default()->ReadFile(path).value();
+  std::unique_ptr<GgufFile> g = GgufFile::FromMemory(bytes, path).value();
+  const GgufTensor* t = g->FindTensor(name);
+  ASSERT_NE(t, nullptr) << name;
+  ASSERT_EQ(t->type, static_cast<uint32_t>(GgmlType::kF32));
+  const size_t at = static_cast<size_t>(t->data - bytes.data()) + index * sizeof(float);
+  g.reset();
+  std::memcpy(bytes.data() + at, &value, sizeof value);
+  ASSERT_TRUE(Env::Default()->WriteFileDurably(path, bytes).ok());
+}
+
+// The model at `path` served in process on a free port.
+struct Served {
+  explicit Served(const std::string& path) {
+    file = GgufFile::Open(path).value();
+    model = Model::FromGguf(file).value();
+    tokenizer = Tokenizer::FromGguf(*file).value();
+    BlockPoolOptions po;
+    po.shape = model->config().kv_shape();
+    po.block_tokens = 16;
+    po.capacity_bytes =
+        64 * KvBlockLayout::Make(po.shape, po.k_format, po.v_format, 16)->block_stride;
+    EngineOptions eo;
+    eo.pool = BlockPool::Create(po).value();
+    eo.threads = 2;
+    engine = Engine::Create(*model, eo).value();
+    ServerDeps d;
+    d.model = model.get();
+    d.tokenizer = tokenizer.get();
+    d.engine = engine.get();
+    d.pool = eo.pool;
+    ServerOptions so;
+    so.port = 0;
+    so.model_id = "poisoned";
+    server = Server::Create(d, so).value();
+    EXPECT_TRUE(server->Bind().ok());
+    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
+  }
+  ~Served() {
+    server->Shutdown(10000);
+    listener.join();
+  }
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", server->port());
+    c.set_read_timeout(60);
+    return c;
+  }
+
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Server> server;
+  std::thread listener;
+};
+
+struct Poison {
+  const char* tensor;
+  uint64_t index;
+  float value;
+  const char* layer;  // what the error must name
+};
+
+class ServerNumerics : public ::testing::TestWithParam<Poison> {};
+
+TEST_P(ServerNumerics, NonFiniteWeightsAreA500NamingTheLayerAndAnErrorEventThenDone) {
+  const Poison& p = GetParam();
+  const std::string path = "/tmp/kvtier_server_numerics_" + std::to_string(::getpid()) + ".gguf";
+  WriteTinyModel(path);
+  Plant(path, p.tensor, p.index, p.value);
+  const std::string named =
+      std::string("non-finite values (NaN or Inf) first appear in ") + p.layer;
+  {
+    Served s(path);
+    for (const char* route : {"/v1/completions", "/v1/chat/completions"}) {
+      const bool chat = std::strcmp(route, "/v1/chat/completions") == 0;
+      json body{{"max_tokens", 4}, {"temperature", 0}};
+      if (chat) {
+        body["messages"] = json::array({{{"role", "user"}, {"content", "hello"}}});
+      } else {
+        body["prompt"] = "hello";
+      }
+      // Non-streaming: 500, OpenAI's error shape, the layer named.
+      httplib::Result r = s.Client().Post(route, body.dump(), "application/json");
+      ASSERT_TRUE(r) << route;
+      EXPECT_EQ(r->status, 500) << route << ": " << r->body;
+      const json e = json::parse(r->body);
+      ASSERT_TRUE(e.contains("error")) << r->body;
+      EXPECT_EQ(e["error"]["type"], "server_error") << r->body;
+      EXPECT_NE(e["error"]["message"].get<std::string>().find(named), std::string::npos)
+          << route << ": " << r->body;
+
+      // Streaming: an error event naming the layer, then [DONE] last.
+      body["stream"] = true;
+      r = s.Client().Post(route, body.dump(), "application/json");
+      ASSERT_TRUE(r) << route;
+      EXPECT_EQ(r->status, 200) << route << ": " << r->body;  // the stream began before it
+      bool error_event = false;
+      size_t pos = 0;
+      while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
+        const size_t end = r->body.find("\n\n", pos);
+        ASSERT_NE(end, std::string::npos) << r->body;
+        const std::string data = r->body.substr(pos + 6, end - pos - 6);
+        pos = end;
+        if (data == "[DONE]") break;
+        const json c = json::parse(data);
+        if (!c.contains("error")) continue;
+        error_event = true;
+        EXPECT_NE(c["error"]["message"].get<std::string>().find(named), std::string::npos)
+            << route << ": " << data;
+      }
+      EXPECT_TRUE(error_event) << route << ": " << r->body;
+      EXPECT_TRUE(r->body.ends_with("data: [DONE]\n\n")) << route << ": " << r->body;
+    }
+    // The server keeps serving.
+    httplib::Result h = s.Client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200) << h->body;
+    httplib::Result m = s.Client().Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("status=\"500\""), std::string::npos) << m->body;
+  }
+  std::remove(path.c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Weights, ServerNumerics,
+    ::testing::Values(
+        Poison{"blk.1.ffn_down.weight", 7, std::numeric_limits<float>::quiet_NaN(), "layer 1"},
+        Poison{"blk.0.attn_output.weight", 9, std::numeric_limits<float>::infinity(), "layer 0"}),
+    [](const ::testing::TestParamInfo<Poison>& i) {
+      return std::string(std::isnan(i.param.value) ? "NaN" : "Inf") + "In" +
+             (i.param.layer[6] == '0' ? "Layer0" : "Layer1");
+    });
+
+}  // namespace
+}  // namespace kvtier

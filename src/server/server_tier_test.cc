@@ -1,0 +1,196 @@
+// The server over an SSD tier on the real filesystem (issue 36): /v1/cache/stats and the
+// kvtier_ssd_* metrics count only what is on disk when segment files or the whole directory
+// are removed while it runs, and the requests that follow are answered correctly (the tier
+// writes segments/ again).
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "engine/engine_test_util.h"
+#include "kvtier/server.h"
+#include "kvtier/ssd_tier.h"
+
+namespace kvtier {
+namespace {
+
+using nlohmann::json;
+using testing::Bundled;
+namespace fs = std::filesystem;
+
+// A server with an engine, a RAM prefix cache and an SSD tier in `dir`.
+struct TieredServer {
+  explicit TieredServer(const std::string& dir) {
+    pool = testing::BundledPool(512);
+    SsdTierOptions to;
+    to.dir = dir;
+    to.log = false;
+    to.writer_threads = 1;
+    tier = SsdTier::Open(to).value();
+    PrefixCacheOptions po;
+    po.memory_budget_bytes = 256ull << 20;
+    po.lower_tier = tier;
+    cache = PrefixCache::Create(po).value();
+    EngineOptions eo;
+    eo.pool = pool;
+    eo.prefix_cache = cache.get();
+    eo.threads = 2;
+    engine = Engine::Create(*Bundled().model, eo).value();
+    ServerDeps d;
+    d.model = Bundled().model.get();
+    d.tokenizer = Bundled().tokenizer.get();
+    d.engine = engine.get();
+    d.pool = pool;
+    d.prefix_cache = cache.get();
+    d.ssd = tier.get();
+    ServerOptions so;
+    so.port = 0;
+    so.model_id = "bundled";
+    so.metrics_ssd_reconcile_ms = 0;  // every scrape asks for a walk (on the writer thread)
+    server = Server::Create(d, so).value();
+    EXPECT_TRUE(server->Bind().ok());
+    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
+  }
+  ~TieredServer() {
+    server->Shutdown(10000);
+    listener.join();
+  }
+  httplib::Client Client() const {
+    httplib::Client c("127.0.0.1", server->port());
+    c.set_read_timeout(120);
+    return c;
+  }
+  // The greedy completion of `prompt` (status 200 expected).
+  std::string Complete(const std::string& prompt) const {
+    json body{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+    httplib::Result r = Client().Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return "";
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+  }
+  // Everything in RAM written to the tier, durably.
+  void Spill() const {
+    cache->Evict(UINT64_MAX);
+    tier->Flush();
+  }
+  json SsdStats() const {
+    httplib::Result r = Client().Get("/v1/cache/stats");
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body)["ssd"];
+  }
+  // The value of an unlabelled gauge in /metrics, or -1.
+  double Metric(const std::string& name) const {
+    httplib::Result r = Client().Get("/metrics");
+    if (!r || r->status != 200) return -1;
+    const size_t at = r->body.find("\n" + name + " ");
+    if (at == std::string::npos) return -1;
+    return std::atof(r->body.c_str() + at + name.size() + 2);
+  }
+
+  std::shared_ptr<BlockPool> pool;
+  std::shared_ptr<SsdTier> tier;
+  std::unique_ptr<PrefixCache> cache;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Server> server;
+  std::thread listener;
+};
+
+// Bytes and count of the segment files under `dir` (what `du` sees of the tier; no .tmp file
+// is left once the tier is flushed).
+uint64_t SegmentBytes(const std::string& dir, uint64_t* files = nullptr) {
+  uint64_t n = 0, k = 0;
+  const fs::path seg = fs::path(dir) / "segments";
+  if (fs::exists(seg)) {
+    for (const auto& e : fs::directory_iterator(seg)) {
+      if (e.path().extension() != ".kvs") continue;
+      n += fs::file_size(e.path());
+      ++k;
+    }
+  }
+  if (files != nullptr) *files = k;
+  return n;
+}
+
+template <class F>
+bool Eventually(F pred) {
+  for (int i = 0; i < 400; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return false;
+}
+
+const char* kPrompt = "It is a truth universally acknowledged, that a single man in possession "
+                      "of a good fortune, must be in want of a wife. However little known the "
+                      "feelings or views of such a man may be on his first entering a "
+                      "neighbourhood, this truth is so well fixed in the minds of the "
+                      "surrounding families";
+
+TEST(ServerTier, CacheStatsAndMetricsCountOnlyWhatIsOnDiskAfterRemovals) {
+  char tmpl[] = "/tmp/kvtier_server_tier_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    TieredServer s(dir);
+    const std::string want = s.Complete(kPrompt);
+    ASSERT_FALSE(want.empty());
+    s.Spill();
+    json ssd = s.SsdStats();
+    ASSERT_GT(ssd["blocks"].get<uint64_t>(), 0u) << ssd.dump();
+    EXPECT_EQ(ssd["bytes"].get<uint64_t>(), SegmentBytes(dir)) << ssd.dump();
+    EXPECT_GT(s.Metric("kvtier_ssd_bytes"), 0.0);
+
+    // Every segment file removed while the server runs: /metrics notices by itself (a walk
+    // asked of the writer thread at the scrape), /v1/cache/stats at once.
+    for (const auto& e : fs::directory_iterator(fs::path(dir) / "segments")) fs::remove(e.path());
+    EXPECT_TRUE(Eventually([&] { return s.Metric("kvtier_ssd_bytes") == 0.0; }));
+    ssd = s.SsdStats();
+    EXPECT_EQ(ssd["blocks"].get<uint64_t>(), 0u) << ssd.dump();
+    EXPECT_EQ(ssd["bytes"].get<uint64_t>(), 0u) << ssd.dump();
+
+    // The same prompt again: recomputed (nothing of it left in RAM or on disk), same answer,
+    // spilled again into new segments.
+    EXPECT_EQ(s.Complete(kPrompt), want);
+    s.Spill();
+    ssd = s.SsdStats();
+    EXPECT_GT(ssd["blocks"].get<uint64_t>(), 0u) << ssd.dump();
+    EXPECT_EQ(ssd["bytes"].get<uint64_t>(), SegmentBytes(dir)) << ssd.dump();
+
+    // The whole directory removed: stats say 0 at once, with no load or write to notice it.
+    fs::remove_all(dir);
+    ssd = s.SsdStats();
+    EXPECT_EQ(ssd["blocks"].get<uint64_t>(), 0u) << ssd.dump();
+    EXPECT_EQ(ssd["bytes"].get<uint64_t>(), 0u) << ssd.dump();
+    EXPECT_GT(ssd["vanished_files"].get<uint64_t>(), 0u) << ssd.dump();
+    // Requests keep being answered correctly, and the tier makes its directory again.
+    EXPECT_EQ(s.Complete(kPrompt), want);
+    s.Spill();
+    uint64_t files = 0;
+    const uint64_t on_disk = SegmentBytes(dir, &files);
+    EXPECT_GT(files, 0u);
+    ssd = s.SsdStats();
+    EXPECT_GT(ssd["blocks"].get<uint64_t>(), 0u) << ssd.dump();
+    EXPECT_EQ(ssd["bytes"].get<uint64_t>(), on_disk) << ssd.dump();
+    EXPECT_TRUE(Eventually([&] {
+      return s.Metric("kvtier_ssd_bytes") == static_cast<double>(on_disk);
+    }));
+    // And what it wrote is served from disk: RAM emptied, the prompt promoted back.
+    s.cache->Clear();
+    EXPECT_EQ(s.Complete(kPrompt), want);
+    EXPECT_GT(s.SsdStats()["loaded_blocks"].get<uint64_t>(), 0u);
+    httplib::Result h = s.Client().Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace kvtier
