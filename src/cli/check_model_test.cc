@@ -7,13 +7,11 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "cli/cli_test_util.h"
-#include "kvtier/env.h"
-#include "kvtier/gguf.h"
 #include "kvtier/test_model.h"
+#include "test_model/test_model_test_util.h"
 
 namespace kvtier::cli {
 namespace {
@@ -21,34 +19,9 @@ namespace {
 using testing::RunKvtier;
 
 std::string TinyModel() {
-  TestModelConfig c;
-  c.arch = "llama";
-  c.hidden = 128;
-  c.layers = 2;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 64;
-  c.ffn = 128;
-  c.vocab = 300;
-  c.ctx = 256;
-  c.weight_type = GgmlType::kF32;
-  c.text_fillers = true;
   const std::string path = "/tmp/kvtier_check_model_" + std::to_string(::getpid()) + ".gguf";
-  EXPECT_TRUE(WriteTestModel(c, path).ok());
+  EXPECT_TRUE(WriteTestModel(kvtier::testing::TinyF32ModelConfig(), path).ok());
   return path;
-}
-
-// Writes `value` over the value at flat index `index` of tensor `name` (f32).
-void Plant(const std::string& path, const std::string& name, uint64_t index, float value) {
-  std::vector<uint8_t> bytes = Env::Default()->ReadFile(path).value();
-  std::unique_ptr<GgufFile> g = GgufFile::FromMemory(bytes, path).value();
-  const GgufTensor* t = g->FindTensor(name);
-  ASSERT_NE(t, nullptr) << name;
-  ASSERT_EQ(t->type, static_cast<uint32_t>(GgmlType::kF32));
-  const size_t at = static_cast<size_t>(t->data - bytes.data()) + index * sizeof(float);
-  g.reset();
-  std::memcpy(bytes.data() + at, &value, sizeof value);
-  ASSERT_TRUE(Env::Default()->WriteFileDurably(path, bytes).ok());
 }
 
 TEST(CheckModel, ACleanModelPassesAndANanIsNamedByCheckModelAndByTheForwardPass) {
@@ -61,8 +34,10 @@ TEST(CheckModel, ACleanModelPassesAndANanIsNamedByCheckModelAndByTheForwardPass)
   EXPECT_EQ(RunKvtier("check-model --model " + path, &out), 0) << out;
   EXPECT_NE(out.find("0 with non-finite values"), std::string::npos) << out;
 
-  Plant(path, "blk.1.ffn_down.weight", 7, std::numeric_limits<float>::quiet_NaN());
-  Plant(path, "blk.1.ffn_down.weight", 9, std::numeric_limits<float>::infinity());
+  ASSERT_TRUE(kvtier::testing::PlantF32(path, "blk.1.ffn_down.weight", 7,
+                                        std::numeric_limits<float>::quiet_NaN()).ok());
+  ASSERT_TRUE(kvtier::testing::PlantF32(path, "blk.1.ffn_down.weight", 9,
+                                        std::numeric_limits<float>::infinity()).ok());
   Result<ModelCheck> bad = CheckModel(path);
   ASSERT_TRUE(bad.ok());
   EXPECT_EQ(bad->damaged, 1u);

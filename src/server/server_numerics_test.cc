@@ -7,53 +7,22 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <thread>
 
 #include "kvtier/engine.h"
-#include "kvtier/env.h"
 #include "kvtier/gguf.h"
 #include "kvtier/model.h"
 #include "kvtier/server.h"
 #include "kvtier/test_model.h"
 #include "kvtier/tokenizer.h"
+#include "test_model/test_model_test_util.h"
 
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
-
-// A tiny f32 llama (two layers) at `path`.
-void WriteTinyModel(const std::string& path) {
-  TestModelConfig c;
-  c.arch = "llama";
-  c.hidden = 128;
-  c.layers = 2;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 64;
-  c.ffn = 128;
-  c.vocab = 300;
-  c.ctx = 256;
-  c.weight_type = GgmlType::kF32;
-  c.text_fillers = true;
-  ASSERT_TRUE(WriteTestModel(c, path).ok());
-}
-
-// Writes `value` over the value at flat index `index` of tensor `name` (f32).
-void Plant(const std::string& path, const std::string& name, uint64_t index, float value) {
-  std::vector<uint8_t> bytes = Env::Default()->ReadFile(path).value();
-  std::unique_ptr<GgufFile> g = GgufFile::FromMemory(bytes, path).value();
-  const GgufTensor* t = g->FindTensor(name);
-  ASSERT_NE(t, nullptr) << name;
-  ASSERT_EQ(t->type, static_cast<uint32_t>(GgmlType::kF32));
-  const size_t at = static_cast<size_t>(t->data - bytes.data()) + index * sizeof(float);
-  g.reset();
-  std::memcpy(bytes.data() + at, &value, sizeof value);
-  ASSERT_TRUE(Env::Default()->WriteFileDurably(path, bytes).ok());
-}
 
 // The model at `path` served in process on a free port.
 struct Served {
@@ -112,8 +81,8 @@ class ServerNumerics : public ::testing::TestWithParam<Poison> {};
 TEST_P(ServerNumerics, NonFiniteWeightsAreA500NamingTheLayerAndAnErrorEventThenDone) {
   const Poison& p = GetParam();
   const std::string path = "/tmp/kvtier_server_numerics_" + std::to_string(::getpid()) + ".gguf";
-  WriteTinyModel(path);
-  Plant(path, p.tensor, p.index, p.value);
+  ASSERT_TRUE(WriteTestModel(testing::TinyF32ModelConfig(), path).ok());
+  ASSERT_TRUE(testing::PlantF32(path, p.tensor, p.index, p.value).ok());
   const std::string named =
       std::string("non-finite values (NaN or Inf) first appear in ") + p.layer;
   {
