@@ -150,7 +150,7 @@ json Dashboard::Snapshot() const {
     }
     out["cache"]["ssd"]["by_format"] = formats;
   }
-  const EngineStats es = deps_.engine->Stats();
+  const EngineStats es = deps_.engine != nullptr ? deps_.engine->Stats() : EngineStats{};
   out["requests"] = {{"running", es.running}, {"waiting", es.waiting},
                      {"submitted", es.submitted}, {"finished", es.finished},
                      {"cancelled", es.cancelled}, {"failed", es.failed},

@@ -9,6 +9,8 @@
 // directory (ReconcileSoon asks a writer thread, as /metrics does). Read-only.
 //
 // Ownership: borrows the ServerDeps' objects and the ServerMetrics; they must outlive it.
+// Any of deps' pointers may be null (a benchmark runs it without an engine): that part of
+// the snapshot is empty or zero.
 // Thread safety: Json, Page and SampleNow may be called from any thread, concurrently; the
 // destructor stops the sampler thread (joins it).
 #pragma once
