@@ -72,6 +72,7 @@ const EV={ram_evict:"RAM eviction",spill:"spilled to SSD",reload:"reloaded from 
 const $=(id)=>document.getElementById(id);
 const num=(v)=>v==null?"–":Number(v).toLocaleString("en-US");
 function bytes(b){if(b==null)return"–";const u=["B","KiB","MiB","GiB","TiB"];let i=0,v=b;while(v>=1024&&i<u.length-1){v/=1024;i++;}return(i?v.toFixed(v<10?2:1):v)+" "+u[i];}
+function reqs(n){return num(n)+(n===1?" request":" requests");}
 function ago(ms){const s=ms/1000;return s<1?"now":s<90?Math.round(s)+" s ago":s<5400?Math.round(s/60)+" min ago":(s/3600).toFixed(1)+" h ago";}
 function get(o,path){for(const k of path.split(".")){if(o==null)return undefined;o=o[k];}return o;}
 function el(tag,attrs,text){const e=document.createElement(tag);for(const k in attrs||{})e.setAttribute(k,attrs[k]);if(text!=null)e.textContent=text;return e;}
@@ -96,12 +97,12 @@ function render(D){
  if(c.ssd){const s=c.ssd;T.append(tier("SSD tier","var(--ssd)",s.bytes,s.max_bytes,"cache.ssd.bytes","cache.ssd.max_bytes",
   [[stat("cache.ssd.blocks",s.blocks)," blocks in files"]],fmts(s.by_format,true)));}
  else T.append(el("div",{class:"tier empty"},"SSD tier: off (--ssd-cache-dir)"));
- const p=c.prefix_cache,K=$("kinds");K.replaceChildren();
+ const p=c.prefix_cache,K=$("kinds");K.replaceChildren();$("hitpct").textContent="–";
  if(p){const hits=p.lookups-(p.hits.miss||0);$("hitpct").textContent=p.lookups?(100*hits/p.lookups).toFixed(1)+"%":"–";
   for(const k of KINDS){const tr=el("tr");const td=el("td");td.append(el("span",{class:"sw",style:"background:"+KC[k]}),k);tr.append(td);
    const v=el("td",{class:"r"});v.append(stat("cache.prefix_cache.hits."+k,p.hits[k]));tr.append(v,el("td",{class:"r"},p.lookups?(100*p.hits[k]/p.lookups).toFixed(1)+"%":"–"));K.append(tr);}}
- hitChart(D.hit_rate);hist($("ttft"),D.ttft_s,(b)=>b<1?Math.round(b*1000)+"ms":b+"s");$("ttftn").textContent=num(D.ttft_s.count)+" requests";
- hist($("tps"),D.tokens_per_s,(b)=>String(b));$("tpsn").textContent=num(D.tokens_per_s.count)+" requests";
+ hitChart(D.hit_rate);hist($("ttft"),D.ttft_s,(b)=>b<1?Math.round(b*1000)+"ms":b+"s");$("ttftn").textContent=reqs(D.ttft_s.count);
+ hist($("tps"),D.tokens_per_s,(b)=>String(b));$("tpsn").textContent=reqs(D.tokens_per_s.count);
  const H=$("hot");H.replaceChildren();$("texth").textContent=D.show_text?"prompt":"prompt (--dashboard-show-text)";
  if(!D.hottest.length){const tr=el("tr");tr.append(el("td",{colspan:8,class:"empty"},"no cached prefixes"));H.append(tr);}
  D.hottest.forEach((h,i)=>{const tr=el("tr");tr.append(el("td",{class:"r"},i+1),el("td",{class:"r"},num(h.tokens)),el("td",{class:"r"},num(h.blocks)),el("td",{},h.format),
@@ -112,9 +113,9 @@ function render(D){
  document.body.dataset.rendered=String(D.now_unix_ms);
 }
 function hitChart(h){const S=$("hitchart");S.replaceChildren();const B=h.buckets,W=420,H=130,n=B.length;$("window").textContent=Math.round(n*h.bucket_s/60);
- let max=1;for(const b of B)max=Math.max(max,KINDS.reduce((s,k)=>s+b[k],0));const bw=W/n;
+ let max=0;for(const b of B)max=Math.max(max,KINDS.reduce((s,k)=>s+b[k],0));const top=max;max=Math.max(max,1);const bw=W/n;
  B.forEach((b,i)=>{let y=H;for(const k of KINDS){if(!b[k])continue;const hh=H*b[k]/max;y-=hh;S.append(svgEl("rect",{x:i*bw+1,y:y,width:Math.max(1,bw-2),height:hh,fill:KC[k]}));}});
- S.append(svgEl("line",{x1:0,y1:H,x2:W,y2:H,stroke:"#cfd4dc"}));const t=svgEl("text",{x:2,y:10});t.textContent=max+" lookups / "+h.bucket_s+" s";S.append(t);
+ S.append(svgEl("line",{x1:0,y1:H,x2:W,y2:H,stroke:"#cfd4dc"}));const t=svgEl("text",{x:2,y:10});t.textContent=top?"peak "+top+" lookups / "+h.bucket_s+" s":"no lookups in this window";S.append(t);
  const t2=svgEl("text",{x:W-2,y:H+14,"text-anchor":"end"});t2.textContent="now";S.append(t2);const t3=svgEl("text",{x:2,y:H+14});t3.textContent="-"+Math.round(n*h.bucket_s/60)+" min";S.append(t3);
  const L=$("legend");L.replaceChildren();for(const k of KINDS){L.append(el("span",{class:"sw",style:"background:"+KC[k]}),k+"  ");}}
 function hist(S,h,lab){S.replaceChildren();const n=h.counts.length,W=420,H=92,every=n>12?3:n>8?2:1;let max=1;for(const c of h.counts)max=Math.max(max,c);const bw=W/n;

@@ -222,7 +222,7 @@ void Traffic(Live& s) {
 }
 
 // The snapshot once the sampler has seen every lookup the cache counted (it samples once a
-// second): the buckets' sum equals the cache's counters.
+// second: the buckets' sum equals the cache's counters) and the engine has ended every row.
 json SettledSnapshot(Live& s) {
   json d;
   for (int i = 0; i < 100; ++i) {
@@ -233,7 +233,10 @@ json SettledSnapshot(Live& s) {
         sum += b[k].get<uint64_t>();
       }
     }
-    if (sum == d["cache"]["prefix_cache"]["lookups"].get<uint64_t>() && !d["events"].empty()) {
+    // The engine ends a row just after its last token went out: running and finished lag.
+    const json& r = d["requests"];
+    if (sum == d["cache"]["prefix_cache"]["lookups"].get<uint64_t>() && !d["events"].empty() &&
+        r["running"] == 0 && r["waiting"] == 0 && r["finished"] == d["ttft_s"]["count"]) {
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
