@@ -599,7 +599,7 @@ std::vector<PrefixEntryInfo> PrefixCache::Hottest(size_t n, size_t head_tokens) 
     return a.node->start + a.end > b.node->start + b.end;
   };
   std::vector<Candidate> heap;  // [<= n] a heap whose top is the coldest kept
-  heap.reserve(n + 1);
+  heap.reserve(std::min<size_t>(n, 4096) + 1);
   std::vector<PrefixEntryInfo> out;
   std::lock_guard<std::mutex> lock(impl_->mu);
   const int64_t now_ms = prefix::SteadyNowMs();

@@ -2,6 +2,7 @@
 // computed from the fetches the test made, the bound on n, the entries' fields (length,
 // blocks, formats, head tokens, in use, pinned, idle time) and Stats(false).
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <random>
 #include <thread>
@@ -160,6 +161,49 @@ TEST(PrefixHottestTest, StatsWithoutTheWalkMatchesStatsButExclusiveBytes) {
   EXPECT_EQ(quick.by_format[0].tokens, full.by_format[0].tokens);
   EXPECT_EQ(full.by_format[0].exclusive_bytes, full.bytes);
   EXPECT_EQ(quick.by_format[0].exclusive_bytes, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// Hottest and Stats(false) while other threads fetch, store and evict: every listed entry is
+// well formed (tools/test.sh runs this under ThreadSanitizer).
+TEST(PrefixHottestTest, ConcurrentWithFetchesStoresAndEvictions) {
+  auto pool = testing::MakePool(kShape, Format::F16(), Format::F16(), kBt, 64ull << 20);
+  PrefixCacheOptions o;
+  o.memory_budget_bytes = 48 * pool->layout().block_stride;  // small: stores evict
+  auto c = PrefixCache::Create(std::move(o)).value();
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 3; ++w) {
+    workers.emplace_back([&, w] {
+      std::mt19937 rng(w);
+      while (!stop) {
+        const std::vector<int32_t> t = testing::Range(100 * static_cast<int32_t>(rng() % 16), 2 + rng() % 14);
+        if (rng() % 2) {
+          (void)c->Store(testing::kModelA, t, testing::SeqOf(pool, t));
+        } else {
+          (void)c->Fetch(testing::kModelA, t, pool);
+        }
+        if (rng() % 16 == 0) c->Evict(pool->layout().block_stride * 4);
+      }
+    });
+  }
+  for (int i = 0; i < 200; ++i) {
+    for (const PrefixEntryInfo& e : c->Hottest(8, 4)) {
+      ASSERT_GE(e.tokens, 1u);
+      ASSERT_EQ(e.blocks, (e.tokens + kBt - 1) / kBt);
+      ASSERT_EQ(e.head.size(), std::min<size_t>(4, e.tokens));
+    }
+    const PrefixCacheStats s = c->Stats(false);
+    ASSERT_LE(s.bytes, s.budget_bytes);
+  }
+  stop = true;
+  for (std::thread& t : workers) t.join();
+  EXPECT_TRUE(c->CheckInvariants().ok());
 }
 
 }  // namespace
