@@ -19,6 +19,7 @@ void RegisterMicroKv();
 void RegisterMicroAttention();
 void RegisterMicroPrefix();
 void RegisterMicroSsd();
+void RegisterMicroDashboard();
 }  // namespace kvtier::bench
 
 namespace kvtier::cli {
@@ -82,6 +83,10 @@ std::vector<Command> MicroCommands() {
       Micro("micro-ssd",
             "The SSD tier's per-block costs: encode, decode header, decode rows, Load",
             bench::RegisterMicroSsd),
+      Micro("micro-dashboard",
+            "The status page's server time (GET /, /dashboard.json) with 1,000 and 10,000 "
+            "cached prefixes",
+            bench::RegisterMicroDashboard),
   };
 }
 

@@ -9,6 +9,7 @@ PACKAGES=(
   libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libisal-dev
   libcpp-httplib-dev
   python3 gnuplot-nox
+  chromium fonts-dejavu-core  # the status page e2e test (src/server/e2e/*.browser.mjs)
 )
 
 missing=()

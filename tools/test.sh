@@ -69,7 +69,7 @@ if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   build/tsan/src/base/kvtier_base_test --gtest_filter='ThreadPool*'
   build/tsan/src/base/kvtier_env_test --gtest_filter='EnvConcurrency*'
-  build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*'
+  build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*:PrefixHottestTest.Concurrent*'
   build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*:SsdTierBatch.*:SsdTierSegment.*:SsdTierIds.*'
 fi
 echo "== all tests passed (${SECONDS}s)"

@@ -186,6 +186,18 @@ struct PrefixCacheStats {
   std::vector<PrefixFormatStats> by_format;  // one per namespace
 };
 
+// One stored entry of the RAM tier, as the status page lists it (PrefixCache::Hottest).
+struct PrefixEntryInfo {
+  uint32_t tokens = 0;          // the entry's length
+  uint32_t blocks = 0;          // blocks on its path (shared with other entries or not)
+  Format k_format, v_format;    // its namespace's formats
+  uint64_t hits = 0;            // fetches that reused tokens of its last block
+  uint64_t idle_ms = 0;         // since a fetch or a store last touched its last block
+  bool in_use = false;          // its last block is held by a request or a tier write too
+  bool pinned = false;
+  std::vector<int32_t> head;    // its first min(tokens, head_tokens) tokens (Hottest's argument)
+};
+
 class PrefixCache {
  public:
   static Result<std::unique_ptr<PrefixCache>> Create(PrefixCacheOptions options);
@@ -221,7 +233,13 @@ class PrefixCache {
   // Drops every entry (no eviction callbacks); pins are kept.
   void Clear();
 
-  PrefixCacheStats Stats() const;
+  // exclusive_bytes = false skips the walk of the tree that counts
+  // PrefixFormatStats::exclusive_bytes (left 0): O(namespaces) under the lock instead of O(nodes).
+  PrefixCacheStats Stats(bool exclusive_bytes = true) const;
+  // The `n` hottest stored entries: most hits first, then most recently used, then longest.
+  // One walk of the tree under the lock, O(nodes + entries log n); the entries' first
+  // `head_tokens` tokens are copied for the n kept only.
+  std::vector<PrefixEntryInfo> Hottest(size_t n, size_t head_tokens = 0) const;
   const PrefixCacheOptions& options() const;
   // Checks the tree: references, byte counts, leaf list, LRU order, prefix-free siblings,
   // markers, pins. O(nodes); tests.

@@ -3,7 +3,7 @@
 //
 // The OpenAI-compatible HTTP server: /v1/chat/completions and /v1/completions (JSON or SSE
 // streams ending in [DONE]), /v1/models, /health, /metrics (Prometheus text),
-// GET /v1/cache/stats and DELETE /v1/cache. It turns requests into engine requests (chat
+// GET /v1/cache/stats and DELETE /v1/cache, and the status page at / (server/dashboard.h). It turns requests into engine requests (chat
 // template, tokenizer, stop strings, context checks) and engine events into responses.
 //
 // Ownership: the server borrows the model, tokenizer, engine, pool and caches given in
@@ -61,6 +61,10 @@ struct ServerOptions {
   // for a walk when the last one is older than this, so the gauges lag the disk by at most
   // this plus a scrape interval.
   uint32_t metrics_ssd_reconcile_ms = 10000;
+  // The status page (issue 37): GET / and GET /dashboard.json; false: both 404
+  // (--no-dashboard). show_text lists the hottest prefixes' prompt text (--dashboard-show-text).
+  bool dashboard = true;
+  bool dashboard_show_text = false;
   // One line per request and per cache decision (the engine's log lines come here too when
   // the caller routes them). Called from HTTP threads; must be thread-safe.
   std::function<void(const std::string&)> log;

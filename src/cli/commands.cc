@@ -100,6 +100,9 @@ Command ServeCommand() {
     s.add_option("--drain-seconds", c->drain_seconds,
                  "On SIGTERM, how long requests in flight may take to finish")
         ->capture_default_str();
+    s.add_flag("--no-dashboard", c->no_dashboard, "No status page at / (404)");
+    s.add_flag("--dashboard-show-text", c->dashboard_show_text,
+               "Show the hottest cached prefixes' prompt text on the status page");
     return [c] {
       const Status st = RunServe(*c);
       return st.ok() ? 0 : Fail("kvtier serve", st);

@@ -173,6 +173,8 @@ Status RunServe(const ServeConfig& c) {
   so.idle_timeout_ms = c.idle_timeout_ms;
   so.body_min_bytes_per_s = c.body_min_rate;
   so.body_budget_bytes = c.body_budget_mb << 20;
+  so.dashboard = !c.no_dashboard;
+  so.dashboard_show_text = c.dashboard_show_text;
   so.log = LogLine;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Create(deps, so));
   KVTIER_RETURN_IF_ERROR(server->Bind());

@@ -42,6 +42,8 @@ struct ServeConfig {
   uint32_t idle_timeout_ms = 5000;       // --idle-timeout-ms
   uint32_t body_min_rate = 4096;         // --body-min-rate (bytes per second)
   uint64_t body_budget_mb = 96;          // --body-budget-mb
+  bool no_dashboard = false;             // --no-dashboard: no status page at /
+  bool dashboard_show_text = false;      // --dashboard-show-text: prompts on the status page
 };
 
 Status RunServe(const ServeConfig& c);

@@ -394,6 +394,7 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
     ++m.stats.hits[static_cast<int>(r.kind)];
     m.stats.tokens_reused += reuse;
     m.tree.Touch(best_match.path, ++m.tick);
+    for (Node* node : best_match.path) ++node->hits;
     const size_t n_blocks = (reuse + best->block_tokens - 1) / best->block_tokens;
     std::vector<BlockId> ids;  // [n_blocks] the path's blocks holding tokens [0, reuse)
     for (size_t i = 0; i < n_blocks; ++i) ids.push_back(best_match.path[i]->block);
@@ -555,7 +556,7 @@ void PrefixCache::Clear() {
   impl_->tree.Clear();
 }
 
-PrefixCacheStats PrefixCache::Stats() const {
+PrefixCacheStats PrefixCache::Stats(bool exclusive_bytes) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   PrefixCacheStats s = impl_->stats;
   s.bytes = impl_->tree.bytes();
@@ -570,7 +571,8 @@ PrefixCacheStats PrefixCache::Stats() const {
     f.blocks = ns->blocks;
     f.bytes = ns->blocks * ns->block_bytes;
     f.tokens = ns->tokens;
-    std::vector<const Node*> stack = {&ns->root};
+    std::vector<const Node*> stack;
+    if (exclusive_bytes) stack.push_back(&ns->root);
     while (!stack.empty()) {
       const Node* n = stack.back();
       stack.pop_back();
@@ -581,6 +583,74 @@ PrefixCacheStats PrefixCache::Stats() const {
     s.by_format.push_back(std::move(f));
   }
   return s;
+}
+
+std::vector<PrefixEntryInfo> PrefixCache::Hottest(size_t n, size_t head_tokens) const {
+  if (n == 0) return {};
+  // An entry: a node and an end inside it. Ranked by (hits, last use, length).
+  struct Candidate {
+    const Node* node;
+    uint32_t end;
+    const Namespace* ns;
+  };
+  auto hotter = [](const Candidate& a, const Candidate& b) {
+    if (a.node->hits != b.node->hits) return a.node->hits > b.node->hits;
+    if (a.node->used_ms != b.node->used_ms) return a.node->used_ms > b.node->used_ms;
+    return a.node->start + a.end > b.node->start + b.end;
+  };
+  std::vector<Candidate> heap;  // [<= n] a heap whose top is the coldest kept
+  heap.reserve(std::min<size_t>(n, 4096) + 1);
+  std::vector<PrefixEntryInfo> out;
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const int64_t now_ms = prefix::SteadyNowMs();
+  std::vector<const Node*> stack;
+  for (const auto& ns : impl_->tree.namespaces()) {
+    stack.assign(1, &ns->root);
+    while (!stack.empty()) {
+      const Node* node = stack.back();
+      stack.pop_back();
+      for (uint32_t end : node->ends) {
+        const Candidate c{node, end, ns.get()};
+        if (heap.size() < n) {
+          heap.push_back(c);
+          std::push_heap(heap.begin(), heap.end(), hotter);
+        } else if (hotter(c, heap.front())) {
+          std::pop_heap(heap.begin(), heap.end(), hotter);
+          heap.back() = c;
+          std::push_heap(heap.begin(), heap.end(), hotter);
+        }
+      }
+      for (const auto& [key, c] : node->full) stack.push_back(c.get());
+      for (const auto& c : node->tails) stack.push_back(c.get());
+    }
+  }
+  std::sort(heap.begin(), heap.end(), hotter);
+  for (const Candidate& c : heap) {
+    PrefixEntryInfo e;
+    e.tokens = c.node->start + c.end;
+    e.blocks = c.node->start / c.ns->block_tokens + 1;
+    e.k_format = c.ns->k_format;
+    e.v_format = c.ns->v_format;
+    e.hits = c.node->hits;
+    e.idle_ms = static_cast<uint64_t>(std::max<int64_t>(0, now_ms - c.node->used_ms));
+    e.in_use = c.ns->pool->RefCount(c.node->block) > 1;
+    e.pinned = c.node->pins > 0;
+    const uint32_t want = static_cast<uint32_t>(std::min<size_t>(head_tokens, e.tokens));
+    if (want > 0) {
+      std::vector<const Node*> path;  // root-first nodes holding tokens [0, want)
+      for (const Node* p = c.node; !p->is_root(); p = p->parent) {
+        if (p->start < want) path.push_back(p);
+      }
+      e.head.reserve(want);
+      for (auto it = path.rbegin(); it != path.rend(); ++it) {
+        const Node* p = *it;
+        const size_t take = std::min<size_t>(p->tokens.size(), want - p->start);
+        e.head.insert(e.head.end(), p->tokens.begin(), p->tokens.begin() + take);
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 Status PrefixCache::CheckInvariants() const {

@@ -3,9 +3,17 @@
 #include "prefix/radix_tree.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 namespace kvtier::prefix {
+
+int64_t SteadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 namespace {
 
 std::span<const int32_t> Sub(std::span<const int32_t> t, size_t from, size_t n) {
@@ -154,7 +162,11 @@ void RadixTree::SetTick(Node* n, uint64_t tick) {
 }
 
 void RadixTree::Touch(std::span<Node* const> path, uint64_t tick) {
-  for (Node* n : path) SetTick(n, tick);
+  const int64_t now_ms = SteadyNowMs();
+  for (Node* n : path) {
+    SetTick(n, tick);
+    n->used_ms = now_ms;
+  }
 }
 
 Status RadixTree::TakeBlock(Node* n, BlockId block, std::span<const int32_t> tokens) {

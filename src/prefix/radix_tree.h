@@ -43,6 +43,8 @@ struct Node {
   std::unordered_map<BlockKey, std::unique_ptr<Node>, Hash128Hasher> full;  // full children
   std::vector<std::unique_ptr<Node>> tails;  // children of fewer than block_tokens tokens
   uint64_t tick = 0;             // last touch
+  int64_t used_ms = 0;           // steady-clock time of the last touch (the status page)
+  uint64_t hits = 0;             // fetches that reused tokens of this node
   uint32_t pins = 0;             // pin lists whose path enters this node
 
   bool is_root() const { return parent == nullptr; }
@@ -106,7 +108,7 @@ class RadixTree {
 
   Match Walk(Namespace& ns, std::span<const int32_t> tokens) const;
   Plan MakePlan(Namespace& ns, std::span<const int32_t> tokens) const;
-  // Sets the tick of every node in `path` (a root-first chain).
+  // Sets the tick of every node in `path` (a root-first chain), and its used_ms to now.
   void Touch(std::span<Node* const> path, uint64_t tick);
   // Applies `plan` for `tokens`: blocks[i] holds tokens [i * B, (i + 1) * B). New and taken
   // blocks gain a kPrefixCache reference (blocks must be live in ns.pool). `pin_lists` are
@@ -147,6 +149,9 @@ class RadixTree {
   std::set<std::pair<uint64_t, Node*>> leaves_;  // (tick, node) of every non-root leaf
   uint64_t bytes_ = 0;                            // blocks referenced, in bytes
 };
+
+// Milliseconds of the steady clock (Node::used_ms).
+int64_t SteadyNowMs();
 
 // Number of leading tokens a and b share.
 uint32_t CommonPrefix(std::span<const int32_t> a, std::span<const int32_t> b);

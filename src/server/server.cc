@@ -14,6 +14,7 @@
 #include <random>
 
 #include "kvtier/chat_template.h"
+#include "server/dashboard.h"
 #include "server/http_front.h"
 #include "server/generation.h"
 #include "server/openai.h"
@@ -57,6 +58,7 @@ struct Server::Impl {
   const ServerDeps deps;
   const ServerOptions opt;
   server::ServerMetrics metrics;
+  std::unique_ptr<server::Dashboard> dashboard;  // null with --no-dashboard
   ChatTemplate chat_template = ChatTemplate::kPlain;
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   uint32_t context = 0;
@@ -327,48 +329,9 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
 }
 
 void Server::Impl::CacheStats(server::Exchange& x) {
-  nlohmann::json out;
-  if (deps.pool != nullptr) {
-    const PoolStats ps = deps.pool->Stats();
-    out["active_pool"] = {{"k_format", deps.pool->k_format().name()},
-                          {"v_format", deps.pool->v_format().name()},
-                          {"capacity_bytes", ps.capacity_bytes},
-                          {"bytes_in_use", ps.bytes_in_use},
-                          {"blocks_in_use", ps.blocks_in_use},
-                          {"capacity_blocks", ps.capacity_blocks}};
-  }
-  if (deps.prefix_cache != nullptr) {
-    const PrefixCacheStats cs = deps.prefix_cache->Stats();
-    nlohmann::json hits;
-    for (int k = 0; k < kNumPrefixMatchKinds; ++k) {
-      hits[std::string(PrefixMatchKindName(static_cast<PrefixMatchKind>(k)))] = cs.hits[k];
-    }
-    nlohmann::json formats = nlohmann::json::array();
-    for (const PrefixFormatStats& f : cs.by_format) {
-      formats.push_back({{"k_format", f.k_format.name()}, {"v_format", f.v_format.name()},
-                         {"blocks", f.blocks}, {"bytes", f.bytes}, {"tokens", f.tokens}});
-    }
-    out["prefix_cache"] = {{"lookups", cs.lookups}, {"hits", hits},
-                           {"tokens_requested", cs.tokens_requested},
-                           {"tokens_reused", cs.tokens_reused}, {"entries", cs.entries},
-                           {"bytes", cs.bytes}, {"budget_bytes", cs.budget_bytes},
-                           {"evicted_blocks", cs.evicted_blocks},
-                           {"promoted_blocks", cs.promoted_blocks}, {"by_format", formats}};
-  } else {
-    out["prefix_cache"] = nullptr;
-  }
-  if (deps.ssd != nullptr) {
-    deps.ssd->Reconcile();  // only what is on disk: files removed or replaced leave the index
-    const SsdTierStats ss = deps.ssd->Stats();
-    out["ssd"] = {{"dir", deps.ssd->options().dir}, {"blocks", ss.blocks},
-                  {"bytes", ss.bytes}, {"max_bytes", ss.max_bytes},
-                  {"spilled_blocks", ss.spilled_blocks}, {"loaded_blocks", ss.loaded_blocks},
-                  {"quarantined", ss.quarantined}, {"evicted_blocks", ss.evicted_blocks},
-                  {"vanished_files", ss.vanished_files}, {"queued", ss.queued}};
-  } else {
-    out["ssd"] = nullptr;
-  }
-  x.Reply(200, "application/json", out.dump());
+  // Only what is on disk: files removed or replaced leave the index.
+  if (deps.ssd != nullptr) deps.ssd->Reconcile();
+  x.Reply(200, "application/json", server::CacheStatsJson(deps).dump());
 }
 
 void Server::Impl::CacheClear(server::Exchange& x) {
@@ -449,6 +412,20 @@ server::HttpFront::Route Server::Impl::RouteOf(const server::HttpHead& h) {
   }
   if (p == "/v1/cache/stats") return only("GET", {[this](X x) { CacheStats(*x); }, false});
   if (p == "/v1/cache") return only("DELETE", {[this](X x) { CacheClear(*x); }, false});
+  if (dashboard != nullptr && p == "/") {
+    return only("GET", {[this](X x) {
+                          x->Reply(200, "text/html; charset=utf-8", dashboard->Page(),
+                                   {{"Cache-Control", "no-store"}});
+                        },
+                        false});
+  }
+  if (dashboard != nullptr && p == "/dashboard.json") {
+    return only("GET", {[this](X x) {
+                          x->Reply(200, "application/json", dashboard->Json(),
+                                   {{"Cache-Control", "no-store"}});
+                        },
+                        false});
+  }
   const std::string what = h.method + " " + p;
   return {[this, what](X x) { Reply(*x, "other", Err(404, "unknown route: " + what)); }, true};
 }
@@ -486,6 +463,13 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return true;
   }();
   (void)malloc_tuned;
+  if (s.opt.dashboard) {
+    server::DashboardOptions dopt;
+    dopt.model_id = s.opt.model_id;
+    dopt.show_text = s.opt.dashboard_show_text;
+    dopt.ssd_reconcile_ms = s.opt.metrics_ssd_reconcile_ms;
+    s.dashboard = std::make_unique<server::Dashboard>(s.deps, s.metrics, std::move(dopt));
+  }
   server::HttpFrontOptions fo;
   fo.host = s.opt.host;
   fo.port = s.opt.port;

@@ -52,6 +52,11 @@ ServerMetrics::ServerMetrics(const ServerDeps& deps, uint32_t ssd_reconcile_ms)
   duration_ = Must(registry_.AddHistogram("kvtier_request_duration_seconds",
                                           "Time from request to its last token",
                                           DefaultLatencyBuckets()), "duration");
+  tokens_per_s_ = Must(registry_.AddHistogram(
+                           "kvtier_request_tokens_per_second",
+                           "Generation speed of a request: tokens after the first per second",
+                           {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000}),
+                       "tokens_per_second");
   registry_.AddCollector([this] { Collect(); });
 }
 
@@ -83,6 +88,10 @@ void ServerMetrics::Completion(uint32_t prompt_tokens, uint32_t cached_tokens,
   completion_tokens_->Add(completion_tokens);
   if (ttft_s >= 0) ttft_->Observe(ttft_s);
   duration_->Observe(total_s);
+  // Decode speed: the tokens after the first over the time after it (the first is TTFT's).
+  if (completion_tokens > 1 && ttft_s >= 0 && total_s > ttft_s) {
+    tokens_per_s_->Observe((completion_tokens - 1) / (total_s - ttft_s));
+  }
 }
 
 void ServerMetrics::TokenGaps(const std::vector<double>& gaps_s) {

@@ -29,6 +29,9 @@ class ServerMetrics {
                   double ttft_s, double total_s);
   void TokenGaps(const std::vector<double>& gaps_s);
   std::string Render() const { return registry_.Render(); }
+  // The status page's histograms (server/dashboard.h): live, thread-safe to read.
+  const Histogram& ttft() const { return *ttft_; }
+  const Histogram& tokens_per_second() const { return *tokens_per_s_; }
 
  private:
   // The series of `name` with these labels, registered on first use. Requires mu_.
@@ -50,6 +53,7 @@ class ServerMetrics {
   Histogram* ttft_ = nullptr;
   Histogram* tpot_ = nullptr;
   Histogram* duration_ = nullptr;
+  Histogram* tokens_per_s_ = nullptr;
 };
 
 }  // namespace kvtier::server

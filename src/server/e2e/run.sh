@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the `kvtier serve` end-to-end tests (the official openai npm client against a real
-# server): run.sh KVTIER_BIN BUILD_DIR
+# server): run.sh KVTIER_BIN BUILD_DIR [GLOB]; GLOB picks the test files (default
+# '*.test.mjs'; '*.browser.mjs' is the status page in headless Chromium).
 # Installs the client into BUILD_DIR/e2e (npm ci from the committed package-lock.json, again
 # only when the lock changes), copies the tests there (ES modules resolve packages next to the
 # importing file) and runs each test file with Node's built-in runner, one after the other
@@ -8,10 +9,11 @@
 # KVTIER_E2E_FILTER=regex runs only the matching tests (node --test-name-pattern).
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 KVTIER_BIN BUILD_DIR" >&2
+if [ $# -ne 2 ] && [ $# -ne 3 ]; then
+  echo "usage: $0 KVTIER_BIN BUILD_DIR [GLOB]" >&2
   exit 2
 fi
+GLOB=${3:-*.test.mjs}
 BIN=$(realpath "$1")
 BUILD_DIR=$2
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,7 +45,8 @@ for f in package.json package-lock.json; do
     changed=1
   fi
 done
-if [ "$changed" = 1 ] || [ ! -d "$DIR/node_modules/openai" ]; then
+if [ "$changed" = 1 ] || [ ! -d "$DIR/node_modules/openai" ] ||
+   [ ! -d "$DIR/node_modules/playwright-core" ]; then
   echo "run.sh: npm ci in $DIR" >&2
   # A failed earlier install must not look installed next time.
   if ! (cd "$DIR" && npm ci --no-audit --no-fund --loglevel=error); then
@@ -64,7 +67,7 @@ cd "$DIR"
 export KVTIER_BIN="$BIN"
 status=0
 start=$(date +%s)
-for t in *.test.mjs; do
+for t in $GLOB; do
   echo "== $t" >&2
   node --test "${args[@]}" "$t" || status=1
 done
