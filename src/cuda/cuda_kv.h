@@ -127,6 +127,8 @@ struct DecodeOptions {
   // reference) instead of the tensor-core one (Q and P as hi + lo 16-bit pairs: ~1e-6 for f16
   // and bf16 K/V; q8_0 / q4_0 V rows rounded once to f16: ~1e-4).
   bool exact = false;
+  // The per-KV-head tensor-core kernel even where the all-heads one applies (for comparisons).
+  bool per_head = false;
   void* stream = nullptr;  // cudaStream_t
 };
 
@@ -137,9 +139,10 @@ struct DecodeOptions {
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
                        float* out, const DecodeOptions& options, DecodeWorkspace* ws);
 
-// The split DecodeAttention would choose (for the benchmark's report).
+// The split DecodeAttention would choose for a pool's packed view (the benchmark's report).
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim, bool exact = false);
+                      const Format& format, uint32_t head_dim,
+                      const DecodeOptions& options = DecodeOptions());
 
 // Fills a device buffer with `n` values of dtype `t`, normal-ish (sum of uniforms), scaled by
 // `scale`, from `seed` (for tests and the benchmark; deterministic).
