@@ -87,12 +87,13 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p)
 
 // The transpose of the 8x8 16-bit matrix whose row lane/4, columns 2(lane%4) + {0, 1}, this
 // lane holds.
-__device__ __forceinline__ uint32_t MovTrans(__half2 x) {
+__device__ __forceinline__ uint32_t MovTrans(uint32_t x) {
   uint32_t d;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n"
-               : "=r"(d)
-               : "r"(*reinterpret_cast<const uint32_t*>(&x)));
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
   return d;
+}
+__device__ __forceinline__ uint32_t MovTrans(__half2 x) {
+  return MovTrans(*reinterpret_cast<const uint32_t*>(&x));
 }
 
 // d += A . B (m16n8k16, f32 accumulators); A = {a0, a1, a2, a3}, B = {b0, b1}.
@@ -193,6 +194,65 @@ struct MmaState {
     for (int mt = 0; mt < HD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
   }
 };
+
+// O^T [d x 8 heads] += V^T . P for 16 tokens of one KV head (token i's V row at vr + i * PITCH):
+// B = P (tokens x heads) as (bh0, bh1) = tokens 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of head
+// quad, with (bl0, bl1) its lo halves for f16 / bf16 rows. acc: O^T fragments, dim 16m + quad
+// (+8), heads 2c4 + {0, 1}.
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void MmaPV(const uint8_t* vr, uint32_t bh0, uint32_t bl0,
+                                      uint32_t bh1, uint32_t bl1, int lane,
+                                      float (&acc)[HD / 16][4]) {
+  constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  constexpr bool BF = F == FormatKind::kBF16;
+  constexpr int KS = HD / 16;
+  const int quad = lane >> 2, c4 = lane & 3;
+  const int lrow = ((lane >> 4) << 3) + (lane & 7);
+  const int lcol = ((lane >> 3) & 1) * 8;
+  if constexpr (kPlain) {
+#pragma unroll
+    for (int m = 0; m < KS; ++m) {
+      uint32_t a[4];
+      LdMatrixX4Trans(a, vr + lrow * PITCH + (16 * m + lcol) * 2);
+      Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+      Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
+    }
+  } else {
+    // V^T's A fragments from the stored codes: this lane decodes token quad (and 8 + quad),
+    // dims 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of each 16-value step as f16(code * d), and
+    // movmatrix transposes each 8x8 piece into place.
+    constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
+#pragma unroll
+    for (int blk = 0; blk < HD / 32; ++blk) {
+      __half2 v[2][2][2];  // [token half][16-value step of the block][dims +0 / +8]
+#pragma unroll
+      for (int th = 0; th < 2; ++th) {
+        const uint8_t* rowp = vr + (th * 8 + quad) * PITCH + kBlockBytes * blk;
+        const uint16_t dbits = Ld16(rowp);
+        const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
+        if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+          for (int part = 0; part < 2; ++part) {
+            v[th][part][0] = __hmul2(I8x2ToHalf2(Ld16(rowp + 2 + 16 * part + 2 * c4)), d2);
+            v[th][part][1] = __hmul2(I8x2ToHalf2(Ld16(rowp + 10 + 16 * part + 2 * c4)), d2);
+          }
+        } else {
+          const uint32_t w0 = Ld16(rowp + 2 + 2 * c4), w1 = Ld16(rowp + 10 + 2 * c4);
+          v[th][0][0] = __hmul2(U4x2ToHalf2(w0), d2);
+          v[th][0][1] = __hmul2(U4x2ToHalf2(w1), d2);
+          v[th][1][0] = __hmul2(U4x2ToHalf2(w0 >> 4), d2);
+          v[th][1][1] = __hmul2(U4x2ToHalf2(w1 >> 4), d2);
+        }
+      }
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const int m = 2 * blk + part;
+        Mma<false>(acc[m], MovTrans(v[0][part][0]), MovTrans(v[0][part][1]),
+                   MovTrans(v[1][part][0]), MovTrans(v[1][part][1]), bh0, bh1);
+      }
+    }
+  }
+}
 
 // 16 tokens of one KV head, tokens wt0 .. wt0 + 15 (those >= end masked): token i's K row at
 // kr + i * PITCH and its V row at vr + i * PITCH in shared memory, in the stored format.
@@ -303,96 +363,59 @@ __device__ __forceinline__ void MmaUnit(const uint8_t* kr, const uint8_t* vr, ui
     st.acc[m][2] *= a0;
     st.acc[m][3] *= a1;
   }
-  if constexpr (kPlain) {
-#pragma unroll
-    for (int m = 0; m < KS; ++m) {
-      uint32_t a[4];
-      LdMatrixX4Trans(a, vr + lrow * PITCH + (16 * m + lcol) * 2);
-      Mma<BF>(st.acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
-      Mma<BF>(st.acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
-    }
-  } else {
-    // V^T's A fragments from the stored codes: this lane decodes token quad (and 8 + quad),
-    // dims 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of each 16-value step as f16(code * d), and
-    // movmatrix transposes each 8x8 piece into place.
-    constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
-#pragma unroll
-    for (int blk = 0; blk < HD / 32; ++blk) {
-      __half2 v[2][2][2];  // [token half][16-value step of the block][dims +0 / +8]
-#pragma unroll
-      for (int th = 0; th < 2; ++th) {
-        const uint8_t* rowp = vr + (th * 8 + quad) * PITCH + kBlockBytes * blk;
-        const uint16_t dbits = Ld16(rowp);
-        const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
-        if constexpr (F == FormatKind::kQ8_0) {
-#pragma unroll
-          for (int part = 0; part < 2; ++part) {
-            v[th][part][0] = __hmul2(I8x2ToHalf2(Ld16(rowp + 2 + 16 * part + 2 * c4)), d2);
-            v[th][part][1] = __hmul2(I8x2ToHalf2(Ld16(rowp + 10 + 16 * part + 2 * c4)), d2);
-          }
-        } else {
-          const uint32_t w0 = Ld16(rowp + 2 + 2 * c4), w1 = Ld16(rowp + 10 + 2 * c4);
-          v[th][0][0] = __hmul2(U4x2ToHalf2(w0), d2);
-          v[th][0][1] = __hmul2(U4x2ToHalf2(w1), d2);
-          v[th][1][0] = __hmul2(U4x2ToHalf2(w0 >> 4), d2);
-          v[th][1][1] = __hmul2(U4x2ToHalf2(w1 >> 4), d2);
-        }
-      }
-#pragma unroll
-      for (int part = 0; part < 2; ++part) {
-        const int m = 2 * blk + part;
-        Mma<false>(st.acc[m], MovTrans(v[0][part][0]), MovTrans(v[0][part][1]),
-                   MovTrans(v[1][part][0]), MovTrans(v[1][part][1]), bh0, bh1);
-      }
-    }
-  }
+  MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, st.acc);
 }
 
-// Merges the states of a thread block's NW warps and writes the result: warp w worked on KV
-// head h0 + w % HPC (HPC KV heads per thread block), so warps w, w + HPC, ... share a head.
-// The states go through shared memory (smem: at least (NW * 8 * HD + 2 * NW * 8) floats, no
-// longer in use by the main loop); heads >= group are dropped. Writes p.out (one split) or the
-// split's partial result and log-sum-exp.
+// The end of a thread block: each warp stores its state in shared memory (smem: at least
+// (NW * 8 * HD + 2 * NW * 8) floats, no longer in use by the main loop; m_m / m_l [NW][8] are
+// written by the caller, in its own fragment layout, before MergeStored), then the warps that
+// worked on the same KV head merge: warp w worked on KV head h0 + w % hpc (hpc KV heads per
+// thread block). Heads >= group are dropped. Writes p.out (one split) or the split's partial
+// result and log-sum-exp.
 template <int HD, int NW>
-__device__ __forceinline__ void MergeWarpsAndStore(const DecodeParams& p, uint8_t* smem,
-                                                   const MmaState<HD>& st, int hpc, uint32_t h0,
-                                                   uint32_t r, uint32_t split) {
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+struct WarpMergeSmem {
+  float* acc;  // [NW][8][HD]
+  float* m;    // [NW][8], log2 units
+  float* l;    // [NW][8]
+  __device__ explicit WarpMergeSmem(uint8_t* smem)
+      : acc(reinterpret_cast<float*>(smem)), m(acc + NW * 8 * HD), l(m + NW * 8) {}
+};
+
+template <int HD, int NW>
+__device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
+                                             const float (&acc)[HD / 16][4], int warp,
+                                             int lane) {
   const int quad = lane >> 2, c4 = lane & 3;
-  float* m_acc = reinterpret_cast<float*>(smem);  // [NW][8][HD]
-  float* m_m = m_acc + NW * 8 * HD;               // [NW][8]
-  float* m_l = m_m + NW * 8;                      // [NW][8]
-  float l = st.l_run;
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (c4 == 0) {
-    m_m[warp * 8 + quad] = st.m_run;
-    m_l[warp * 8 + quad] = l;
-  }
 #pragma unroll
   for (int m = 0; m < HD / 16; ++m) {
     const int d0 = 16 * m + quad;
-    m_acc[(warp * 8 + 2 * c4) * HD + d0] = st.acc[m][0];
-    m_acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = st.acc[m][1];
-    m_acc[(warp * 8 + 2 * c4) * HD + d0 + 8] = st.acc[m][2];
-    m_acc[(warp * 8 + 2 * c4 + 1) * HD + d0 + 8] = st.acc[m][3];
+    ms.acc[(warp * 8 + 2 * c4) * HD + d0] = acc[m][0];
+    ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = acc[m][1];
+    ms.acc[(warp * 8 + 2 * c4) * HD + d0 + 8] = acc[m][2];
+    ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d0 + 8] = acc[m][3];
   }
+}
+
+template <int HD, int NW>
+__device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMergeSmem<HD, NW>& ms,
+                                            int hpc, uint32_t h0, uint32_t r, uint32_t split) {
   __syncthreads();
+  const int tid = threadIdx.x;
   const int group = static_cast<int>(p.group);
   const int per_head = NW / hpc;
   for (int i = tid; i < hpc * group * HD; i += NW * 32) {
     const int hh = i / (group * HD), g = (i / HD) % group, dim = i % HD;
     float M = -INFINITY;
-    for (int k = 0; k < per_head; ++k) M = fmaxf(M, m_m[(hh + k * hpc) * 8 + g]);
+    for (int k = 0; k < per_head; ++k) M = fmaxf(M, ms.m[(hh + k * hpc) * 8 + g]);
     float L = 0.0f, O = 0.0f;
     if (M != -INFINITY) {
       for (int k = 0; k < per_head; ++k) {
         const int w = hh + k * hpc;
-        const float mw = m_m[w * 8 + g];
+        const float mw = ms.m[w * 8 + g];
         if (mw == -INFINITY) continue;
         const float e = exp2f(mw - M);
-        L += m_l[w * 8 + g] * e;
-        O += m_acc[(w * 8 + g) * HD + dim] * e;
+        L += ms.l[w * 8 + g] * e;
+        O += ms.acc[(w * 8 + g) * HD + dim] * e;
       }
     }
     const size_t head = static_cast<size_t>(r) * p.n_heads + (h0 + hh) * p.group + g;
@@ -408,6 +431,24 @@ __device__ __forceinline__ void MergeWarpsAndStore(const DecodeParams& p, uint8_
       }
     }
   }
+}
+
+// MmaState's layout (head quad per lane, its l summed over the quad's lanes).
+template <int HD, int NW>
+__device__ __forceinline__ void MergeWarpsAndStore(const DecodeParams& p, uint8_t* smem,
+                                                   const MmaState<HD>& st, int hpc, uint32_t h0,
+                                                   uint32_t r, uint32_t split) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const WarpMergeSmem<HD, NW> ms(smem);
+  float l = st.l_run;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if ((lane & 3) == 0) {
+    ms.m[warp * 8 + (lane >> 2)] = st.m_run;
+    ms.l[warp * 8 + (lane >> 2)] = l;
+  }
+  StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
+  MergeStored<HD, NW>(p, ms, hpc, h0, r, split);
 }
 
 }  // namespace dev

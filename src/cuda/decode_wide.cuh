@@ -78,6 +78,288 @@ struct WideGeo {
   static constexpr int kMinBlocks = 2 * (kSmem + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
+namespace dev {
+
+// d += a . b on int8 tensor cores (m16n8k32, s32 accumulators); A s8, or u8 when AU.
+template <bool AU>
+__device__ __forceinline__ void MmaI8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                      uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (AU) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// The transposed q.k of the all-heads kernel, S [16 tokens x 8 heads] = K . Q^T: K rows are the
+// A operand, so all 16 rows of the tensor-core tile are used and the scores land as
+// (token quad (+8), heads 2c4 + {0, 1}). For q8_0 / q4_0 the A fragments are the stored codes
+// themselves (int8 mma; q4_0 nibbles as u8 0..15, the -8 folded into the accumulator's start)
+// and Q enters as two int8 planes, Q ~ sq * (256 hi + lo) with |256 hi + lo| <= 32000 per head,
+// so q.k is exact in int32 up to Q's rounding (2^-16 of the head's largest |q|).
+//
+// Which head dim feeds k = 4c4 + j (second = 0) or 16 + 4c4 + j (second = 1) of 32-value block
+// `blk`: the lane reads whole aligned 32-bit words of the row where it can. A 34-byte q8_0 block
+// or an 18-byte q4_0 block that starts 4-byte aligned (even blocks; a 2-byte d first) has its
+// codes at byte 2 mod 4: lanes 0-2 take words 1-3 (q4_0) / 1-3 and 5-7 (q8_0) of it, lane 3 the
+// block's first two and last two code bytes, joined by one byte permute.
+template <FormatKind F>
+__device__ __forceinline__ int KDim(int blk, int c4, int j, int second) {
+  int d;
+  if (blk % 2 == 1) {
+    d = 4 * c4 + j + 16 * second;
+  } else if constexpr (F == FormatKind::kQ8_0) {
+    d = second == 0 ? 4 * c4 + 2 + j : (c4 < 3 ? 18 + 4 * c4 + j : (j < 2 ? j : 28 + j));
+  } else {
+    d = (c4 < 3 ? 4 * c4 + 2 + j : (j < 2 ? j : 12 + j)) + 16 * second;
+  }
+  return 32 * blk + d;
+}
+
+// Q of KV head h as the B operand of S = K . Q^T, for head quad of the group (the lane's n).
+template <FormatKind F, int HD>
+struct QOperand {
+  static constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  // f16 / bf16: hi / lo pairs, dims 16kk + 2c4 + {0, 1} and + 8 (LoadQFragments).
+  uint32_t qh[kPlain ? HD / 16 : 1][2], ql[kPlain ? HD / 16 : 1][2];
+  // q8_0 / q4_0: [block][plane hi / lo][b0 / b1], 4 codes each (KDim's dims).
+  uint32_t qi[kPlain ? 1 : HD / 32][2][2];
+  int qc[kPlain ? 1 : HD / 32][2];  // the accumulator's start for heads 2c4 + {0, 1}
+  float sq[2];                       // Q's scale for heads 2c4 + {0, 1}
+};
+
+template <FormatKind F, int HD>
+__device__ __forceinline__ void LoadQOperand(const DecodeParams& p, uint32_t r, uint32_t h,
+                                             int lane, QOperand<F, HD>& q) {
+  if constexpr (QOperand<F, HD>::kPlain) {
+    LoadQFragments<F == FormatKind::kBF16, HD>(p, r, h, lane, q.qh, q.ql);
+    q.sq[0] = q.sq[1] = 1.0f;
+  } else {
+    const int quad = lane >> 2, c4 = lane & 3;
+    const float qscale = p.softcap > 0.0f ? p.scale : p.scale * kLog2e;
+    const bool on = quad < static_cast<int>(p.group);
+    const float* qp =
+        p.q + (static_cast<size_t>(r) * p.n_heads + h * p.group + (on ? quad : 0)) * HD;
+    float x[HD / 32][8];
+    float amax = 0.0f;
+#pragma unroll
+    for (int blk = 0; blk < HD / 32; ++blk) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[blk][i] = on ? qp[KDim<F>(blk, c4, i & 3, i >> 2)] * qscale : 0.0f;
+        amax = fmaxf(amax, fabsf(x[blk][i]));
+      }
+    }
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const float inv = amax > 0.0f ? 32000.0f / amax : 0.0f;
+    const float sq = amax / 32000.0f;
+#pragma unroll
+    for (int blk = 0; blk < HD / 32; ++blk) {
+      int sum = 0;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        uint32_t hw = 0, lw = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int Q = __float2int_rn(x[blk][4 * half + j] * inv);
+          const int hi = (Q + 128) >> 8, lo = Q - 256 * hi;
+          sum += Q;
+          hw |= static_cast<uint32_t>(hi & 0xff) << (8 * j);
+          lw |= static_cast<uint32_t>(lo & 0xff) << (8 * j);
+        }
+        q.qi[blk][0][half] = hw;
+        q.qi[blk][1][half] = lw;
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      // q4_0 codes are stored as c + 8: sum q (c - 8) = sum q c - 8 sum q.
+      const int corr = F == FormatKind::kQ4_0 ? -8 * sum : 0;
+      q.qc[blk][0] = __shfl_sync(0xffffffffu, corr, 8 * c4);
+      q.qc[blk][1] = __shfl_sync(0xffffffffu, corr, 8 * c4 + 4);
+    }
+    q.sq[0] = __shfl_sync(0xffffffffu, sq, 8 * c4);
+    q.sq[1] = __shfl_sync(0xffffffffu, sq, 8 * c4 + 4);
+  }
+}
+
+// The transposed layout's online-softmax state: heads 2c4 + {0, 1} per lane (the same heads as
+// the O^T accumulator's columns), l summed over the lane's tokens only.
+template <int HD>
+struct MmaStateT {
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float acc[HD / 16][4];
+  __device__ __forceinline__ void Clear() {
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+  }
+};
+
+// 16 tokens of one KV head (as MmaUnit): S = K . Q^T, online softmax, O^T += V^T . P.
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, uint32_t wt0,
+                                         uint32_t end, const QOperand<F, HD>& q, float softcap,
+                                         int lane, MmaStateT<HD>& st) {
+  constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  constexpr bool BF = F == FormatKind::kBF16;
+  const int quad = lane >> 2, c4 = lane & 3;
+  // s[i]: token quad + 8 (i >> 1), head 2c4 + (i & 1).
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if constexpr (kPlain) {
+    float sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // ldmatrix (A, row major): lane l addresses row (l & 7) + 8 ((l >> 3) & 1), col 8 (l >> 4).
+    const uint8_t* arow = kr + ((lane & 7) + 8 * ((lane >> 3) & 1)) * PITCH + (lane >> 4) * 16;
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; ++kk) {
+      uint32_t a[4];
+      LdMatrixX4(a, arow + 32 * kk);
+      Mma<BF>(s, a[0], a[1], a[2], a[3], q.qh[kk][0], q.qh[kk][1]);
+      Mma<BF>(sl, a[0], a[1], a[2], a[3], q.ql[kk][0], q.ql[kk][1]);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[i] += sl[i];
+  } else {
+    constexpr bool Q8 = F == FormatKind::kQ8_0;
+    constexpr int kPairWords = Q8 ? 17 : 9;  // two blocks: 68 or 36 bytes
+    constexpr int kMid = Q8 ? 8 : 4;         // the word holding the odd block's d
+    const uint32_t* r0 = reinterpret_cast<const uint32_t*>(kr + quad * PITCH);
+    const uint32_t* r1 = reinterpret_cast<const uint32_t*>(kr + (quad + 8) * PITCH);
+    const uint32_t sel = c4 == 3 ? 0x5432u : 0x3210u;
+#pragma unroll
+    for (int pair = 0; pair < HD / 64; ++pair) {
+      const int pb = pair * kPairWords;
+      const uint32_t wb0 = r0[pb], wb1 = r1[pb], wm0 = r0[pb + kMid], wm1 = r1[pb + kMid];
+      // Even block: codes at byte 2 mod 4.
+      uint32_t a[4];
+      if constexpr (Q8) {
+        a[0] = r0[pb + 1 + c4];
+        a[1] = r1[pb + 1 + c4];
+        // lanes 0-2: words 5-7; lane 3: (word 0's high half, word 8's low half).
+        const uint32_t x0 = c4 == 3 ? wb0 : r0[pb + 5 + c4];
+        const uint32_t x1 = c4 == 3 ? wb1 : r1[pb + 5 + c4];
+        a[2] = __byte_perm(x0, wm0, sel);
+        a[3] = __byte_perm(x1, wm1, sel);
+      } else {
+        const uint32_t x0 = c4 == 3 ? wb0 : r0[pb + 1 + c4];
+        const uint32_t x1 = c4 == 3 ? wb1 : r1[pb + 1 + c4];
+        const uint32_t w0 = __byte_perm(x0, wm0, sel), w1 = __byte_perm(x1, wm1, sel);
+        a[0] = w0 & 0x0f0f0f0fu;
+        a[1] = w1 & 0x0f0f0f0fu;
+        a[2] = (w0 >> 4) & 0x0f0f0f0fu;
+        a[3] = (w1 >> 4) & 0x0f0f0f0fu;
+      }
+#pragma unroll
+      for (int odd = 0; odd < 2; ++odd) {
+        const int blk = 2 * pair + odd;
+        if (odd == 1) {
+          if constexpr (Q8) {
+            a[0] = r0[pb + 9 + c4];
+            a[1] = r1[pb + 9 + c4];
+            a[2] = r0[pb + 13 + c4];
+            a[3] = r1[pb + 13 + c4];
+          } else {
+            const uint32_t w0 = r0[pb + 5 + c4], w1 = r1[pb + 5 + c4];
+            a[0] = w0 & 0x0f0f0f0fu;
+            a[1] = w1 & 0x0f0f0f0fu;
+            a[2] = (w0 >> 4) & 0x0f0f0f0fu;
+            a[3] = (w1 >> 4) & 0x0f0f0f0fu;
+          }
+        }
+        int hi[4] = {0, 0, 0, 0};
+        int lo[4] = {q.qc[blk][0], q.qc[blk][1], q.qc[blk][0], q.qc[blk][1]};
+        MmaI8<!Q8>(hi, a[0], a[1], a[2], a[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+        MmaI8<!Q8>(lo, a[0], a[1], a[2], a[3], q.qi[blk][1][0], q.qi[blk][1][1]);
+        const float d0 = HalfBits(static_cast<uint16_t>(odd ? wm0 >> 16 : wb0));
+        const float d1 = HalfBits(static_cast<uint16_t>(odd ? wm1 >> 16 : wb1));
+        s[0] = fmaf(d0, static_cast<float>(hi[0] * 256 + lo[0]), s[0]);
+        s[1] = fmaf(d0, static_cast<float>(hi[1] * 256 + lo[1]), s[1]);
+        s[2] = fmaf(d1, static_cast<float>(hi[2] * 256 + lo[2]), s[2]);
+        s[3] = fmaf(d1, static_cast<float>(hi[3] * 256 + lo[3]), s[3]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[i] *= q.sq[i & 1];
+  }
+
+  // Online softmax for heads 2c4 + {0, 1} over tokens quad, quad + 8 (and the other quads').
+  const bool capped = softcap > 0.0f;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (capped) s[i] = softcap * tanhf(s[i] / softcap) * kLog2e;
+    if (wt0 + quad + 8 * (i >> 1) >= end) s[i] = -INFINITY;
+    mx[i & 1] = fmaxf(mx[i & 1], s[i]);
+  }
+  float alpha[2], m_new[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 4));
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 8));
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 16));
+    m_new[e] = fmaxf(st.m_run[e], mx[e]);
+    alpha[e] = m_new[e] == -INFINITY ? 1.0f : exp2f(st.m_run[e] - m_new[e]);
+    st.m_run[e] = m_new[e];
+  }
+  float pe[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pe[i] = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - m_new[i & 1]);
+  st.l_run[0] = st.l_run[0] * alpha[0] + (pe[0] + pe[2]);
+  st.l_run[1] = st.l_run[1] * alpha[1] + (pe[1] + pe[3]);
+  // Rescale only when some running maximum moved (rare after the first tiles).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int m = 0; m < HD / 16; ++m) {
+      st.acc[m][0] *= alpha[0];
+      st.acc[m][1] *= alpha[1];
+      st.acc[m][2] *= alpha[0];
+      st.acc[m][3] *= alpha[1];
+    }
+  }
+  // P (tokens x heads) as the B operand of O^T += V^T . P: movmatrix turns (token, heads
+  // 2c4 + {0, 1}) into (head quad, tokens 2c4 + {0, 1}).
+  uint32_t h01, l01, h23, l23;
+  Split<BF>(pe[0], pe[1], &h01, &l01);
+  Split<BF>(pe[2], pe[3], &h23, &l23);
+  const uint32_t bh0 = MovTrans(h01), bh1 = MovTrans(h23);
+  uint32_t bl0 = 0, bl1 = 0;
+  if constexpr (kPlain) {
+    bl0 = MovTrans(l01);
+    bl1 = MovTrans(l23);
+  }
+  MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, st.acc);
+}
+
+template <int HD, int NW>
+__device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8_t* smem,
+                                                    const MmaStateT<HD>& st, int hpc,
+                                                    uint32_t h0, uint32_t r, uint32_t split) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const WarpMergeSmem<HD, NW> ms(smem);
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    float l = st.l_run[e];
+    l += __shfl_xor_sync(0xffffffffu, l, 4);
+    l += __shfl_xor_sync(0xffffffffu, l, 8);
+    l += __shfl_xor_sync(0xffffffffu, l, 16);
+    if (lane < 4) {
+      ms.m[warp * 8 + 2 * lane + e] = st.m_run[e];
+      ms.l[warp * 8 + 2 * lane + e] = l;
+    }
+  }
+  StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
+  MergeStored<HD, NW>(p, ms, hpc, h0, r, split);
+}
+
+}  // namespace dev
+
 template <FormatKind F, int HD, int HPC>
 __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
     DecodeWideKernel(const DecodeParams p) {
@@ -94,8 +376,8 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
   const int n_tiles = end > begin ? static_cast<int>((end - begin + T - 1) / T) : 0;
   const int hh = warp % HPC, sub = warp / HPC;
 
-  uint32_t qh[HD / 16][2], ql[HD / 16][2];
-  dev::LoadQFragments<Geo::kPlain && F == FormatKind::kBF16, HD>(p, r, h0 + hh, lane, qh, ql);
+  dev::QOperand<F, HD> q;
+  dev::LoadQOperand<F, HD>(p, r, h0 + hh, lane, q);
 
   const uint8_t* kb = p.k_base + static_cast<size_t>(h0) * p.k_head_stride;
   const uint8_t* vb = p.v_base + static_cast<size_t>(h0) * p.v_head_stride;
@@ -133,7 +415,7 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
   }
   if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
 
-  dev::MmaState<HD> st;
+  dev::MmaStateT<HD> st;
   st.Clear();
   for (int it = 0; it < n_tiles; ++it) {
     dev::CpAsyncWait<S - 2>();
@@ -149,14 +431,14 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
       const uint32_t wt0 = begin + it * T + unit * 16;
       if (wt0 < end) {
         const uint8_t* kr = sraw + unit * 16 * Geo::kPitch + hh * Geo::kRowBytes;
-        dev::MmaUnit<F, HD, Geo::kPitch>(kr, kr + T * Geo::kPitch, wt0, end, qh, ql, p.softcap,
-                                         lane, st);
+        dev::MmaUnitT<F, HD, Geo::kPitch>(kr, kr + T * Geo::kPitch, wt0, end, q, p.softcap,
+                                          lane, st);
       }
     }
   }
   dev::CpAsyncWait<0>();
   __syncthreads();
-  dev::MergeWarpsAndStore<HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
+  dev::MergeWarpsAndStoreT<HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
 }
 
 template <FormatKind F, int HD, int HPC>
