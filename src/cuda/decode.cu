@@ -206,8 +206,11 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
   }
   // The all-heads kernel copies a token's rows of its heads as one run of 16-byte pieces:
   // heads packed side by side, K and V with the same token stride, 16-byte aligned.
+  const uintptr_t run_bits = reinterpret_cast<uintptr_t>(kv.k_base) |
+                             reinterpret_cast<uintptr_t>(kv.v_base) | kv.block_stride |
+                             kv.k_token_stride;
   const bool packed = kv.k_head_stride == row_bytes && kv.v_head_stride == row_bytes &&
-                      kv.k_token_stride == kv.v_token_stride && bits % 16 == 0;
+                      kv.k_token_stride == kv.v_token_stride && run_bits % 16 == 0;
   const KernelChoice choice =
       PickKernel(kv.k_format.kind, kv.head_dim, kv.n_kv_heads, packed, options);
   // The last answer, kept: a decode step asks the same question for every layer.
