@@ -127,8 +127,10 @@ struct DecodeOptions {
   // reference) instead of the tensor-core one (Q and P as hi + lo 16-bit pairs: ~1e-6 for f16
   // and bf16 K/V; q8_0 / q4_0 V rows rounded once to f16: ~1e-4).
   bool exact = false;
-  // The per-KV-head tensor-core kernel even where the all-heads one applies (for comparisons).
+  // The per-KV-head tensor-core kernel even where the all-heads one applies (for comparisons);
+  // all_heads: the all-heads one wherever it applies, also for a single row (for tests).
   bool per_head = false;
+  bool all_heads = false;
   void* stream = nullptr;  // cudaStream_t
 };
 

@@ -243,6 +243,7 @@ double RelError(const Case& c) {
   o.n_splits = c.n_splits;
   o.exact = c.exact;
   o.per_head = c.per_head;
+  o.all_heads = !c.per_head;
   DecodeWorkspace ws;
   const PagedKvView dview = pool.View(1, drows_buf.as<const PagedKvRow>(), n_rows);
   Status st = DecodeAttention(dview, dq.as<const float>(), p, dout->as<float>(), o, &ws);

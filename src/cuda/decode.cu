@@ -97,8 +97,13 @@ struct KernelChoice {
   uint32_t tile = kMmaTile;
 };
 
-KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_kv_heads, bool packed,
-                        const DecodeOptions& o) {
+// The all-heads kernel needs this many (row, KV-head group) items: below it (one row of 8 KV
+// heads) it runs ~1.2x slower than the per-head kernel, which spreads a row over more and
+// shorter thread blocks (docs/results/cuda.md).
+constexpr uint64_t kWideMinItems = 4;
+
+KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32_t n_kv_heads,
+                        bool packed, const DecodeOptions& o) {
   KernelChoice c;
   DecodeParams dummy{};
   const int hd = static_cast<int>(head_dim);
@@ -112,7 +117,11 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_kv_heads, bo
   if (!o.per_head && packed) {
     const WideLauncher wide = WideLauncherFor(f);
     for (int hpc : {8, 4, 2}) {
-      if (n_kv_heads % hpc != 0 || !wide) continue;
+      if (n_kv_heads % hpc != 0 || !wide ||
+          (!o.all_heads &&
+           static_cast<uint64_t>(n_rows) * (n_kv_heads / hpc) < kWideMinItems)) {
+        continue;
+      }
       int occ = 0;
       if (wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
         c.kind = KernelChoice::kWide;
@@ -157,7 +166,7 @@ uint32_t SplitsFor(const KernelChoice& c, uint32_t n_rows, uint32_t n_kv_heads,
 
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
                       const Format& format, uint32_t head_dim, const DecodeOptions& options) {
-  const KernelChoice c = PickKernel(format.kind, head_dim, n_kv_heads, true, options);
+  const KernelChoice c = PickKernel(format.kind, head_dim, n_rows, n_kv_heads, true, options);
   return SplitsFor(c, n_rows, n_kv_heads, max_length);
 }
 
@@ -212,7 +221,7 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
   const bool packed = kv.k_head_stride == row_bytes && kv.v_head_stride == row_bytes &&
                       kv.k_token_stride == kv.v_token_stride && run_bits % 16 == 0;
   const KernelChoice choice =
-      PickKernel(kv.k_format.kind, kv.head_dim, kv.n_kv_heads, packed, options);
+      PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, packed, options);
   // The last answer, kept: a decode step asks the same question for every layer.
   struct Key {
     uint32_t n_rows, n_kv_heads, max_length, format_id, head_dim, kind, hpc;

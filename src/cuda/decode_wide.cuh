@@ -28,10 +28,10 @@ namespace kvtier::cuda {
 #define KVTIER_CUDA_WIDE_PLAIN_STAGES 3
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q8_STAGES
-#define KVTIER_CUDA_WIDE_Q8_STAGES 3
+#define KVTIER_CUDA_WIDE_Q8_STAGES 4
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q4_STAGES
-#define KVTIER_CUDA_WIDE_Q4_STAGES 5
+#define KVTIER_CUDA_WIDE_Q4_STAGES 3
 #endif
 #ifndef KVTIER_CUDA_WIDE_PLAIN_UNITS
 #define KVTIER_CUDA_WIDE_PLAIN_UNITS 1
@@ -40,7 +40,7 @@ namespace kvtier::cuda {
 #define KVTIER_CUDA_WIDE_Q8_UNITS 1
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q4_UNITS
-#define KVTIER_CUDA_WIDE_Q4_UNITS 1
+#define KVTIER_CUDA_WIDE_Q4_UNITS 2
 #endif
 
 constexpr int kWideWarps = 8;
@@ -74,8 +74,9 @@ struct WideGeo {
   static constexpr int kSmem = kBody + kOffsBytes;
   static constexpr bool kSupported =
       kTokenBytes % 16 == 0 && kStages >= 2 && kSmem <= kSmemLimit && kTokens <= kWideThreads;
-  // Two thread blocks per SM where shared memory allows (the registers must then too).
-  static constexpr int kMinBlocks = 2 * (kSmem + 1024) <= 228 * 1024 ? 2 : 1;
+  // No register cap: two thread blocks per SM (128 registers each) spilled q8_0 and ran
+  // q8_0 / q4_0 20-25% slower than one uncapped block with deeper stages (docs/results/cuda.md).
+  static constexpr int kMinBlocks = 1;
 };
 
 namespace dev {

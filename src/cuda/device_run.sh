@@ -47,7 +47,7 @@ fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   echo "== pipeline-depth variants of the tensor-core kernel (${SECONDS}s)"
   # Each item: KNOB=VALUE[+KNOB=VALUE...]:formats (knobs: decode_mma.cuh).
-  for v in ${VARIANT_LIST:-WIDE_Q8_STAGES=4:q8_0 WIDE_Q4_STAGES=4:q4_0 WIDE_Q4_UNITS=2+WIDE_Q4_STAGES=3:q4_0 WIDE_PLAIN_STAGES=2:bf16}; do
+  for v in ${VARIANT_LIST:-WIDE_Q8_UNITS=2+WIDE_Q8_STAGES=3:q8_0 WIDE_Q8_STAGES=6:q8_0 WIDE_Q4_STAGES=4:q4_0 WIDE_Q4_UNITS=4:q4_0 WIDE_PLAIN_STAGES=2:bf16}; do
     def=${v%%:*}; fmts=${v##*:}; dir=build/v_${def//[+=]/_}
     flags=$(echo "$def" | tr '+' '\n' | sed 's/^/-DKVTIER_CUDA_/' | tr '\n' ' ')
     cmake -S src/cuda -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
