@@ -381,18 +381,23 @@ struct WarpMergeSmem {
       : acc(reinterpret_cast<float*>(smem)), m(acc + NW * 8 * HD), l(m + NW * 8) {}
 };
 
-template <int HD, int NW>
+// The head dim of O^T's row quad + 8r of m-tile m (P.V with V^T's rows in dim order).
+struct RowDims {
+  static __device__ __forceinline__ int Dim(int m, int r, int quad) { return 16 * m + quad + 8 * r; }
+};
+
+template <int HD, int NW, class Dims = RowDims>
 __device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
                                              const float (&acc)[HD / 16][4], int warp,
                                              int lane) {
   const int quad = lane >> 2, c4 = lane & 3;
 #pragma unroll
   for (int m = 0; m < HD / 16; ++m) {
-    const int d0 = 16 * m + quad;
+    const int d0 = Dims::Dim(m, 0, quad), d1 = Dims::Dim(m, 1, quad);
     ms.acc[(warp * 8 + 2 * c4) * HD + d0] = acc[m][0];
     ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = acc[m][1];
-    ms.acc[(warp * 8 + 2 * c4) * HD + d0 + 8] = acc[m][2];
-    ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d0 + 8] = acc[m][3];
+    ms.acc[(warp * 8 + 2 * c4) * HD + d1] = acc[m][2];
+    ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d1] = acc[m][3];
   }
 }
 

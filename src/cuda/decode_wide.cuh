@@ -28,19 +28,28 @@ namespace kvtier::cuda {
 #define KVTIER_CUDA_WIDE_PLAIN_STAGES 3
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q8_STAGES
-#define KVTIER_CUDA_WIDE_Q8_STAGES 4
+#define KVTIER_CUDA_WIDE_Q8_STAGES 3
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q4_STAGES
 #define KVTIER_CUDA_WIDE_Q4_STAGES 3
+#endif
+#ifndef KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS
+#define KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS 2
 #endif
 #ifndef KVTIER_CUDA_WIDE_PLAIN_UNITS
 #define KVTIER_CUDA_WIDE_PLAIN_UNITS 1
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q8_UNITS
-#define KVTIER_CUDA_WIDE_Q8_UNITS 1
+#define KVTIER_CUDA_WIDE_Q8_UNITS 2
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q4_UNITS
 #define KVTIER_CUDA_WIDE_Q4_UNITS 2
+#endif
+
+// V of q8_0 / q4_0: token pairs joined by byte permutes straight into V^T's fragments (1), or
+// f16 rows transposed by movmatrix (0, dev::MmaPV).
+#ifndef KVTIER_CUDA_WIDE_V_PAIRS
+#define KVTIER_CUDA_WIDE_V_PAIRS 1
 #endif
 
 constexpr int kWideWarps = 8;
@@ -74,9 +83,11 @@ struct WideGeo {
   static constexpr int kSmem = kBody + kOffsBytes;
   static constexpr bool kSupported =
       kTokenBytes % 16 == 0 && kStages >= 2 && kSmem <= kSmemLimit && kTokens <= kWideThreads;
-  // No register cap: two thread blocks per SM (128 registers each) spilled q8_0 and ran
-  // q8_0 / q4_0 20-25% slower than one uncapped block with deeper stages (docs/results/cuda.md).
-  static constexpr int kMinBlocks = 1;
+  // Thread blocks per SM the registers must allow: q8_0 spilled at two (128 registers) and ran
+  // 25% slower than one uncapped block; q4_0 ran 15% faster at two (docs/results/cuda.md).
+  static constexpr int kWantBlocks = F == FormatKind::kQ4_0 ? KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS : 1;
+  static constexpr int kMinBlocks =
+      kWantBlocks == 2 && 2 * (kSmem + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
 namespace dev {
@@ -203,6 +214,101 @@ struct MmaStateT {
     for (int mt = 0; mt < HD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
   }
 };
+
+// V^T . P for q8_0 / q4_0 without transposes: the A fragment of m16n8k16 holds, per register,
+// one head dim of two tokens (k = 2c4 + {0, 1}, or + 8), so a lane loads its four tokens'
+// codes of the same dims and joins each token pair with byte permutes into exact f16 codes
+// (0x64 high bytes: 1024 + u8), then f16(code * d) as the per-head kernel rounds it. O^T's
+// rows are then in VPairDims order: for 32-value block b, lane quad g takes q8_0 code bytes
+// VDim8(b, g, 0..3) (one aligned word where the block allows) or the q4_0 byte pair 2g, 2g + 1
+// (dims 2g, 2g + 1, 16 + 2g, 17 + 2g).
+template <FormatKind F>
+struct VPairDims {
+  // Within 32-value block blk, byte j of quad g's q8_0 word.
+  static __device__ __forceinline__ int Q8(int blk, int g, int j) {
+    if (blk % 2 == 1) return 4 * g + j;
+    return g < 7 ? 4 * g + 2 + j : (j < 2 ? j : 28 + j);
+  }
+  // Row quad + 8r of m-tile m = 2 blk + e.
+  static __device__ __forceinline__ int Dim(int m, int r, int g) {
+    const int blk = m >> 1, e = m & 1;
+    if constexpr (F == FormatKind::kQ8_0) {
+      return 32 * blk + Q8(blk, g, 2 * e + r);
+    } else {
+      return 32 * blk + 16 * e + 2 * g + r;
+    }
+  }
+};
+
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint32_t bh1,
+                                           int lane, float (&acc)[HD / 16][4]) {
+  const int g = lane >> 2, c4 = lane & 3;
+  // The lane's tokens: 2c4, 2c4 + 1 (registers a0 / a1), 8 + 2c4, 9 + 2c4 (a2 / a3).
+  const uint8_t* rows[4] = {vr + (2 * c4) * PITCH, vr + (2 * c4 + 1) * PITCH,
+                            vr + (2 * c4 + 8) * PITCH, vr + (2 * c4 + 9) * PITCH};
+  const __half2 k1152 = __floats2half2_rn(1152.0f, 1152.0f);
+  const __half2 k1032 = __floats2half2_rn(1032.0f, 1032.0f);
+#pragma unroll
+  for (int blk = 0; blk < HD / 32; ++blk) {
+    __half2 v[2][4];  // [token pair][slot (e, r) = 2e + r]
+#pragma unroll
+    for (int tp = 0; tp < 2; ++tp) {
+      uint32_t w[2];
+      __half2 d2;
+      if constexpr (F == FormatKind::kQ8_0) {
+        const int pb = (blk >> 1) * 17;  // the block pair's first word
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const uint32_t* r32 = reinterpret_cast<const uint32_t*>(rows[2 * tp + i]);
+          if (blk % 2 == 1) {
+            w[i] = r32[pb + 9 + g];
+          } else {
+            // Quads 0-6: word 1 + g; quad 7: word 0's high half and word 8's low half.
+            const uint32_t lo = r32[pb + (g < 7 ? 1 + g : 0)], hi = r32[pb + (g < 7 ? 2 + g : 8)];
+            w[i] = __byte_perm(lo, hi, g < 7 ? 0x3210u : 0x5432u);
+          }
+          w[i] ^= 0x80808080u;  // u8 = code + 128
+        }
+        const uint16_t da = Ld16(rows[2 * tp] + 34 * blk), db = Ld16(rows[2 * tp + 1] + 34 * blk);
+        d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        const uint32_t plo = __byte_perm(w[0], w[1], 0x5140u);  // bytes 0, 1 of both tokens
+        const uint32_t phi = __byte_perm(w[0], w[1], 0x7362u);  // bytes 2, 3
+        const uint32_t u[4] = {__byte_perm(plo, 0x64646464u, 0x4140u),
+                               __byte_perm(plo, 0x64646464u, 0x4342u),
+                               __byte_perm(phi, 0x64646464u, 0x4140u),
+                               __byte_perm(phi, 0x64646464u, 0x4342u)};
+#pragma unroll
+        for (int sl = 0; sl < 4; ++sl) {
+          v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1152), d2);
+        }
+      } else {
+        const uint32_t ua = Ld16(rows[2 * tp] + 18 * blk + 2 + 2 * g);
+        const uint32_t ub = Ld16(rows[2 * tp + 1] + 18 * blk + 2 + 2 * g);
+        const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
+        d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        const uint32_t t = __byte_perm(ua, ub, 0x5410u);  // [a.b0, a.b1, b.b0, b.b1]
+        // Slots (e, r): dim 16e + 2g + r = nibble e of byte r.
+        const uint32_t u[4] = {(t & 0x000f000fu) | 0x64006400u,
+                               ((t >> 8) & 0x000f000fu) | 0x64006400u,
+                               ((t >> 4) & 0x000f000fu) | 0x64006400u,
+                               ((t >> 12) & 0x000f000fu) | 0x64006400u};
+#pragma unroll
+        for (int sl = 0; sl < 4; ++sl) {
+          v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1032), d2);
+        }
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      // a0: (row g, tokens 2c4 + {0, 1}), a1: row g + 8, a2 / a3: tokens 8 + 2c4 + {0, 1}.
+      Mma<false>(acc[2 * blk + e], *reinterpret_cast<const uint32_t*>(&v[0][2 * e]),
+                 *reinterpret_cast<const uint32_t*>(&v[0][2 * e + 1]),
+                 *reinterpret_cast<const uint32_t*>(&v[1][2 * e]),
+                 *reinterpret_cast<const uint32_t*>(&v[1][2 * e + 1]), bh0, bh1);
+    }
+  }
+}
 
 // 16 tokens of one KV head (as MmaUnit): S = K . Q^T, online softmax, O^T += V^T . P.
 template <FormatKind F, int HD, int PITCH>
@@ -335,10 +441,14 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
     bl0 = MovTrans(l01);
     bl1 = MovTrans(l23);
   }
-  MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, st.acc);
+  if constexpr (!kPlain && KVTIER_CUDA_WIDE_V_PAIRS) {
+    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, st.acc);
+  } else {
+    MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, st.acc);
+  }
 }
 
-template <int HD, int NW>
+template <FormatKind F, int HD, int NW>
 __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8_t* smem,
                                                     const MmaStateT<HD>& st, int hpc,
                                                     uint32_t h0, uint32_t r, uint32_t split) {
@@ -355,7 +465,12 @@ __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8
       ms.l[warp * 8 + 2 * lane + e] = l;
     }
   }
-  StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
+  constexpr bool kPairs = F != FormatKind::kF16 && F != FormatKind::kBF16 && KVTIER_CUDA_WIDE_V_PAIRS;
+  if constexpr (kPairs) {
+    StoreWarpAcc<HD, NW, VPairDims<F>>(ms, st.acc, warp, lane);
+  } else {
+    StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
+  }
   MergeStored<HD, NW>(p, ms, hpc, h0, r, split);
 }
 
@@ -439,7 +554,7 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
   }
   dev::CpAsyncWait<0>();
   __syncthreads();
-  dev::MergeWarpsAndStoreT<HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
+  dev::MergeWarpsAndStoreT<F, HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
 }
 
 template <FormatKind F, int HD, int HPC>
