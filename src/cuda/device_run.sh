@@ -25,11 +25,15 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  echo "== PyTorch SDPA bf16 baseline (${SECONDS}s)"
-  PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py > "$OUT/sdpa.csv" 2> "$OUT/sdpa.log"
-  cat "$OUT/sdpa.log"
-  echo "== kvtier_cuda_bench (${SECONDS}s)"
-  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
+  # REPEAT=n: SDPA and kvtier_cuda_bench n times in turn (SDPA's times move between runs).
+  for rep in $(seq 1 "${REPEAT:-1}"); do
+    sfx=$([ "$rep" = 1 ] && echo "" || echo "_$rep")
+    echo "== PyTorch SDPA bf16 baseline, run $rep (${SECONDS}s)"
+    PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py > "$OUT/sdpa$sfx.csv" 2> "$OUT/sdpa$sfx.log"
+    cat "$OUT/sdpa$sfx.log"
+    echo "== kvtier_cuda_bench, run $rep (${SECONDS}s)"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa$sfx.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench$sfx.txt"
+  done
   if [ "${PER_HEAD:-1}" = 1 ]; then
     echo "== the per-head tensor-core kernel (the first slice's), same card (${SECONDS}s)"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --per-head ${BENCH_ARGS:-} 2>&1 \
@@ -59,7 +63,7 @@ if [ "${VARIANTS:-0}" = 1 ]; then
   done
 fi
 if [ "${NCU:-0}" = 1 ]; then
-  echo "== Nsight Compute: the tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
+  echo "== Nsight Compute: the default tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
   for f in ${NCU_FORMATS:-q4_0 bf16}; do
     ncu --kernel-name regex:Decode --launch-skip 3 --launch-count 1 --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
