@@ -52,6 +52,11 @@ namespace kvtier::cuda {
 #define KVTIER_CUDA_WIDE_V_PAIRS 1
 #endif
 
+// One online-softmax step per tile's kUnits units of a warp (1) or one per 16 tokens (0).
+#ifndef KVTIER_CUDA_WIDE_FUSED_SOFTMAX
+#define KVTIER_CUDA_WIDE_FUSED_SOFTMAX 1
+#endif
+
 constexpr int kWideWarps = 8;
 constexpr int kWideThreads = 32 * kWideWarps;
 constexpr int kSmemLimit = 227 * 1024;  // per thread block, sm_80 / sm_90
@@ -310,16 +315,16 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
   }
 }
 
-// 16 tokens of one KV head (as MmaUnit): S = K . Q^T, online softmax, O^T += V^T . P.
+// The scores of 16 tokens of one KV head (token i's K row at kr + i * PITCH), S = K . Q^T:
+// s[i] = token quad + 8 (i >> 1), head 2c4 + (i & 1), in log2 units (natural under a soft-cap).
 template <FormatKind F, int HD, int PITCH>
-__device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, uint32_t wt0,
-                                         uint32_t end, const QOperand<F, HD>& q, float softcap,
-                                         int lane, MmaStateT<HD>& st) {
+__device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q, int lane,
+                                    float (&s)[4]) {
   constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
-  constexpr bool BF = F == FormatKind::kBF16;
-  const int quad = lane >> 2, c4 = lane & 3;
-  // s[i]: token quad + 8 (i >> 1), head 2c4 + (i & 1).
-  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  [[maybe_unused]] constexpr bool BF = F == FormatKind::kBF16;
+  [[maybe_unused]] const int quad = lane >> 2, c4 = lane & 3;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) s[i] = 0.0f;
   if constexpr (kPlain) {
     float sl[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     // ldmatrix (A, row major): lane l addresses row (l & 7) + 8 ((l >> 3) & 1), col 8 (l >> 4).
@@ -395,15 +400,27 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
 #pragma unroll
     for (int i = 0; i < 4; ++i) s[i] *= q.sq[i & 1];
   }
+}
 
-  // Online softmax for heads 2c4 + {0, 1} over tokens quad, quad + 8 (and the other quads').
+// One online-softmax step over NU 16-token units (unit u's tokens start at wt0[u]; tokens
+// >= end masked): s becomes P (unnormalized, exp2(s - m)); the state's maxima, sums and
+// accumulator are updated. One step per NU units: a 32-token step costs the shuffles, the
+// maxima and the rescale once.
+template <int NU, int HD>
+__device__ __forceinline__ void SoftmaxT(float (&s)[NU][4], const uint32_t (&wt0)[NU],
+                                         uint32_t end, float softcap, int lane,
+                                         MmaStateT<HD>& st) {
+  const int quad = lane >> 2;
   const bool capped = softcap > 0.0f;
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (capped) s[i] = softcap * tanhf(s[i] / softcap) * kLog2e;
-    if (wt0 + quad + 8 * (i >> 1) >= end) s[i] = -INFINITY;
-    mx[i & 1] = fmaxf(mx[i & 1], s[i]);
+  for (int u = 0; u < NU; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (capped) s[u][i] = softcap * tanhf(s[u][i] / softcap) * kLog2e;
+      if (wt0[u] + quad + 8 * (i >> 1) >= end) s[u][i] = -INFINITY;
+      mx[i & 1] = fmaxf(mx[i & 1], s[u][i]);
+    }
   }
   float alpha[2], m_new[2];
 #pragma unroll
@@ -414,12 +431,17 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
     m_new[e] = fmaxf(st.m_run[e], mx[e]);
     alpha[e] = m_new[e] == -INFINITY ? 1.0f : exp2f(st.m_run[e] - m_new[e]);
     st.m_run[e] = m_new[e];
+    st.l_run[e] *= alpha[e];
   }
-  float pe[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) pe[i] = s[i] == -INFINITY ? 0.0f : exp2f(s[i] - m_new[i & 1]);
-  st.l_run[0] = st.l_run[0] * alpha[0] + (pe[0] + pe[2]);
-  st.l_run[1] = st.l_run[1] * alpha[1] + (pe[1] + pe[3]);
+  for (int u = 0; u < NU; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s[u][i] = s[u][i] == -INFINITY ? 0.0f : exp2f(s[u][i] - m_new[i & 1]);
+    }
+    st.l_run[0] += s[u][0] + s[u][2];
+    st.l_run[1] += s[u][1] + s[u][3];
+  }
   // Rescale only when some running maximum moved (rare after the first tiles).
   if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
@@ -430,6 +452,15 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
       st.acc[m][3] *= alpha[1];
     }
   }
+}
+
+// O^T += V^T . P for 16 tokens of one KV head (token i's V row at vr + i * PITCH); pe: P in
+// QKT's layout.
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int lane,
+                                    float (&acc)[HD / 16][4]) {
+  constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  constexpr bool BF = F == FormatKind::kBF16;
   // P (tokens x heads) as the B operand of O^T += V^T . P: movmatrix turns (token, heads
   // 2c4 + {0, 1}) into (head quad, tokens 2c4 + {0, 1}).
   uint32_t h01, l01, h23, l23;
@@ -442,10 +473,22 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
     bl1 = MovTrans(l23);
   }
   if constexpr (!kPlain && KVTIER_CUDA_WIDE_V_PAIRS) {
-    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, st.acc);
+    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, acc);
   } else {
-    MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, st.acc);
+    MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, acc);
   }
+}
+
+// 16 tokens of one KV head (as MmaUnit): S = K . Q^T, online softmax, O^T += V^T . P.
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, uint32_t wt0,
+                                         uint32_t end, const QOperand<F, HD>& q, float softcap,
+                                         int lane, MmaStateT<HD>& st) {
+  float s[1][4];
+  const uint32_t w[1] = {wt0};
+  QKT<F, HD, PITCH>(kr, q, lane, s[0]);
+  SoftmaxT<1, HD>(s, w, end, softcap, lane, st);
+  PVT<F, HD, PITCH>(vr, s[0], lane, st.acc);
 }
 
 template <FormatKind F, int HD, int NW>
@@ -541,14 +584,41 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
     if (tid < T && it + S < n_tiles) compute_offsets(it + S);
 
     const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes;
+    if constexpr (KVTIER_CUDA_WIDE_FUSED_SOFTMAX && Geo::kUnits > 1) {
+      // The warp's kUnits units of the tile in one online-softmax step.
+      constexpr int U = Geo::kUnits;
+      float s[U][4] = {};
+      uint32_t wt0[U];
 #pragma unroll
-    for (int u = 0; u < Geo::kUnits; ++u) {
-      const int unit = sub + u * WPH;
-      const uint32_t wt0 = begin + it * T + unit * 16;
-      if (wt0 < end) {
-        const uint8_t* kr = sraw + unit * 16 * Geo::kPitch + hh * Geo::kRowBytes;
-        dev::MmaUnitT<F, HD, Geo::kPitch>(kr, kr + T * Geo::kPitch, wt0, end, q, p.softcap,
-                                          lane, st);
+      for (int u = 0; u < U; ++u) {
+        const int unit = sub + u * WPH;
+        wt0[u] = begin + it * T + unit * 16;
+        if (wt0[u] < end) {
+          dev::QKT<F, HD, Geo::kPitch>(sraw + unit * 16 * Geo::kPitch + hh * Geo::kRowBytes, q,
+                                       lane, s[u]);
+        }
+      }
+      if (wt0[0] < end) {
+        dev::SoftmaxT<U, HD>(s, wt0, end, p.softcap, lane, st);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (wt0[u] < end) {
+            const int unit = sub + u * WPH;
+            dev::PVT<F, HD, Geo::kPitch>(
+                sraw + (T + unit * 16) * Geo::kPitch + hh * Geo::kRowBytes, s[u], lane, st.acc);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < Geo::kUnits; ++u) {
+        const int unit = sub + u * WPH;
+        const uint32_t wt0 = begin + it * T + unit * 16;
+        if (wt0 < end) {
+          const uint8_t* kr = sraw + unit * 16 * Geo::kPitch + hh * Geo::kRowBytes;
+          dev::MmaUnitT<F, HD, Geo::kPitch>(kr, kr + T * Geo::kPitch, wt0, end, q, p.softcap,
+                                            lane, st);
+        }
       }
     }
   }
