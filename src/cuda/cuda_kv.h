@@ -1,4 +1,4 @@
-// The CUDA backend's KV cache and attention (issue 35, first slice). Host-side API: this header
+// The CUDA backend's KV cache and attention (issue 35). Host-side API: this header
 // needs no CUDA headers, so plain C++ (tests, the benchmark, later the engine) can include it.
 //
 // DevicePool: the same blocks as BlockPool (KvBlockLayout: [n_layers] x {K rows, V rows}, each
@@ -15,7 +15,9 @@
 // row's keys with a log-sum-exp merge, a KV head's rows read once for all of its query heads
 // (GQA), window and soft-cap as in kvtier/attention.h. K and V in the same format (f16, bf16,
 // q8_0, q4_0), read in place; head_dim 64, 128, 256; f32 query and output. Tensor cores
-// (mma.sync) by default; DecodeOptions::exact selects the f32 kernel.
+// (mma.sync) by default: a thread block over up to 8 KV heads of a token range where the view
+// allows and the batch has several rows (decode_wide.cuh), else one per KV head
+// (decode_mma.cuh); DecodeOptions::exact selects the f32 kernel.
 //
 // Every function returns a Status naming what failed (a CUDA error names the call and the
 // runtime's message). Not thread-safe per pool; distinct pools and streams are independent.

@@ -1,5 +1,9 @@
-// The tensor-core paged decode kernel (the default path; decode.cuh's f32 kernel is the exact
-// one). One thread block (4 warps) per (split, KV head, row), 64-token tiles staged with
+// The per-head tensor-core paged decode kernel (single rows, and shapes the all-heads kernel of
+// decode_wide.cuh does not take; decode.cuh's f32 kernel is the exact one), and the pieces the
+// tensor-core kernels share (fragments, dev::MmaPV, the warp merge). Thread-safety: kernels
+// only; no host state here but the per-instantiation attribute / occupancy caches of the
+// launchers (set once, idempotent). One thread block (4 warps) per (split, KV head, row),
+// 64-token tiles staged with
 // cp.async (kStages deep; tokens past the range zero-filled); a warp takes 16 tokens of a tile:
 //
 //   S^T [8 heads x 16 tokens] = Q [heads x d] . K^T   mma.m16n8k16, A = Q in registers (rows

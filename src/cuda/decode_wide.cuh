@@ -11,11 +11,21 @@
 //   i * kPitch + hh * row_bytes, in the stored format.
 //
 // Warp w takes KV head h0 + w % HPC and, of each tile, the 16-token units w / HPC,
-// w / HPC + 8 / HPC, ... (kUnits of them), each through dev::MmaUnit (decode_mma.cuh: the same
-// arithmetic, so the same error bounds, as the per-head kernel). The warps of a head merge at
-// the end (dev::MergeWarpsAndStore); splits merge by log-sum-exp as for the other kernels.
-// Used where HPC * row_bytes is a multiple of 16, K and V share token strides, heads are packed
-// and at least 2 stages fit in shared memory (decode.cu checks).
+// w / HPC + 8 / HPC, ... (kUnits of them):
+//
+//   S [16 tokens x 8 heads] = K . Q^T   A = K rows (f16/bf16 by ldmatrix; q8_0/q4_0 codes as
+//                                       stored, int8 mma.m16n8k32), B = Q (hi + lo halves, or
+//                                       two int8 planes)
+//   O^T [d x 8 heads]      += V^T . P   B = P via movmatrix; A = V by ldmatrix.trans (f16/bf16)
+//                                       or by byte permutes of token pairs (q8_0/q4_0)
+//
+// with one online-softmax step per warp per tile. Error bounds as the per-head kernel's (Q's
+// int8 planes keep 2^-16 of its largest |q|, finer than the per-head kernel's one f16). The
+// warps of a head merge at the end (dev::MergeWarpsAndStoreT); splits merge by log-sum-exp as
+// for the other kernels. Used where HPC * row_bytes is a multiple of 16, K and V share token
+// strides, heads are packed, at least 2 stages fit in shared memory and the call has >= 4
+// (row, KV-head group) items (decode.cu decides). Kernels only; the launchers cache their
+// attributes and occupancy per instantiation (set once, idempotent).
 #pragma once
 
 #include "cuda/decode_mma.cuh"
