@@ -7,7 +7,7 @@
 //
 //   kvtier_cuda_bench [--contexts 32768,131072] [--batches 1,8,32] [--formats bf16,f16,q8_0,q4_0]
 //                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
-//                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--sequential]
+//                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--per-head] [--sequential]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -52,7 +52,7 @@ int Main(int argc, char** argv) {
   uint32_t heads = 32, kv_heads = 8, head_dim = 128, block_tokens = 32, iters = 20;
   double peak = 3352;
   std::string sdpa_file;
-  bool exact = false, sequential = false;
+  bool exact = false, per_head = false, sequential = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -73,6 +73,7 @@ int Main(int argc, char** argv) {
     else if (a == "--peak-gbps") peak = std::stod(next());
     else if (a == "--sdpa") sdpa_file = next();
     else if (a == "--exact") exact = true;
+    else if (a == "--per-head") per_head = true;
     else if (a == "--sequential") sequential = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
@@ -101,7 +102,7 @@ int Main(int argc, char** argv) {
   std::printf("shape: %u q / %u KV heads, head_dim %u, %u-token blocks (%s), f32 q/out, "
               "median of %u calls, L2 flushed before each; %s kernel\n",
               heads, kv_heads, head_dim, block_tokens, sequential ? "in order" : "shuffled", iters,
-              exact ? "f32 (exact)" : "tensor-core");
+              exact ? "f32 (exact)" : (per_head ? "per-head tensor-core" : "tensor-core"));
   std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s\n", "format", "context", "batch",
               "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa");
 
@@ -175,8 +176,9 @@ int Main(int argc, char** argv) {
         DecodeOptions o;
         o.max_length = ctx;
         o.exact = exact;
+        o.per_head = per_head;
         DecodeWorkspace ws;
-        const uint32_t splits = ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, exact);
+        const uint32_t splits = ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, o);
         std::vector<double> ms;
         for (uint32_t it = 0; it < iters + 3; ++it) {
           if (Status st = flush->Fill(static_cast<uint8_t>(it)); !st.ok()) return Fail(st);

@@ -1,4 +1,4 @@
-// The CUDA backend's KV cache and attention (issue 35, first slice). Host-side API: this header
+// The CUDA backend's KV cache and attention (issue 35). Host-side API: this header
 // needs no CUDA headers, so plain C++ (tests, the benchmark, later the engine) can include it.
 //
 // DevicePool: the same blocks as BlockPool (KvBlockLayout: [n_layers] x {K rows, V rows}, each
@@ -15,7 +15,9 @@
 // row's keys with a log-sum-exp merge, a KV head's rows read once for all of its query heads
 // (GQA), window and soft-cap as in kvtier/attention.h. K and V in the same format (f16, bf16,
 // q8_0, q4_0), read in place; head_dim 64, 128, 256; f32 query and output. Tensor cores
-// (mma.sync) by default; DecodeOptions::exact selects the f32 kernel.
+// (mma.sync) by default: a thread block over up to 8 KV heads of a token range where the view
+// allows and the batch has several rows (decode_wide.cuh), else one per KV head
+// (decode_mma.cuh); DecodeOptions::exact selects the f32 kernel.
 //
 // Every function returns a Status naming what failed (a CUDA error names the call and the
 // runtime's message). Not thread-safe per pool; distinct pools and streams are independent.
@@ -127,6 +129,10 @@ struct DecodeOptions {
   // reference) instead of the tensor-core one (Q and P as hi + lo 16-bit pairs: ~1e-6 for f16
   // and bf16 K/V; q8_0 / q4_0 V rows rounded once to f16: ~1e-4).
   bool exact = false;
+  // The per-KV-head tensor-core kernel even where the all-heads one applies (for comparisons);
+  // all_heads: the all-heads one wherever it applies, also for a single row (for tests).
+  bool per_head = false;
+  bool all_heads = false;
   void* stream = nullptr;  // cudaStream_t
 };
 
@@ -137,9 +143,10 @@ struct DecodeOptions {
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
                        float* out, const DecodeOptions& options, DecodeWorkspace* ws);
 
-// The split DecodeAttention would choose (for the benchmark's report).
+// The split DecodeAttention would choose for a pool's packed view (the benchmark's report).
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim, bool exact = false);
+                      const Format& format, uint32_t head_dim,
+                      const DecodeOptions& options = DecodeOptions());
 
 // Fills a device buffer with `n` values of dtype `t`, normal-ish (sum of uniforms), scaled by
 // `scale`, from `seed` (for tests and the benchmark; deterministic).

@@ -156,13 +156,14 @@ struct Case {
   float scale = 0;
   uint32_t n_splits = 0;  // 0 = the kernel's choice
   bool exact = false;     // the f32 kernel instead of the tensor-core one
+  bool per_head = false;  // the per-KV-head tensor-core kernel, not the all-heads one
   uint64_t seed = 1;
 };
 
 std::string Describe(const Case& c) {
   std::ostringstream s;
   s << c.f.spec() << " d" << c.head_dim << " kvh" << c.n_kv_heads << " G" << c.group << " bt"
-    << c.block_tokens << " splits " << c.n_splits << (c.exact ? " exact" : " mma") << " rows";
+    << c.block_tokens << " splits " << c.n_splits << (c.exact ? " exact" : (c.per_head ? " mma per-head" : " mma")) << " rows";
   for (uint32_t n : c.lengths) s << " " << n;
   if (c.window) s << " window " << c.window;
   if (c.softcap > 0) s << " softcap";
@@ -241,6 +242,8 @@ double RelError(const Case& c) {
   o.max_length = max_len;
   o.n_splits = c.n_splits;
   o.exact = c.exact;
+  o.per_head = c.per_head;
+  o.all_heads = !c.per_head;
   DecodeWorkspace ws;
   const PagedKvView dview = pool.View(1, drows_buf.as<const PagedKvRow>(), n_rows);
   Status st = DecodeAttention(dview, dq.as<const float>(), p, dout->as<float>(), o, &ws);
@@ -283,7 +286,8 @@ TEST_F(Cuda, DecodeEveryFormatHeadDimAndGqaRatioMatchesTheReference) {
   uint64_t seed = 100;
   double worst[2][2] = {{0, 0}, {0, 0}};  // [exact][quantized]
   int n = 0;
-  for (bool exact : {false, true}) {
+  for (int kernel : {0, 1, 2}) {  // all-heads where it applies, per-head, f32
+    const bool exact = kernel == 2;
     for (const Format& f : {Format::F16(), Format::BF16(), Format::Q8_0(), Format::Q4_0()}) {
       for (uint32_t hd : {64u, 128u, 256u}) {
         for (uint32_t g : {1u, 2u, 3u, 4u, 8u}) {
@@ -291,6 +295,7 @@ TEST_F(Cuda, DecodeEveryFormatHeadDimAndGqaRatioMatchesTheReference) {
             Case c;
             c.f = f;
             c.exact = exact;
+            c.per_head = kernel == 1;
             c.head_dim = hd;
             c.group = g;
             c.n_kv_heads = g == 8 ? 1 : 2;
@@ -311,6 +316,40 @@ TEST_F(Cuda, DecodeEveryFormatHeadDimAndGqaRatioMatchesTheReference) {
               "%.2e (q8_0/q4_0, bound %.0e); f32 kernel %.2e / %.2e (bound %.0e)\n",
               n, worst[0][0], kExactBound, worst[0][1], kRoundedBound, worst[1][0], worst[1][1],
               kExactBound);
+}
+
+// Issue 35's shape (8 KV heads, 4 query heads each): the all-heads kernel takes all 8 KV heads
+// in one thread block; 4 KV heads per block with 4 KV heads; both kernels against the reference.
+TEST_F(Cuda, DecodeAllHeadsKernelMatchesTheReference) {
+  uint64_t seed = 5000;
+  double worst[2] = {0, 0};  // [quantized]
+  int n = 0;
+  for (const Format& f : {Format::F16(), Format::BF16(), Format::Q8_0(), Format::Q4_0()}) {
+    for (uint32_t hd : {64u, 128u, 256u}) {
+      for (uint32_t kvh : {8u, 4u}) {
+        for (uint32_t splits : {0u, 1u, 5u}) {
+          for (bool per_head : {false, true}) {
+            Case c;
+            c.f = f;
+            c.head_dim = hd;
+            c.n_kv_heads = kvh;
+            c.group = kvh == 8 ? 4 : 3;
+            c.block_tokens = kvh == 8 ? 32 : 16;
+            c.lengths = {300, 1, 77, 40, 1000, 17};
+            c.n_splits = splits;
+            c.per_head = per_head;
+            c.seed = ++seed;
+            const double err = RelError(c);
+            EXPECT_LT(err, Bound(c)) << Describe(c);
+            worst[f.is_quantized()] = std::max(worst[f.is_quantized()], err);
+            ++n;
+          }
+        }
+      }
+    }
+  }
+  std::printf("decode, 8 and 4 KV heads, both tensor-core kernels: %d cases; worst %.2e (f16/bf16), "
+              "%.2e (q8_0/q4_0)\n", n, worst[0], worst[1]);
 }
 
 TEST_F(Cuda, DecodeWindowSoftcapBlockSizesAndLongRows) {
@@ -340,10 +379,11 @@ TEST_F(Cuda, DecodeWindowSoftcapBlockSizesAndLongRows) {
     c.lengths = {5000, 3};
     c.n_splits = 64;
     cases.push_back(c);
-    for (bool exact : {false, true}) {
+    for (int kernel : {0, 1, 2}) {  // all-heads where it applies, per-head, f32
       for (Case k : cases) {
         k.seed = ++seed;
-        k.exact = exact;
+        k.exact = kernel == 2;
+        k.per_head = kernel == 1;
         const double err = RelError(k);
         EXPECT_LT(err, Bound(k)) << Describe(k);
         worst = std::max(worst, err);

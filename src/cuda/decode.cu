@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cuda/cuda_kv.h"
-#include "cuda/decode_mma.cuh"
+#include "cuda/decode_wide.cuh"
 
 namespace kvtier::cuda {
 namespace {
@@ -32,6 +32,8 @@ __global__ void MergeSplitsKernel(const float* part_o, const float* part_lse, fl
 
 using Launcher = Status (*)(const DecodeParams&, int, int, uint32_t, uint32_t, cudaStream_t, int*);
 using MmaLauncher = Status (*)(const DecodeParams&, int, uint32_t, uint32_t, cudaStream_t, int*);
+using WideLauncher = Status (*)(const DecodeParams&, int, int, uint32_t, uint32_t, cudaStream_t,
+                                int*);
 
 Launcher LauncherFor(FormatKind k) {
   switch (k) {
@@ -53,6 +55,24 @@ MmaLauncher MmaLauncherFor(FormatKind k) {
   }
 }
 
+WideLauncher WideLauncherFor(FormatKind k) {
+  switch (k) {
+    case FormatKind::kF16: return LaunchDecodeWideF16;
+    case FormatKind::kBF16: return LaunchDecodeWideBF16;
+    case FormatKind::kQ8_0: return LaunchDecodeWideQ8_0;
+    case FormatKind::kQ4_0: return LaunchDecodeWideQ4_0;
+    default: return nullptr;
+  }
+}
+
+// Tokens per tile of the all-heads kernel (WideGeo::kTokens).
+uint32_t WideTile(FormatKind k, int hpc) {
+  const int units = k == FormatKind::kF16 || k == FormatKind::kBF16 ? KVTIER_CUDA_WIDE_PLAIN_UNITS
+                    : k == FormatKind::kQ8_0                        ? KVTIER_CUDA_WIDE_Q8_UNITS
+                                                                    : KVTIER_CUDA_WIDE_Q4_UNITS;
+  return static_cast<uint32_t>(16 * units * kWideWarps / hpc);
+}
+
 int SmCount() {
   static int n = [] {
     int dev = 0, v = 0;
@@ -68,35 +88,65 @@ int SmCount() {
 
 constexpr uint32_t kMinChunk = 256;  // tokens a split reads at least
 
-}  // namespace
+// Which kernel serves a call: the f32 one (exact), the all-heads one (hpc KV heads per thread
+// block) where its shape and the view allow, else the per-head tensor-core one.
+struct KernelChoice {
+  enum Kind { kExact, kPerHead, kWide } kind = kPerHead;
+  int hpc = 1;      // KV heads per thread block
+  int occ = 1;      // thread blocks per SM
+  uint32_t tile = kMmaTile;
+};
 
-uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim, bool exact) {
-  // The last answer, kept: a decode step asks the same question for every layer.
-  struct Key {
-    uint32_t n_rows, n_kv_heads, max_length, format_id, head_dim;
-    bool exact;
-    bool operator==(const Key&) const = default;
-  };
-  static thread_local Key last_key{};
-  static thread_local uint32_t last_splits = 0;
-  const Key key{n_rows, n_kv_heads, max_length, format.id(), head_dim, exact};
-  if (last_splits != 0 && key == last_key) return last_splits;
-  int occ = 1;
+// The all-heads kernel needs this many (row, KV-head group) items: below it (one row of 8 KV
+// heads) it runs ~1.2x slower than the per-head kernel, which spreads a row over more and
+// shorter thread blocks (docs/results/cuda.md).
+constexpr uint64_t kWideMinItems = 4;
+
+KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32_t n_kv_heads,
+                        bool packed, const DecodeOptions& o) {
+  KernelChoice c;
   DecodeParams dummy{};
-  if (exact) {
-    const Launcher launch = LauncherFor(format.kind);
-    if (launch && !launch(dummy, static_cast<int>(head_dim), 4, 0, 0, nullptr, &occ).ok()) occ = 1;
-  } else {
-    const MmaLauncher launch = MmaLauncherFor(format.kind);
-    if (launch && !launch(dummy, static_cast<int>(head_dim), 0, 0, nullptr, &occ).ok()) occ = 1;
+  const int hd = static_cast<int>(head_dim);
+  if (o.exact) {
+    c.kind = KernelChoice::kExact;
+    c.tile = kTile;
+    const Launcher launch = LauncherFor(f);
+    if (launch && !launch(dummy, hd, 4, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
+    return c;
   }
-  // Cost model: thread blocks run in waves of (SMs x blocks per SM); a block costs its tiles
-  // plus about two tiles' worth of fixed work (Q, the merge, the partial write). Fewest
-  // estimated tile-times wins, ties to fewer splits.
-  const uint64_t items = std::max<uint64_t>(1, static_cast<uint64_t>(n_rows) * n_kv_heads);
-  const uint64_t slots = static_cast<uint64_t>(SmCount()) * occ;
-  const uint64_t tile = exact ? kTile : kMmaTile;
+  if (!o.per_head && packed) {
+    const WideLauncher wide = WideLauncherFor(f);
+    for (int hpc : {8, 4, 2}) {
+      if (n_kv_heads % hpc != 0 || !wide ||
+          (!o.all_heads &&
+           static_cast<uint64_t>(n_rows) * (n_kv_heads / hpc) < kWideMinItems)) {
+        continue;
+      }
+      int occ = 0;
+      if (wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
+        c.kind = KernelChoice::kWide;
+        c.hpc = hpc;
+        c.occ = occ;
+        c.tile = WideTile(f, hpc);
+        return c;
+      }
+      cudaGetLastError();
+    }
+  }
+  const MmaLauncher launch = MmaLauncherFor(f);
+  if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
+  return c;
+}
+
+// Cost model: thread blocks run in waves of (SMs x blocks per SM); a block costs its tiles
+// plus about two tiles' worth of fixed work (Q, the merge, the partial write). Fewest
+// estimated tile-times wins, ties to fewer splits.
+uint32_t SplitsFor(const KernelChoice& c, uint32_t n_rows, uint32_t n_kv_heads,
+                   uint32_t max_length) {
+  const uint64_t items =
+      std::max<uint64_t>(1, static_cast<uint64_t>(n_rows) * (n_kv_heads / c.hpc));
+  const uint64_t slots = static_cast<uint64_t>(SmCount()) * c.occ;
+  const uint64_t tile = c.tile;
   const uint64_t len = std::max<uint64_t>(max_length, 1);
   const uint64_t max_splits = std::min<uint64_t>(256, std::max<uint64_t>(1, len / kMinChunk));
   uint64_t splits = 1, best = UINT64_MAX;
@@ -109,9 +159,15 @@ uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
       splits = s;
     }
   }
-  last_key = key;
-  last_splits = static_cast<uint32_t>(splits);
-  return last_splits;
+  return static_cast<uint32_t>(splits);
+}
+
+}  // namespace
+
+uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
+                      const Format& format, uint32_t head_dim, const DecodeOptions& options) {
+  const KernelChoice c = PickKernel(format.kind, head_dim, n_rows, n_kv_heads, true, options);
+  return SplitsFor(c, n_rows, n_kv_heads, max_length);
 }
 
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
@@ -157,16 +213,37 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     return Status::InvalidArgument(w + "view addresses and strides must be multiples of " +
                                    std::to_string(copy) + " bytes");
   }
+  // The all-heads kernel copies a token's rows of its heads as one run of 16-byte pieces:
+  // heads packed side by side, K and V with the same token stride, 16-byte aligned.
+  const uintptr_t run_bits = reinterpret_cast<uintptr_t>(kv.k_base) |
+                             reinterpret_cast<uintptr_t>(kv.v_base) | kv.block_stride |
+                             kv.k_token_stride;
+  const bool packed = kv.k_head_stride == row_bytes && kv.v_head_stride == row_bytes &&
+                      kv.k_token_stride == kv.v_token_stride && run_bits % 16 == 0;
+  const KernelChoice choice =
+      PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, packed, options);
+  // The last answer, kept: a decode step asks the same question for every layer.
+  struct Key {
+    uint32_t n_rows, n_kv_heads, max_length, format_id, head_dim, kind, hpc;
+    bool operator==(const Key&) const = default;
+  };
+  static thread_local Key last_key{};
+  static thread_local uint32_t last_splits = 0;
   uint32_t n_splits = options.n_splits;
   if (n_splits == 0) {
-    n_splits = ChooseSplits(kv.n_rows, kv.n_kv_heads, options.max_length, kv.k_format,
-                            kv.head_dim, options.exact);
+    const Key key{kv.n_rows, kv.n_kv_heads, options.max_length, kv.k_format.id(), kv.head_dim,
+                  static_cast<uint32_t>(choice.kind), static_cast<uint32_t>(choice.hpc)};
+    if (last_splits == 0 || !(key == last_key)) {
+      last_splits = SplitsFor(choice, kv.n_rows, kv.n_kv_heads, options.max_length);
+      last_key = key;
+    }
+    n_splits = last_splits;
   }
   n_splits = std::max(1u, std::min(n_splits, 65535u));
-  uint32_t chunk = kTile;
+  uint32_t chunk = choice.tile;
   if (n_splits > 1) {
     const uint32_t per = (std::max(options.max_length, 1u) + n_splits - 1) / n_splits;
-    chunk = std::max<uint32_t>(kTile, (per + kTile - 1) / kTile * kTile);
+    chunk = std::max<uint32_t>(choice.tile, (per + choice.tile - 1) / choice.tile * choice.tile);
   }
   const size_t heads = static_cast<size_t>(kv.n_rows) * params.n_heads;
   DecodeParams p{};
@@ -198,9 +275,13 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     p.part_lse = p.part_o + heads * n_splits * kv.head_dim;
   }
   const auto stream = static_cast<cudaStream_t>(options.stream);
-  if (options.exact) {
+  if (choice.kind == KernelChoice::kExact) {
     KVTIER_RETURN_IF_ERROR(launch(p, static_cast<int>(kv.head_dim), static_cast<int>(group),
                                   kv.n_rows, kv.n_kv_heads, stream, nullptr));
+  } else if (choice.kind == KernelChoice::kWide) {
+    KVTIER_RETURN_IF_ERROR(WideLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
+                                                             choice.hpc, kv.n_rows,
+                                                             kv.n_kv_heads, stream, nullptr));
   } else {
     KVTIER_RETURN_IF_ERROR(MmaLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
                                                             kv.n_rows, kv.n_kv_heads, stream,

@@ -95,6 +95,28 @@ __device__ __forceinline__ uint16_t Ld16(const uint8_t* p) {
   return *reinterpret_cast<const uint16_t*>(p);
 }
 
+// The keys a thread block of split `split` reads: [*begin, *end) of the row's length `len`
+// (the window's start, then chunks of p.chunk tokens; the last split takes the rest).
+__device__ __forceinline__ void SplitRange(const DecodeParams& p, uint32_t len, uint32_t split,
+                                           uint32_t* begin, uint32_t* end) {
+  const uint32_t first = (p.window > 0 && len > p.window) ? len - p.window : 0;
+  const uint64_t b64 = static_cast<uint64_t>(first) + static_cast<uint64_t>(split) * p.chunk;
+  *begin = b64 < len ? static_cast<uint32_t>(b64) : len;
+  *end = len;
+  if (split + 1 < p.n_splits) {
+    const uint64_t e64 = b64 + p.chunk;
+    *end = e64 < len ? static_cast<uint32_t>(e64) : len;
+  }
+}
+
+// Byte offset of token t's rows (KV head 0) from the pool's K or V base: its block's start
+// plus its slot (K and V share block_stride; token_stride is theirs).
+__device__ __forceinline__ uint64_t TokenOffset(const DecodeParams& p, const PagedKvRow& row,
+                                                uint32_t t, size_t token_stride) {
+  const uint32_t blk_i = t / p.block_tokens, slot = t - blk_i * p.block_tokens;
+  return static_cast<uint64_t>(row.block_table[blk_i]) * p.block_stride + slot * token_stride;
+}
+
 // 8 values of the K row in shared memory: dims [8c, 8c + 8). For q8_0 / q4_0 the codes
 // (q4_0: code - 8) are returned and *d is the block's scale; for plain formats *d = 1.
 template <FormatKind F>
@@ -209,15 +231,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const DecodeParams p) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const uint32_t split = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
   const PagedKvRow row = p.rows[r];
-  const uint32_t len = row.length;
-  const uint32_t first = (p.window > 0 && len > p.window) ? len - p.window : 0;
-  const uint64_t b64 = static_cast<uint64_t>(first) + static_cast<uint64_t>(split) * p.chunk;
-  const uint32_t begin = b64 < len ? static_cast<uint32_t>(b64) : len;
-  uint32_t end = len;
-  if (split + 1 < p.n_splits) {
-    const uint64_t e64 = b64 + p.chunk;
-    end = e64 < len ? static_cast<uint32_t>(e64) : len;
-  }
+  uint32_t begin, end;
+  dev::SplitRange(p, row.length, split, &begin, &end);
   const int n_tiles = end > begin ? static_cast<int>((end - begin + kTile - 1) / kTile) : 0;
 
   for (int i = tid; i < G * HD; i += kThreads) {
@@ -234,10 +249,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const DecodeParams p) {
     const uint32_t t = begin + tile * kTile + lane;
     uint64_t ko = 0, vo = 0;
     if (t < end) {
-      const uint32_t blk_i = t / p.block_tokens, slot = t - blk_i * p.block_tokens;
-      const uint64_t blk = static_cast<uint64_t>(row.block_table[blk_i]);
-      ko = blk * p.block_stride + slot * p.k_token_stride;
-      vo = blk * p.block_stride + slot * p.v_token_stride;
+      ko = dev::TokenOffset(p, row, t, p.k_token_stride);
+      vo = dev::TokenOffset(p, row, t, p.v_token_stride);
     }
     uint64_t* o = offs + (tile & 1) * 2 * kTile;
     o[lane] = ko;

@@ -1,5 +1,9 @@
-// The tensor-core paged decode kernel (the default path; decode.cuh's f32 kernel is the exact
-// one). One thread block (4 warps) per (split, KV head, row), 64-token tiles staged with
+// The per-head tensor-core paged decode kernel (single rows, and shapes the all-heads kernel of
+// decode_wide.cuh does not take; decode.cuh's f32 kernel is the exact one), and the pieces the
+// tensor-core kernels share (fragments, dev::MmaPV, the warp merge). Thread-safety: kernels
+// only; no host state here but the per-instantiation attribute / occupancy caches of the
+// launchers (set once, idempotent). One thread block (4 warps) per (split, KV head, row),
+// 64-token tiles staged with
 // cp.async (kStages deep; tokens past the range zero-filled); a warp takes 16 tokens of a tile:
 //
 //   S^T [8 heads x 16 tokens] = Q [heads x d] . K^T   mma.m16n8k16, A = Q in registers (rows
@@ -25,8 +29,7 @@ constexpr int kMmaTile = 64;
 // the best measured on an H100 (docs/results/cuda.md). Stages: tiles in shared memory at
 // head_dim <= 128 (head_dim 256 uses 2). Quad issue: a quad of lanes copies each row (fewer
 // live addresses: 118 registers for q4_0 / q8_0 where the flat order spills at the 128 that 4
-// blocks per SM allow; slower for bf16) instead of the flat piece-by-piece order. Q4_V_SMEM: q4_0's V through shared memory as f16 (1) or transposed in
-// registers by movmatrix (0).
+// blocks per SM allow; slower for bf16) instead of the flat piece-by-piece order.
 #ifndef KVTIER_CUDA_PLAIN_STAGES
 #define KVTIER_CUDA_PLAIN_STAGES 3
 #endif
@@ -41,9 +44,6 @@ constexpr int kMmaTile = 64;
 #endif
 #ifndef KVTIER_CUDA_Q4_QUAD_ISSUE
 #define KVTIER_CUDA_Q4_QUAD_ISSUE 1
-#endif
-#ifndef KVTIER_CUDA_Q4_V_SMEM
-#define KVTIER_CUDA_Q4_V_SMEM 0
 #endif
 
 template <FormatKind F, int HD>
@@ -64,14 +64,11 @@ struct MmaGeo {
                                      : F == FormatKind::kQ4_0 ? KVTIER_CUDA_Q4_QUAD_ISSUE
                                                               : false;
   static constexpr int kStageBytes = 2 * kMmaTile * kRawPitch;
-  static constexpr bool kVInSmem = F == FormatKind::kQ4_0 && KVTIER_CUDA_Q4_V_SMEM;
-  static constexpr int kHalfPitch = 2 * HD + 16;
-  static constexpr int kDeqBytes = kVInSmem ? kMmaTile * kHalfPitch : 0;
   static constexpr int kLoop = kStages * kStageBytes;
   static constexpr int kMerge = (4 * 8 * HD + 2 * 4 * 8) * 4;
   static constexpr int kBody = kLoop > kMerge ? kLoop : kMerge;
   static constexpr int kOffsBytes = 2 * 2 * kMmaTile * 8;
-  static constexpr int kSmem = kBody + kDeqBytes + kOffsBytes;
+  static constexpr int kSmem = kBody + kOffsBytes;
   // Thread blocks per SM the registers must allow (shared memory allows 4 or more for the
   // quantized formats at head_dim <= 128; 2 for the plain ones).
   static constexpr int kMinBlocks = kPlain || HD > 128 ? 1 : 4;
@@ -94,12 +91,13 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* p)
 
 // The transpose of the 8x8 16-bit matrix whose row lane/4, columns 2(lane%4) + {0, 1}, this
 // lane holds.
-__device__ __forceinline__ uint32_t MovTrans(__half2 x) {
+__device__ __forceinline__ uint32_t MovTrans(uint32_t x) {
   uint32_t d;
-  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n"
-               : "=r"(d)
-               : "r"(*reinterpret_cast<const uint32_t*>(&x)));
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(x));
   return d;
+}
+__device__ __forceinline__ uint32_t MovTrans(__half2 x) {
+  return MovTrans(*reinterpret_cast<const uint32_t*>(&x));
 }
 
 // d += A . B (m16n8k16, f32 accumulators); A = {a0, a1, a2, a3}, B = {b0, b1}.
@@ -162,31 +160,304 @@ __device__ __forceinline__ void CpAsyncZero(void* smem, const void* gmem) {
   }
 }
 
-// A warp's 16 q4_0 V rows from the raw tile into the f16 tile as f16(code * d).
-template <int HD>
-__device__ __forceinline__ void UnpackQ4V16(const uint8_t* raw, uint8_t* deq, int warp, int lane) {
-  using Geo = MmaGeo<FormatKind::kQ4_0, HD>;
-  constexpr int T = kMmaTile;
-  constexpr int CH = HD / 16;  // 8-byte halves of blocks per row
+}  // namespace dev
+
+namespace dev {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Q fragments (A of q.k) of KV head `h` of row `r`: query head `quad` of its group, dims
+// 16kk + 2c4 + {0, 1, 8, 9}, scaled (and by log2 e unless soft-capped: scores are kept in
+// log2 units), as a hi and a lo 16-bit pair (the lo pair is used for f16 / bf16 rows only).
+template <bool BF, int HD>
+__device__ __forceinline__ void LoadQFragments(const DecodeParams& p, uint32_t r, uint32_t h,
+                                               int lane, uint32_t (&qh)[HD / 16][2],
+                                               uint32_t (&ql)[HD / 16][2]) {
+  const int quad = lane >> 2, c4 = lane & 3;
+  const float qscale = p.softcap > 0.0f ? p.scale : p.scale * kLog2e;
+  const bool on = quad < static_cast<int>(p.group);
+  const float* qp =
+      p.q + (static_cast<size_t>(r) * p.n_heads + h * p.group + (on ? quad : 0)) * HD;
 #pragma unroll
-  for (int k = 0; k < 16 * CH / 32; ++k) {
-    const int u = lane + 32 * k;
-    const int row = u / CH, ch = u % CH;
-    const int tok = warp * 16 + row, b = ch >> 1, hh = ch & 1;
-    const uint8_t* blk = raw + (T + tok) * Geo::kRawPitch + 18 * b;
-    const uint16_t dbits = Ld16(blk);
-    const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
-    __half2 lo[4], hi[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t w = Ld16(blk + 2 + 8 * hh + 2 * i);
-      lo[i] = __hmul2(U4x2ToHalf2(w), d2);
-      hi[i] = __hmul2(U4x2ToHalf2(w >> 4), d2);
-    }
-    uint8_t* dst = deq + tok * Geo::kHalfPitch + (32 * b + 8 * hh) * 2;
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(lo);
-    *reinterpret_cast<uint4*>(dst + 32) = *reinterpret_cast<const uint4*>(hi);
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    const int d0 = 16 * kk + 2 * c4;
+    const float x0 = on ? qp[d0] * qscale : 0.0f, x1 = on ? qp[d0 + 1] * qscale : 0.0f;
+    const float x2 = on ? qp[d0 + 8] * qscale : 0.0f, x3 = on ? qp[d0 + 9] * qscale : 0.0f;
+    Split<BF>(x0, x1, &qh[kk][0], &ql[kk][0]);
+    Split<BF>(x2, x3, &qh[kk][1], &ql[kk][1]);
   }
+}
+
+// One warp's online-softmax state: up to 8 query heads (one per quad) of one KV head.
+template <int HD>
+struct MmaState {
+  float m_run = -INFINITY, l_run = 0.0f;
+  float acc[HD / 16][4];  // O^T fragments: dim 16m + quad (+8), heads 2c4 + {0, 1}
+  __device__ __forceinline__ void Clear() {
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+  }
+};
+
+// O^T [d x 8 heads] += V^T . P for 16 tokens of one KV head (token i's V row at vr + i * PITCH):
+// B = P (tokens x heads) as (bh0, bh1) = tokens 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of head
+// quad, with (bl0, bl1) its lo halves for f16 / bf16 rows. acc: O^T fragments, dim 16m + quad
+// (+8), heads 2c4 + {0, 1}.
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void MmaPV(const uint8_t* vr, uint32_t bh0, uint32_t bl0,
+                                      uint32_t bh1, uint32_t bl1, int lane,
+                                      float (&acc)[HD / 16][4]) {
+  constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  constexpr bool BF = F == FormatKind::kBF16;
+  constexpr int KS = HD / 16;
+  const int quad = lane >> 2, c4 = lane & 3;
+  const int lrow = ((lane >> 4) << 3) + (lane & 7);
+  const int lcol = ((lane >> 3) & 1) * 8;
+  if constexpr (kPlain) {
+#pragma unroll
+    for (int m = 0; m < KS; ++m) {
+      uint32_t a[4];
+      LdMatrixX4Trans(a, vr + lrow * PITCH + (16 * m + lcol) * 2);
+      Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
+      Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
+    }
+  } else {
+    // V^T's A fragments from the stored codes: this lane decodes token quad (and 8 + quad),
+    // dims 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of each 16-value step as f16(code * d), and
+    // movmatrix transposes each 8x8 piece into place.
+    constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
+#pragma unroll
+    for (int blk = 0; blk < HD / 32; ++blk) {
+      __half2 v[2][2][2];  // [token half][16-value step of the block][dims +0 / +8]
+#pragma unroll
+      for (int th = 0; th < 2; ++th) {
+        const uint8_t* rowp = vr + (th * 8 + quad) * PITCH + kBlockBytes * blk;
+        const uint16_t dbits = Ld16(rowp);
+        const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
+        if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+          for (int part = 0; part < 2; ++part) {
+            v[th][part][0] = __hmul2(I8x2ToHalf2(Ld16(rowp + 2 + 16 * part + 2 * c4)), d2);
+            v[th][part][1] = __hmul2(I8x2ToHalf2(Ld16(rowp + 10 + 16 * part + 2 * c4)), d2);
+          }
+        } else {
+          const uint32_t w0 = Ld16(rowp + 2 + 2 * c4), w1 = Ld16(rowp + 10 + 2 * c4);
+          v[th][0][0] = __hmul2(U4x2ToHalf2(w0), d2);
+          v[th][0][1] = __hmul2(U4x2ToHalf2(w1), d2);
+          v[th][1][0] = __hmul2(U4x2ToHalf2(w0 >> 4), d2);
+          v[th][1][1] = __hmul2(U4x2ToHalf2(w1 >> 4), d2);
+        }
+      }
+#pragma unroll
+      for (int part = 0; part < 2; ++part) {
+        const int m = 2 * blk + part;
+        Mma<false>(acc[m], MovTrans(v[0][part][0]), MovTrans(v[0][part][1]),
+                   MovTrans(v[1][part][0]), MovTrans(v[1][part][1]), bh0, bh1);
+      }
+    }
+  }
+}
+
+// 16 tokens of one KV head, tokens wt0 .. wt0 + 15 (those >= end masked): token i's K row at
+// kr + i * PITCH and its V row at vr + i * PITCH in shared memory, in the stored format.
+//   S^T [8 heads x 16 tokens] = Q . K^T, online softmax, O^T [d x 8 heads] += V^T . P^T.
+template <FormatKind F, int HD, int PITCH>
+__device__ __forceinline__ void MmaUnit(const uint8_t* kr, const uint8_t* vr, uint32_t wt0,
+                                        uint32_t end, const uint32_t (&qh)[HD / 16][2],
+                                        const uint32_t (&ql)[HD / 16][2], float softcap, int lane,
+                                        MmaState<HD>& st) {
+  constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
+  constexpr bool BF = F == FormatKind::kBF16;
+  constexpr int KS = HD / 16;
+  const int quad = lane >> 2, c4 = lane & 3;
+  // ldmatrix addresses: lane l reads row (l & 7) of 8x8 matrix l / 8, matrices ordered
+  // (tokens 0-7, cols 0-7), (tokens 0-7, cols 8-15), (tokens 8-15, 0-7), (tokens 8-15, 8-15).
+  const int lrow = ((lane >> 4) << 3) + (lane & 7);
+  const int lcol = ((lane >> 3) & 1) * 8;
+
+  // q.k for the warp's 16 tokens: s[n-tile][c], column = token n-tile*8 + 2c4 + {0, 1}.
+  float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+  if constexpr (kPlain) {
+    float sl[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};  // the lo half's own chains
+#pragma unroll
+    for (int kk = 0; kk < KS; ++kk) {
+      uint32_t b[4];
+      LdMatrixX4(b, kr + lrow * PITCH + (16 * kk + lcol) * 2);
+      Mma<BF>(s[0], qh[kk][0], 0u, qh[kk][1], 0u, b[0], b[1]);
+      Mma<BF>(s[1], qh[kk][0], 0u, qh[kk][1], 0u, b[2], b[3]);
+      Mma<BF>(sl[0], ql[kk][0], 0u, ql[kk][1], 0u, b[0], b[1]);
+      Mma<BF>(sl[1], ql[kk][0], 0u, ql[kk][1], 0u, b[2], b[3]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      s[nt][0] += sl[nt][0];
+      s[nt][1] += sl[nt][1];
+    }
+  } else {
+    // B fragments straight from the stored codes: token `quad` of each n-tile, dims
+    // 2c4 + {0, 1} and 2c4 + {8, 9} of each 16-value step, exact in f16; each 32-value
+    // block's partial scores are then scaled by its tokens' d in f32.
+    constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
+#pragma unroll
+    for (int blk = 0; blk < HD / 32; ++blk) {
+      float sb[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const uint8_t* base = kr + (nt * 8 + quad) * PITCH + kBlockBytes * blk + 2 + 2 * c4;
+        if constexpr (F == FormatKind::kQ8_0) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const __half2 b0 = I8x2ToHalf2(Ld16(base + 16 * half));
+            const __half2 b1 = I8x2ToHalf2(Ld16(base + 16 * half + 8));
+            Mma<false>(sb[nt], qh[2 * blk + half][0], 0u, qh[2 * blk + half][1], 0u,
+                       *reinterpret_cast<const uint32_t*>(&b0),
+                       *reinterpret_cast<const uint32_t*>(&b1));
+          }
+        } else {
+          const uint32_t w0 = Ld16(base), w1 = Ld16(base + 8);
+          const __half2 l0 = U4x2ToHalf2(w0), l1 = U4x2ToHalf2(w1);
+          const __half2 h0 = U4x2ToHalf2(w0 >> 4), h1 = U4x2ToHalf2(w1 >> 4);
+          Mma<false>(sb[nt], qh[2 * blk][0], 0u, qh[2 * blk][1], 0u,
+                     *reinterpret_cast<const uint32_t*>(&l0),
+                     *reinterpret_cast<const uint32_t*>(&l1));
+          Mma<false>(sb[nt], qh[2 * blk + 1][0], 0u, qh[2 * blk + 1][1], 0u,
+                     *reinterpret_cast<const uint32_t*>(&h0),
+                     *reinterpret_cast<const uint32_t*>(&h1));
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const uint8_t* drow = kr + (nt * 8 + 2 * c4) * PITCH + kBlockBytes * blk;
+        s[nt][0] = fmaf(HalfBits(Ld16(drow)), sb[nt][0], s[nt][0]);
+        s[nt][1] = fmaf(HalfBits(Ld16(drow + PITCH)), sb[nt][1], s[nt][1]);
+      }
+    }
+  }
+
+  // Online softmax for head `quad` over tokens {2c4, 2c4 + 1, 8 + 2c4, 9 + 2c4}.
+  const bool capped = softcap > 0.0f;
+  float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
+  float mt = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t t = wt0 + (i >> 1) * 8 + 2 * c4 + (i & 1);
+    if (capped) sc[i] = softcap * tanhf(sc[i] / softcap) * kLog2e;
+    if (t >= end) sc[i] = -INFINITY;
+    mt = fmaxf(mt, sc[i]);
+  }
+  mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+  mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+  const float m_new = fmaxf(st.m_run, mt);
+  const float alpha = m_new == -INFINITY ? 1.0f : exp2f(st.m_run - m_new);
+  float pe[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) pe[i] = sc[i] == -INFINITY ? 0.0f : exp2f(sc[i] - m_new);
+  st.l_run = st.l_run * alpha + (pe[0] + pe[1]) + (pe[2] + pe[3]);
+  st.m_run = m_new;
+  // Accumulator columns are heads 2c4 and 2c4 + 1: their alphas live in quads 2c4, 2c4 + 1.
+  const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * c4);
+  const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * c4 + 4);
+  uint32_t bh0, bl0, bh1, bl1;
+  Split<BF>(pe[0], pe[1], &bh0, &bl0);
+  Split<BF>(pe[2], pe[3], &bh1, &bl1);
+#pragma unroll
+  for (int m = 0; m < KS; ++m) {
+    st.acc[m][0] *= a0;
+    st.acc[m][1] *= a1;
+    st.acc[m][2] *= a0;
+    st.acc[m][3] *= a1;
+  }
+  MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, st.acc);
+}
+
+// The end of a thread block: each warp stores its state in shared memory (smem: at least
+// (NW * 8 * HD + 2 * NW * 8) floats, no longer in use by the main loop; m_m / m_l [NW][8] are
+// written by the caller, in its own fragment layout, before MergeStored), then the warps that
+// worked on the same KV head merge: warp w worked on KV head h0 + w % hpc (hpc KV heads per
+// thread block). Heads >= group are dropped. Writes p.out (one split) or the split's partial
+// result and log-sum-exp.
+template <int HD, int NW>
+struct WarpMergeSmem {
+  float* acc;  // [NW][8][HD]
+  float* m;    // [NW][8], log2 units
+  float* l;    // [NW][8]
+  __device__ explicit WarpMergeSmem(uint8_t* smem)
+      : acc(reinterpret_cast<float*>(smem)), m(acc + NW * 8 * HD), l(m + NW * 8) {}
+};
+
+// The head dim of O^T's row quad + 8r of m-tile m (P.V with V^T's rows in dim order).
+struct RowDims {
+  static __device__ __forceinline__ int Dim(int m, int r, int quad) { return 16 * m + quad + 8 * r; }
+};
+
+template <int HD, int NW, class Dims = RowDims>
+__device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
+                                             const float (&acc)[HD / 16][4], int warp,
+                                             int lane) {
+  const int quad = lane >> 2, c4 = lane & 3;
+#pragma unroll
+  for (int m = 0; m < HD / 16; ++m) {
+    const int d0 = Dims::Dim(m, 0, quad), d1 = Dims::Dim(m, 1, quad);
+    ms.acc[(warp * 8 + 2 * c4) * HD + d0] = acc[m][0];
+    ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = acc[m][1];
+    ms.acc[(warp * 8 + 2 * c4) * HD + d1] = acc[m][2];
+    ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d1] = acc[m][3];
+  }
+}
+
+template <int HD, int NW>
+__device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMergeSmem<HD, NW>& ms,
+                                            int hpc, uint32_t h0, uint32_t r, uint32_t split) {
+  __syncthreads();
+  const int tid = threadIdx.x;
+  const int group = static_cast<int>(p.group);
+  const int per_head = NW / hpc;
+  for (int i = tid; i < hpc * group * HD; i += NW * 32) {
+    const int hh = i / (group * HD), g = (i / HD) % group, dim = i % HD;
+    float M = -INFINITY;
+    for (int k = 0; k < per_head; ++k) M = fmaxf(M, ms.m[(hh + k * hpc) * 8 + g]);
+    float L = 0.0f, O = 0.0f;
+    if (M != -INFINITY) {
+      for (int k = 0; k < per_head; ++k) {
+        const int w = hh + k * hpc;
+        const float mw = ms.m[w * 8 + g];
+        if (mw == -INFINITY) continue;
+        const float e = exp2f(mw - M);
+        L += ms.l[w * 8 + g] * e;
+        O += ms.acc[(w * 8 + g) * HD + dim] * e;
+      }
+    }
+    const size_t head = static_cast<size_t>(r) * p.n_heads + (h0 + hh) * p.group + g;
+    const float o = L > 0.0f ? O / L : 0.0f;
+    if (p.n_splits == 1) {
+      p.out[head * HD + dim] = o;
+    } else {
+      p.part_o[(head * p.n_splits + split) * HD + dim] = o;
+      // The merge takes natural-log sums: M is in log2 units.
+      if (dim == 0) {
+        p.part_lse[head * p.n_splits + split] =
+            L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
+      }
+    }
+  }
+}
+
+// MmaState's layout (head quad per lane, its l summed over the quad's lanes).
+template <int HD, int NW>
+__device__ __forceinline__ void MergeWarpsAndStore(const DecodeParams& p, uint8_t* smem,
+                                                   const MmaState<HD>& st, int hpc, uint32_t h0,
+                                                   uint32_t r, uint32_t split) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const WarpMergeSmem<HD, NW> ms(smem);
+  float l = st.l_run;
+  l += __shfl_xor_sync(0xffffffffu, l, 1);
+  l += __shfl_xor_sync(0xffffffffu, l, 2);
+  if ((lane & 3) == 0) {
+    ms.m[warp * 8 + (lane >> 2)] = st.m_run;
+    ms.l[warp * 8 + (lane >> 2)] = l;
+  }
+  StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
+  MergeStored<HD, NW>(p, ms, hpc, h0, r, split);
 }
 
 }  // namespace dev
@@ -195,46 +466,19 @@ template <FormatKind F, int HD>
 __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     DecodeMmaKernel(const DecodeParams p) {
   using Geo = MmaGeo<F, HD>;
-  constexpr int S = Geo::kStages, T = kMmaTile, KS = HD / 16;
-  constexpr bool BF = Geo::kBf16;
+  constexpr int S = Geo::kStages, T = kMmaTile;
   extern __shared__ __align__(16) uint8_t smem[];
-  uint8_t* deq = smem + Geo::kBody;
-  uint64_t* offs = reinterpret_cast<uint64_t*>(deq + Geo::kDeqBytes);
+  uint64_t* offs = reinterpret_cast<uint64_t*>(smem + Geo::kBody);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int quad = lane >> 2, c4 = lane & 3;
   const uint32_t split = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
   const PagedKvRow row = p.rows[r];
-  const uint32_t len = row.length;
-  const uint32_t first = (p.window > 0 && len > p.window) ? len - p.window : 0;
-  const uint64_t b64 = static_cast<uint64_t>(first) + static_cast<uint64_t>(split) * p.chunk;
-  const uint32_t begin = b64 < len ? static_cast<uint32_t>(b64) : len;
-  uint32_t end = len;
-  if (split + 1 < p.n_splits) {
-    const uint64_t e64 = b64 + p.chunk;
-    end = e64 < len ? static_cast<uint32_t>(e64) : len;
-  }
+  uint32_t begin, end;
+  dev::SplitRange(p, row.length, split, &begin, &end);
   const int n_tiles = end > begin ? static_cast<int>((end - begin + T - 1) / T) : 0;
 
-  // Q fragments (A of q.k): head `quad`, dims 16kk + 2c4 + {0, 1, 8, 9}, scaled, hi and lo.
-  // Scores are kept in log2 units (q pre-scaled by log2 e; exp2 in the softmax), except under
-  // a soft-cap, which needs the natural-log score first.
-  constexpr float kLog2e = 1.4426950408889634f;
-  const bool capped = p.softcap > 0.0f;
-  const float qscale = capped ? p.scale : p.scale * kLog2e;
-  uint32_t qh[KS][2], ql[KS][2];
-  {
-    const bool on = quad < static_cast<int>(p.group);
-    const float* qp = p.q + (static_cast<size_t>(r) * p.n_heads + h * p.group + (on ? quad : 0)) * HD;
-#pragma unroll
-    for (int kk = 0; kk < KS; ++kk) {
-      const int d0 = 16 * kk + 2 * c4;
-      const float x0 = on ? qp[d0] * qscale : 0.0f, x1 = on ? qp[d0 + 1] * qscale : 0.0f;
-      const float x2 = on ? qp[d0 + 8] * qscale : 0.0f, x3 = on ? qp[d0 + 9] * qscale : 0.0f;
-      dev::Split<BF>(x0, x1, &qh[kk][0], &ql[kk][0]);
-      dev::Split<BF>(x2, x3, &qh[kk][1], &ql[kk][1]);
-    }
-  }
+  uint32_t qh[HD / 16][2], ql[HD / 16][2];
+  dev::LoadQFragments<Geo::kBf16, HD>(p, r, h, lane, qh, ql);
 
   const uint8_t* kb = p.k_base + static_cast<size_t>(h) * p.k_head_stride;
   const uint8_t* vb = p.v_base + static_cast<size_t>(h) * p.v_head_stride;
@@ -242,10 +486,8 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     const uint32_t t = begin + tile * T + tid;
     uint64_t ko = 0, vo = 0;
     if (t < end) {
-      const uint32_t blk_i = t / p.block_tokens, slot = t - blk_i * p.block_tokens;
-      const uint64_t blk = static_cast<uint64_t>(row.block_table[blk_i]);
-      ko = blk * p.block_stride + slot * p.k_token_stride;
-      vo = blk * p.block_stride + slot * p.v_token_stride;
+      ko = dev::TokenOffset(p, row, t, p.k_token_stride);
+      vo = dev::TokenOffset(p, row, t, p.v_token_stride);
     }
     uint64_t* o = offs + (tile & 1) * 2 * T;
     o[tid] = ko;
@@ -305,15 +547,8 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
   }
   if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
 
-  float m_run = -INFINITY, l_run = 0.0f;
-  float acc[KS][4];
-#pragma unroll
-  for (int mt = 0; mt < KS; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-  // ldmatrix addresses: lane l reads row (l & 7) of 8x8 matrix l / 8, matrices ordered
-  // (tokens 0-7, cols 0-7), (tokens 0-7, cols 8-15), (tokens 8-15, 0-7), (tokens 8-15, 8-15).
-  const int lrow = warp * 16 + ((lane >> 4) << 3) + (lane & 7);
-  const int lcol = ((lane >> 3) & 1) * 8;
-
+  dev::MmaState<HD> st;
+  st.Clear();
   for (int it = 0; it < n_tiles; ++it) {
     dev::CpAsyncWait<S - 2>();
     __syncthreads();
@@ -323,206 +558,13 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
 
     const uint32_t wt0 = begin + it * T + warp * 16;
     if (wt0 >= end) continue;
-    const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes;
-    const uint8_t* ktile = sraw;
-
-    // q.k for the warp's 16 tokens: s[n-tile][c], column = token n-tile*8 + 2c4 + {0, 1}.
-    float s[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-    if constexpr (Geo::kPlain) {
-      float sl[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};  // the lo half's own chains
-#pragma unroll
-      for (int kk = 0; kk < KS; ++kk) {
-        uint32_t b[4];
-        dev::LdMatrixX4(b, ktile + lrow * Geo::kRawPitch + (16 * kk + lcol) * 2);
-        dev::Mma<BF>(s[0], qh[kk][0], 0u, qh[kk][1], 0u, b[0], b[1]);
-        dev::Mma<BF>(s[1], qh[kk][0], 0u, qh[kk][1], 0u, b[2], b[3]);
-        dev::Mma<BF>(sl[0], ql[kk][0], 0u, ql[kk][1], 0u, b[0], b[1]);
-        dev::Mma<BF>(sl[1], ql[kk][0], 0u, ql[kk][1], 0u, b[2], b[3]);
-      }
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        s[nt][0] += sl[nt][0];
-        s[nt][1] += sl[nt][1];
-      }
-    } else {
-      // B fragments straight from the stored codes: token `quad` of each n-tile, dims
-      // 2c4 + {0, 1} and 2c4 + {8, 9} of each 16-value step, exact in f16; each 32-value
-      // block's partial scores are then scaled by its tokens' d in f32.
-      constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
-#pragma unroll
-      for (int blk = 0; blk < HD / 32; ++blk) {
-        float sb[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const uint8_t* base = ktile + (warp * 16 + nt * 8 + quad) * Geo::kRawPitch +
-                                kBlockBytes * blk + 2 + 2 * c4;
-          if constexpr (F == FormatKind::kQ8_0) {
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const __half2 b0 = dev::I8x2ToHalf2(dev::Ld16(base + 16 * half));
-              const __half2 b1 = dev::I8x2ToHalf2(dev::Ld16(base + 16 * half + 8));
-              dev::Mma<false>(sb[nt], qh[2 * blk + half][0], 0u, qh[2 * blk + half][1], 0u,
-                              *reinterpret_cast<const uint32_t*>(&b0),
-                              *reinterpret_cast<const uint32_t*>(&b1));
-            }
-          } else {
-            const uint32_t w0 = dev::Ld16(base), w1 = dev::Ld16(base + 8);
-            const __half2 l0 = dev::U4x2ToHalf2(w0), l1 = dev::U4x2ToHalf2(w1);
-            const __half2 h0 = dev::U4x2ToHalf2(w0 >> 4), h1 = dev::U4x2ToHalf2(w1 >> 4);
-            dev::Mma<false>(sb[nt], qh[2 * blk][0], 0u, qh[2 * blk][1], 0u,
-                            *reinterpret_cast<const uint32_t*>(&l0),
-                            *reinterpret_cast<const uint32_t*>(&l1));
-            dev::Mma<false>(sb[nt], qh[2 * blk + 1][0], 0u, qh[2 * blk + 1][1], 0u,
-                            *reinterpret_cast<const uint32_t*>(&h0),
-                            *reinterpret_cast<const uint32_t*>(&h1));
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-          const uint8_t* drow = ktile + (warp * 16 + nt * 8 + 2 * c4) * Geo::kRawPitch + kBlockBytes * blk;
-          s[nt][0] = fmaf(dev::HalfBits(dev::Ld16(drow)), sb[nt][0], s[nt][0]);
-          s[nt][1] = fmaf(dev::HalfBits(dev::Ld16(drow + Geo::kRawPitch)), sb[nt][1], s[nt][1]);
-        }
-      }
-    }
-
-    // Online softmax for head `quad` over tokens {2c4, 2c4 + 1, 8 + 2c4, 9 + 2c4}.
-    float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]};
-    float mt = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t t = wt0 + (i >> 1) * 8 + 2 * c4 + (i & 1);
-      if (capped) sc[i] = p.softcap * tanhf(sc[i] / p.softcap) * kLog2e;
-      if (t >= end) sc[i] = -INFINITY;
-      mt = fmaxf(mt, sc[i]);
-    }
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-    const float m_new = fmaxf(m_run, mt);
-    const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m_run - m_new);
-    float pe[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) pe[i] = sc[i] == -INFINITY ? 0.0f : exp2f(sc[i] - m_new);
-    l_run = l_run * alpha + (pe[0] + pe[1]) + (pe[2] + pe[3]);
-    m_run = m_new;
-    // Accumulator columns are heads 2c4 and 2c4 + 1: their alphas live in quads 2c4, 2c4 + 1.
-    const float a0 = __shfl_sync(0xffffffffu, alpha, 8 * c4);
-    const float a1 = __shfl_sync(0xffffffffu, alpha, 8 * c4 + 4);
-    uint32_t bh0, bl0, bh1, bl1;
-    dev::Split<BF>(pe[0], pe[1], &bh0, &bl0);
-    dev::Split<BF>(pe[2], pe[3], &bh1, &bl1);
-#pragma unroll
-    for (int m = 0; m < KS; ++m) {
-      acc[m][0] *= a0;
-      acc[m][1] *= a1;
-      acc[m][2] *= a0;
-      acc[m][3] *= a1;
-    }
-    if constexpr (Geo::kPlain) {
-      const uint8_t* vtile = sraw + T * Geo::kRawPitch;
-#pragma unroll
-      for (int m = 0; m < KS; ++m) {
-        uint32_t a[4];
-        dev::LdMatrixX4Trans(a, vtile + lrow * Geo::kRawPitch + (16 * m + lcol) * 2);
-        dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
-        dev::Mma<BF>(acc[m], a[0], a[1], a[2], a[3], bl0, bl1);
-      }
-    } else if constexpr (Geo::kVInSmem) {
-      dev::UnpackQ4V16<HD>(sraw, deq, warp, lane);
-      __syncwarp();
-#pragma unroll
-      for (int m = 0; m < KS; ++m) {
-        uint32_t a[4];
-        dev::LdMatrixX4Trans(a, deq + lrow * Geo::kHalfPitch + (16 * m + lcol) * 2);
-        dev::Mma<false>(acc[m], a[0], a[1], a[2], a[3], bh0, bh1);
-      }
-    } else {
-      // V^T's A fragments from the stored codes: this lane decodes token quad (and 8 + quad),
-      // dims 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of each 16-value step as f16(code * d), and
-      // movmatrix transposes each 8x8 piece into place.
-      constexpr int kBlockBytes = F == FormatKind::kQ8_0 ? 34 : 18;
-      const uint8_t* vraw = sraw + T * Geo::kRawPitch;
-#pragma unroll
-      for (int blk = 0; blk < HD / 32; ++blk) {
-        __half2 v[2][2][2];  // [token half][16-value step of the block][dims +0 / +8]
-#pragma unroll
-        for (int th = 0; th < 2; ++th) {
-          const uint8_t* rowp = vraw + (warp * 16 + th * 8 + quad) * Geo::kRawPitch + kBlockBytes * blk;
-          const uint16_t dbits = dev::Ld16(rowp);
-          const __half2 d2 = __halves2half2(__ushort_as_half(dbits), __ushort_as_half(dbits));
-          if constexpr (F == FormatKind::kQ8_0) {
-#pragma unroll
-            for (int part = 0; part < 2; ++part) {
-              v[th][part][0] = __hmul2(dev::I8x2ToHalf2(dev::Ld16(rowp + 2 + 16 * part + 2 * c4)), d2);
-              v[th][part][1] = __hmul2(dev::I8x2ToHalf2(dev::Ld16(rowp + 10 + 16 * part + 2 * c4)), d2);
-            }
-          } else {
-            const uint32_t w0 = dev::Ld16(rowp + 2 + 2 * c4), w1 = dev::Ld16(rowp + 10 + 2 * c4);
-            v[th][0][0] = __hmul2(dev::U4x2ToHalf2(w0), d2);
-            v[th][0][1] = __hmul2(dev::U4x2ToHalf2(w1), d2);
-            v[th][1][0] = __hmul2(dev::U4x2ToHalf2(w0 >> 4), d2);
-            v[th][1][1] = __hmul2(dev::U4x2ToHalf2(w1 >> 4), d2);
-          }
-        }
-#pragma unroll
-        for (int part = 0; part < 2; ++part) {
-          const int m = 2 * blk + part;
-          dev::Mma<false>(acc[m], dev::MovTrans(v[0][part][0]), dev::MovTrans(v[0][part][1]),
-                          dev::MovTrans(v[1][part][0]), dev::MovTrans(v[1][part][1]), bh0, bh1);
-        }
-      }
-    }
+    const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes + warp * 16 * Geo::kRawPitch;
+    dev::MmaUnit<F, HD, Geo::kRawPitch>(sraw, sraw + T * Geo::kRawPitch, wt0, end, qh, ql,
+                                        p.softcap, lane, st);
   }
   dev::CpAsyncWait<0>();
   __syncthreads();
-
-  // Merge the 4 warps (heads 0-7 of the block; those >= group are dropped).
-  float* m_acc = reinterpret_cast<float*>(smem);  // [4][8][HD]
-  float* m_m = m_acc + 4 * 8 * HD;                // [4][8]
-  float* m_l = m_m + 4 * 8;                       // [4][8]
-  float l = l_run;
-  l += __shfl_xor_sync(0xffffffffu, l, 1);
-  l += __shfl_xor_sync(0xffffffffu, l, 2);
-  if (c4 == 0) {
-    m_m[warp * 8 + quad] = m_run;
-    m_l[warp * 8 + quad] = l;
-  }
-#pragma unroll
-  for (int m = 0; m < KS; ++m) {
-    const int d0 = 16 * m + quad;
-    m_acc[(warp * 8 + 2 * c4) * HD + d0] = acc[m][0];
-    m_acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = acc[m][1];
-    m_acc[(warp * 8 + 2 * c4) * HD + d0 + 8] = acc[m][2];
-    m_acc[(warp * 8 + 2 * c4 + 1) * HD + d0 + 8] = acc[m][3];
-  }
-  __syncthreads();
-  for (int i = tid; i < static_cast<int>(p.group) * HD; i += kThreads) {
-    const int g = i / HD, dim = i % HD;
-    float M = -INFINITY;
-    for (int w = 0; w < 4; ++w) M = fmaxf(M, m_m[w * 8 + g]);
-    float L = 0.0f, O = 0.0f;
-    if (M != -INFINITY) {
-      for (int w = 0; w < 4; ++w) {
-        const float mw = m_m[w * 8 + g];
-        if (mw == -INFINITY) continue;
-        const float e = exp2f(mw - M);
-        L += m_l[w * 8 + g] * e;
-        O += m_acc[(w * 8 + g) * HD + dim] * e;
-      }
-    }
-    const size_t head = static_cast<size_t>(r) * p.n_heads + h * p.group + g;
-    const float o = L > 0.0f ? O / L : 0.0f;
-    if (p.n_splits == 1) {
-      p.out[head * HD + dim] = o;
-    } else {
-      p.part_o[(head * p.n_splits + split) * HD + dim] = o;
-      // The merge takes natural-log sums: M is in log2 units.
-      if (dim == 0) {
-        p.part_lse[head * p.n_splits + split] =
-            L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
-      }
-    }
-  }
+  dev::MergeWarpsAndStore<HD, kThreads / 32>(p, smem, st, 1, h, r, split);
 }
 
 template <FormatKind F, int HD>

@@ -12,9 +12,12 @@ nvcc --version | tail -2
 echo "== build (${SECONDS}s)"
 cmake -S src/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGTEST_SOURCE_DIR="$PWD/googletest" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" \
-  > /tmp/cmake.log 2>&1 || { tail -30 /tmp/cmake.log; exit 1; }
+  -DCMAKE_CUDA_FLAGS="--resource-usage" > /tmp/cmake.log 2>&1 || { tail -30 /tmp/cmake.log; exit 1; }
 ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; exit 1; }
+# Registers and spills of the decode kernels (ptxas --resource-usage).
+grep -A1 "Function properties for .*Decode\(Wide\|Mma\)Kernel" "$OUT/build.log" | grep -o "_Z[^ ]*\|[0-9]* bytes spill stores" | paste - - | sort -u | head -40 || true
+grep -E "ptxas info *: Used [0-9]+ registers" "$OUT/build.log" | sort | uniq -c | sort -rn | head -12 || true
 echo "== tests (${SECONDS}s)"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
@@ -22,22 +25,33 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  echo "== PyTorch SDPA bf16 baseline (${SECONDS}s)"
-  PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py > "$OUT/sdpa.csv" 2> "$OUT/sdpa.log"
-  cat "$OUT/sdpa.log"
-  echo "== kvtier_cuda_bench (${SECONDS}s)"
-  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.txt"
-  echo "== bf16 with the blocks in order (not shuffled), for comparison (${SECONDS}s)"
-  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --sequential --formats bf16 \
-    2>&1 | tail -6
-  echo "== the f32 (exact) kernel at 32K, batch 32, for comparison (${SECONDS}s)"
-  build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
-    2>&1 | tee "$OUT/bench_exact.txt" | tail -4
+  # REPEAT=n: SDPA and kvtier_cuda_bench n times in turn (SDPA's times move between runs).
+  for rep in $(seq 1 "${REPEAT:-1}"); do
+    sfx=$([ "$rep" = 1 ] && echo "" || echo "_$rep")
+    echo "== PyTorch SDPA bf16 baseline, run $rep (${SECONDS}s)"
+    PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py > "$OUT/sdpa$sfx.csv" 2> "$OUT/sdpa$sfx.log"
+    cat "$OUT/sdpa$sfx.log"
+    echo "== kvtier_cuda_bench, run $rep (${SECONDS}s)"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa$sfx.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench$sfx.txt"
+  done
+  if [ "${PER_HEAD:-1}" = 1 ]; then
+    echo "== the per-head tensor-core kernel (the first slice's), same card (${SECONDS}s)"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --per-head ${BENCH_ARGS:-} 2>&1 \
+      | tee "$OUT/bench_per_head.txt" | grep -E "^(bf16|f16|q8_0|q4_0) "
+  fi
+  if [ "${EXTRA:-0}" = 1 ]; then
+    echo "== bf16 with the blocks in order (not shuffled), for comparison (${SECONDS}s)"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --sequential --formats bf16 \
+      2>&1 | tail -6
+    echo "== the f32 (exact) kernel at 32K, batch 32, for comparison (${SECONDS}s)"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
+      2>&1 | tee "$OUT/bench_exact.txt" | tail -4
+  fi
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   echo "== pipeline-depth variants of the tensor-core kernel (${SECONDS}s)"
   # Each item: KNOB=VALUE[+KNOB=VALUE...]:formats (knobs: decode_mma.cuh).
-  for v in ${VARIANT_LIST:-Q8_QUAD_ISSUE=0+Q8_STAGES=3:q8_0 Q4_STAGES=4:q4_0 Q4_STAGES=2:q4_0 PLAIN_STAGES=2:bf16}; do
+  for v in ${VARIANT_LIST:-WIDE_Q8_UNITS=2+WIDE_Q8_STAGES=3:q8_0 WIDE_Q8_STAGES=6:q8_0 WIDE_Q4_STAGES=4:q4_0 WIDE_Q4_UNITS=4:q4_0 WIDE_PLAIN_STAGES=2:bf16}; do
     def=${v%%:*}; fmts=${v##*:}; dir=build/v_${def//[+=]/_}
     flags=$(echo "$def" | tr '+' '\n' | sed 's/^/-DKVTIER_CUDA_/' | tr '\n' ' ')
     cmake -S src/cuda -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTIER_BUILD_TESTS=OFF \
@@ -49,15 +63,15 @@ if [ "${VARIANTS:-0}" = 1 ]; then
   done
 fi
 if [ "${NCU:-0}" = 1 ]; then
-  echo "== Nsight Compute: the tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
+  echo "== Nsight Compute: the default tensor-core kernel at 32K, batch 32 (${SECONDS}s)"
   for f in ${NCU_FORMATS:-q4_0 bf16}; do
-    ncu --kernel-name regex:DecodeMma --launch-skip 3 --launch-count 1 --section SpeedOfLight \
+    ncu --kernel-name regex:Decode --launch-skip 3 --launch-count 1 --section SpeedOfLight \
       --section Occupancy --section WarpStateStats --section SchedulerStats --section LaunchStats \
       --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
       build/cuda/kvtier_cuda_bench --formats "$f" --contexts 32768 --batches 32 --iters 1 \
       >> "$OUT/ncu.txt" 2>&1
   done
-  grep -E "DecodeMma|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Hit|Mem Busy|Max Bandwidth|Stall" "$OUT/ncu.txt" | head -80
+  grep -E "Decode(Mma|Wide)|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Executed Ipc A|L1/TEX Hit|Mem Busy|Max Bandwidth|Stall" "$OUT/ncu.txt" | head -80
 fi
 echo "== done (${SECONDS}s), tests rc $rc"
 exit $rc
