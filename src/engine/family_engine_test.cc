@@ -1,16 +1,20 @@
 // The newer families through the engine: a gemma3 model with window layers (window 8, prompts
 // of 40+ tokens, chunked prefill of 7) and a phi3 model give the same greedy tokens cold, on
-// an exact RAM prefix-cache hit and on a partial hit, as a request run alone without cache.
+// an exact RAM prefix-cache hit and on a partial hit, as a request run alone without cache; and
+// after their blocks spilled to the SSD tier and the tier and cache were reopened (a restart).
 #include <gtest/gtest.h>
 
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <cstdlib>
 #include <set>
+#include <unistd.h>
 
 #include "engine/prefill.h"
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
+#include "kvtier/ssd_tier.h"
 #include "kvtier/test_model.h"
 #include "kvtier/thread_pool.h"
 
@@ -154,6 +158,59 @@ TEST_P(FamilyEngine, ColdAndRamHitsGiveTheSoloTokens) {
   EXPECT_EQ(sink.tokens[cold], solo_first) << "cold";
   EXPECT_EQ(sink.tokens[exact], solo_first) << "exact RAM hit";
   EXPECT_EQ(sink.tokens[partial], solo_longer) << "partial RAM hit";
+}
+
+TEST_P(FamilyEngine, SsdHitAfterARestartGivesTheSoloTokens) {
+  const Loaded lm = Load(GetParam()());
+  const Model& m = *lm.model;
+  char tmpl[] = "/tmp/kvtier_family_ssd_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  constexpr uint32_t kGen = 12;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 3; ++i) prompts.push_back(Prompt(40 + 5 * i, 10 + i));
+  ThreadPool threads(2);
+  auto pool = PoolFor(m, 512);
+  {  // First process: each store pushes the previous prompt's blocks to the SSD tier.
+    SsdTierOptions so;
+    so.dir = dir;
+    so.log = false;
+    std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+    PrefixCacheOptions po;
+    po.memory_budget_bytes = 4 * pool->layout().block_stride;
+    po.lower_tier = tier;
+    auto cache = PrefixCache::Create(po).value();
+    for (const auto& p : prompts) {
+      auto out = engine::Prefill(m, cache.get(), pool, p, 512, &threads);
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      const auto st = cache->Store(m.fingerprint(), p, std::move(out->sequence));
+      ASSERT_TRUE(st.ok()) << st.status().ToString();
+    }
+    tier->Flush();
+  }
+  // Second process: the tier's index from its files, a cold RAM cache above it.
+  SsdTierOptions so;
+  so.dir = dir;
+  so.log = false;
+  std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+  EXPECT_GT(tier->Stats().found_blocks, 0u);
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 64ull << 20;
+  po.lower_tier = tier;
+  auto cache = PrefixCache::Create(po).value();
+  int from_ssd = 0;
+  for (const auto& p : prompts) {
+    auto warm = engine::Prefill(m, cache.get(), pool, p, 512, &threads);
+    ASSERT_TRUE(warm.ok()) << warm.status().ToString();
+    from_ssd += warm->reused_tokens >= 32;
+    auto tokens = engine::GreedyContinue(m, warm->sequence, warm->logits, kGen, &threads);
+    ASSERT_TRUE(tokens.ok());
+    EXPECT_EQ(*tokens, Solo(m, p, kGen)) << "reused " << warm->reused_tokens;
+  }
+  EXPECT_GE(from_ssd, 2) << "too few prompts came back from the SSD tier";
+  tier.reset();
+  cache.reset();
+  (void)std::system(("rm -rf " + dir).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::Values(Gemma3, Phi3),
