@@ -1,7 +1,8 @@
 // Module model (src/model, kvtier_model; order and include rule: docs/architecture.md) owns the
 // model runtime (weights, matmul, forward pass, sampler).
 //
-// Model runtime: a decoder-only transformer (llama, qwen2, qwen3) loaded from GGUF, whose
+// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3) loaded from
+// GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
 // Weights stay in the file's mapping and in its type (f32, f16, bf16, q8_0, q4_0): nothing is
@@ -27,8 +28,12 @@ namespace kvtier {
 
 class ThreadPool;  // kvtier/thread_pool.h
 
-enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2 };
+enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2, kPhi3 = 3, kGemma3 = 4 };
 std::string_view ModelArchName(ModelArch a);
+
+// The feed-forward activation of the gated FFN: silu(gate) * up, or gelu(gate) * up (GeGLU,
+// gelu's tanh approximation as in gemma).
+enum class FfnActivation : uint8_t { kSilu = 0, kGeluTanh = 1 };
 
 struct ModelConfig {
   ModelArch arch = ModelArch::kLlama;
@@ -49,8 +54,19 @@ struct ModelConfig {
   bool tied_embeddings = false;
   bool qk_norm = false;      // qwen3: RMSNorm on each q and k head before RoPE
   bool qkv_bias = false;     // qwen2: biases on q, k, v
+  // Family extensions (phi3, gemma3; docs/model.md). Defaults leave llama/qwen unchanged.
+  uint32_t sliding_window = 0;  // window layers attend the last this many tokens; 0 = none
+  uint32_t swa_period = 0;      // layer l is a window layer when l % period < period - 1
+  float rope_theta_swa = 10000.0f;  // RoPE base of the window layers (no position scaling)
+  float attn_scale = 0.0f;      // softmax scale; 0 = 1 / sqrt(head_dim)
+  float embd_scale = 1.0f;      // token embeddings times this (gemma3: sqrt(n_embd))
+  float final_softcap = 0.0f;   // logits = cap * tanh(logits / cap); 0 = off
+  bool post_norms = false;      // gemma3: RMSNorm on the attention and FFN outputs too
+  FfnActivation ffn_act = FfnActivation::kSilu;
 
   KvShape kv_shape() const;  // n_layers, n_kv_heads, head_dim
+  // Layer l's attention window in tokens (0 = global: the whole context).
+  uint32_t layer_window(uint32_t l) const;
 };
 
 // One weight matrix: n_out rows of n_in values each, in a ggml type (ggml shape [n_in, n_out]).

@@ -1,13 +1,15 @@
 // Module test_model (src/test_model, kvtier_test_model; order and include rule:
 // docs/architecture.md) owns seeded random test models written as GGUF.
 //
-// Test models: seeded random llama / qwen2 / qwen3 weights written as GGUF with llama.cpp's
+// Test models: seeded random llama / qwen2 / qwen3 / phi3 / gemma3 weights written as GGUF with llama.cpp's
 // tensor names and metadata keys, and a byte-level BPE ("gpt2") tokenizer, so that kvtier and
 // llama.cpp can both load them (`kvtier make-test-model`).
 //
-// Weights are normal(0, 0.02) from a per-tensor stream (seed and tensor name), stored in the
-// chosen weight type (q8_0 / q4_0 through kvtier's quantizers, byte-identical to ggml); norm
-// weights are 1.0, biases normal(0, 0.02), both f32.
+// Weights are normal(0, weight_std = 0.02) from a per-tensor stream (seed and tensor name),
+// stored in the chosen weight type (q8_0 / q4_0 through kvtier's quantizers, byte-identical to
+// ggml); norm weights are 1.0, biases normal(0, weight_std), both f32. phi3 writes fused
+// attn_qkv and ffn_up (gate then up) matrices; gemma3 adds q/k norms, post-attention and
+// post-FFN norms and, with sliding_window > 0, its window keys.
 // Tokenizer: the 256 byte tokens in GPT-2's bytes_to_unicode order (ids 0..255), control
 // fillers "<|filler_N|>" up to vocab - 3 (user-defined instead with `text_fillers`, so that
 // detokenizers render them), then "<|endoftext|>" (bos, eos), "<|im_start|>", "<|im_end|>"; no
@@ -28,7 +30,7 @@ namespace kvtier {
 
 // Defaults: Qwen3-0.6B's shape.
 struct TestModelConfig {
-  std::string arch = "qwen3";  // llama, qwen2, qwen3
+  std::string arch = "qwen3";  // llama, qwen2, qwen3, phi3 (heads x head_dim = hidden), gemma3
   std::string name;            // general.name; empty: "kvtier-test-<arch>"
   uint32_t hidden = 1024;
   uint32_t layers = 28;
@@ -47,6 +49,13 @@ struct TestModelConfig {
   // (rendered as nothing): a random model almost always samples a filler, so without this its
   // answers are empty text, and a client cannot time its first token or its decode.
   bool text_fillers = false;
+  float weight_std = 0.02f;  // std of the random weights (larger: sharper logits)
+  // gemma3 only: attention.sliding_window (0: none), sliding_window_pattern, rope.freq_base_swa,
+  // final_logit_softcapping (0: none).
+  uint32_t sliding_window = 0;
+  uint32_t swa_period = 6;
+  double rope_theta_swa = 10000.0;
+  double final_softcap = 0.0;
 };
 
 // "f16" -> kF16; the weight types make-test-model writes (f32, f16, bf16, q8_0, q4_0).

@@ -246,13 +246,13 @@ Command CacheDirCommand() {
 
 Command MakeTestModelCommand() {
   return {"make-test-model",
-          "Write a seeded random llama/qwen2/qwen3 model as GGUF (llama.cpp names and keys, "
+          "Write a seeded random llama/qwen2/qwen3/phi3/gemma3 model as GGUF (llama.cpp names and keys, "
           "byte-level BPE tokenizer); defaults: Qwen3-0.6B's shape",
           {}, [](CLI::App& m) -> CommandRun {
     auto f = std::make_shared<MakeTestModelFlags>();
     TestModelConfig& c = f->config;
     m.add_option("--out", f->out, "Output GGUF file")->required();
-    m.add_option("--arch", c.arch, "llama, qwen2 or qwen3")->capture_default_str();
+    m.add_option("--arch", c.arch, "llama, qwen2, qwen3, phi3 or gemma3")->capture_default_str();
     m.add_option("--hidden", c.hidden, "Embedding length")->capture_default_str();
     m.add_option("--layers", c.layers, "Blocks")->capture_default_str();
     m.add_option("--heads", c.heads, "Query heads")->capture_default_str();
@@ -267,6 +267,11 @@ Command MakeTestModelCommand() {
     m.add_flag("--tied", c.tied, "Output projection shares token_embd (default)");
     m.add_flag("--no-tied", f->no_tied, "Write a separate output.weight");
     m.add_option("--seed", c.seed, "Seed of the weights")->capture_default_str();
+    m.add_option("--weight-std", c.weight_std, "Std of the random weights")->capture_default_str();
+    m.add_option("--window", c.sliding_window, "gemma3: sliding window (0: none)");
+    m.add_option("--swa-period", c.swa_period, "gemma3: every Nth layer is global")
+        ->capture_default_str();
+    m.add_option("--final-softcap", c.final_softcap, "gemma3: final logit soft-cap (0: none)");
     m.add_option("--name", c.name, "general.name (default kvtier-test-<arch>)");
     m.add_flag("--text-fillers", c.text_fillers,
                "Filler tokens are user-defined, so the random model's answers render as text "

@@ -54,6 +54,53 @@ TEST(MakeTestModelBinary, WritesAModelAndRejectsBadFlags) {
   EXPECT_FALSE(std::filesystem::exists(path));
 }
 
+TEST(MakeTestModelBinary, WritesGemma3WindowKeysAndPhi3FusedTensors) {
+  const std::string path =
+      ::testing::TempDir() + "/kvtier_mtm_fam_" + std::to_string(getpid()) + ".gguf";
+  std::string out;
+  ASSERT_EQ(RunKvtier("make-test-model --out " + path +
+                          " --arch gemma3 --hidden 64 --layers 3 --heads 2 --kv-heads 1"
+                          " --head-dim 64 --ffn 64 --vocab 300 --ctx 128 --weight-type f16"
+                          " --window 16 --swa-period 3 --final-softcap 30 --weight-std 0.05",
+                      &out),
+            0)
+      << out;
+  {
+    auto f = GgufFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(*(*f)->GetUint("gemma3.attention.sliding_window"), 16u);
+    EXPECT_EQ(*(*f)->GetUint("gemma3.attention.sliding_window_pattern"), 3u);
+    EXPECT_FLOAT_EQ(static_cast<float>(*(*f)->GetFloat("gemma3.final_logit_softcapping")), 30.0f);
+    ASSERT_NE((*f)->FindTensor("blk.2.post_ffw_norm.weight"), nullptr);
+    ASSERT_NE((*f)->FindTensor("blk.0.attn_q_norm.weight"), nullptr);
+  }
+  out.clear();
+  ASSERT_EQ(RunKvtier("make-test-model --out " + path +
+                          " --arch phi3 --hidden 128 --layers 1 --heads 2 --kv-heads 1"
+                          " --head-dim 64 --ffn 96 --vocab 300 --ctx 128 --weight-type f32",
+                      &out),
+            0)
+      << out;
+  {
+    auto f = GgufFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    const GgufTensor* qkv = (*f)->FindTensor("blk.0.attn_qkv.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->shape, (std::vector<uint64_t>{128, 256}));  // q 128 + k 64 + v 64 rows
+    const GgufTensor* up = (*f)->FindTensor("blk.0.ffn_up.weight");
+    ASSERT_NE(up, nullptr);
+    EXPECT_EQ(up->shape, (std::vector<uint64_t>{128, 192}));  // gate then up
+    EXPECT_EQ((*f)->FindTensor("blk.0.ffn_gate.weight"), nullptr);
+  }
+  std::filesystem::remove(path);
+  out.clear();
+  EXPECT_EQ(RunKvtier("make-test-model --out " + path +
+                          " --arch phi3 --hidden 100 --heads 2 --head-dim 64 --kv-heads 1",
+                      &out),
+            2);
+  EXPECT_NE(out.find("phi3 needs 128 = --hidden 100"), std::string::npos) << out;
+}
+
 TEST(MakeTestModel, RunReportsWhatItWrote) {
   MakeTestModelFlags f;
   f.out = ::testing::TempDir() + "/kvtier_mtm_run_" + std::to_string(getpid()) + ".gguf";

@@ -1,6 +1,8 @@
 // The forward pass: embeddings, per layer RMSNorm -> q/k/v -> (bias, q/k norm) -> RoPE ->
 // append K/V to the batch cache -> fused attention over the paged cache -> output projection
-// -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and logits.
+// -> residual -> RMSNorm -> SwiGLU FFN -> residual; final norm and logits. The families' extras
+// (arch.cc) slot in: fused qkv / gate-up matrices (phi3); embedding scale, per-layer window and
+// RoPE base, post-norms, GeGLU and the logit soft-cap (gemma3).
 // Every row's new tokens are laid out one row after another ("flat", T = sum n_i tokens).
 #include <algorithm>
 #include <cmath>
@@ -108,6 +110,10 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
   std::vector<float> q(T * H * D), att(T * H * D);         // [T, H, D]
   std::vector<float> k(T * Hkv * D), v(T * Hkv * D);       // [T, Hkv, D]
   std::vector<float> gate(T * F), up(T * F);               // [T, F]
+  std::vector<float> fused;  // [T, (H + 2 Hkv) D] (fused qkv) or [T, 2F] (fused gate-up)
+  if (!layers_.empty() && (layers_[0].wqkv.data != nullptr || layers_[0].gate.data == nullptr)) {
+    fused.resize(T * std::max((H + 2 * Hkv) * D, 2 * F));
+  }
   const bool ragged = T != B * max_n;
   std::vector<float> k_pad, v_pad;                         // [B, max_n, Hkv, D] when ragged
   if (ragged) {
@@ -127,6 +133,9 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
       }
     }
   }
+  if (c.embd_scale != 1.0f) {
+    for (float& e : x) e *= c.embd_scale;
+  }
   if (AnyNonFinite(x.data(), T * E)) return NonFinite("in the token embeddings (token_embd)");
 
   model::RopeParams rope;
@@ -139,14 +148,28 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
 
   AttentionParams ap;
   ap.n_heads = c.n_heads;
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  ap.scale = c.attn_scale > 0.0f ? c.attn_scale : 1.0f / std::sqrt(static_cast<float>(D));
 
   for (uint32_t l = 0; l < c.n_layers; ++l) {
     const Layer& L = layers_[l];
+    ap.window = c.layer_window(l);
+    rope.theta_base = ap.window > 0 ? c.rope_theta_swa : c.rope_theta;
+    rope.pos_scale = ap.window > 0 ? 1.0f : c.rope_pos_scale;
     model::RmsNorm(x.data(), L.attn_norm, T, E, c.rms_eps, xb.data());
-    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wq, xb.data(), T, q.data(), pool));
-    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wk, xb.data(), T, k.data(), pool));
-    KVTIER_RETURN_IF_ERROR(model::MatMul(L.wv, xb.data(), T, v.data(), pool));
+    if (L.wqkv.data != nullptr) {
+      const size_t W = (H + 2 * Hkv) * D;
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.wqkv, xb.data(), T, fused.data(), pool));
+      for (size_t t = 0; t < T; ++t) {
+        const float* row = fused.data() + t * W;
+        std::memcpy(q.data() + t * H * D, row, H * D * sizeof(float));
+        std::memcpy(k.data() + t * Hkv * D, row + H * D, Hkv * D * sizeof(float));
+        std::memcpy(v.data() + t * Hkv * D, row + (H + Hkv) * D, Hkv * D * sizeof(float));
+      }
+    } else {
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.wq, xb.data(), T, q.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.wk, xb.data(), T, k.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.wv, xb.data(), T, v.data(), pool));
+    }
     if (L.bq != nullptr) {
       model::AddBias(q.data(), L.bq, T, H * D);
       model::AddBias(k.data(), L.bk, T, Hkv * D);
@@ -169,6 +192,9 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     KVTIER_ASSIGN_OR_RETURN(const PagedKvView view, cache.View(l));
     KVTIER_RETURN_IF_ERROR(Attention(view, q.data(), n, ap, att.data(), pool));
     KVTIER_RETURN_IF_ERROR(model::MatMul(L.wo, att.data(), T, xb.data(), pool));
+    if (L.attn_post_norm != nullptr) {
+      model::RmsNorm(xb.data(), L.attn_post_norm, T, E, c.rms_eps, xb.data());
+    }
     for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
     if (AnyNonFinite(x.data(), T * E)) {
       return NonFinite("in layer " + std::to_string(l) + " (blk." + std::to_string(l) +
@@ -176,10 +202,25 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     }
 
     model::RmsNorm(x.data(), L.ffn_norm, T, E, c.rms_eps, xb.data());
-    KVTIER_RETURN_IF_ERROR(model::MatMul(L.gate, xb.data(), T, gate.data(), pool));
-    KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb.data(), T, up.data(), pool));
-    model::SwiGlu(gate.data(), up.data(), T * F);
+    if (L.gate.data == nullptr) {  // fused: each token's row is gate then up
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb.data(), T, fused.data(), pool));
+      for (size_t t = 0; t < T; ++t) {
+        std::memcpy(gate.data() + t * F, fused.data() + t * 2 * F, F * sizeof(float));
+        std::memcpy(up.data() + t * F, fused.data() + t * 2 * F + F, F * sizeof(float));
+      }
+    } else {
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.gate, xb.data(), T, gate.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb.data(), T, up.data(), pool));
+    }
+    if (c.ffn_act == FfnActivation::kGeluTanh) {
+      model::GeGlu(gate.data(), up.data(), T * F);
+    } else {
+      model::SwiGlu(gate.data(), up.data(), T * F);
+    }
     KVTIER_RETURN_IF_ERROR(model::MatMul(L.down, gate.data(), T, xb.data(), pool));
+    if (L.ffn_post_norm != nullptr) {
+      model::RmsNorm(xb.data(), L.ffn_post_norm, T, E, c.rms_eps, xb.data());
+    }
     for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
     if (AnyNonFinite(x.data(), T * E)) {
       return NonFinite("in layer " + std::to_string(l) + " (blk." + std::to_string(l) +
@@ -201,6 +242,7 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
   }
   model::RmsNorm(xb.data(), output_norm_, n_out, E, c.rms_eps, xb.data());
   KVTIER_RETURN_IF_ERROR(model::MatMul(output_, xb.data(), n_out, logits, pool));
+  if (c.final_softcap > 0.0f) model::SoftCap(logits, n_out * c.n_vocab, c.final_softcap);
   if (AnyNonFinite(logits, n_out * c.n_vocab)) {
     return NonFinite("in the logits (output_norm / output)");
   }

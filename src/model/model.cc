@@ -13,6 +13,8 @@ std::string_view ModelArchName(ModelArch a) {
     case ModelArch::kLlama: return "llama";
     case ModelArch::kQwen2: return "qwen2";
     case ModelArch::kQwen3: return "qwen3";
+    case ModelArch::kPhi3: return "phi3";
+    case ModelArch::kGemma3: return "gemma3";
   }
   return "unknown";
 }
@@ -91,6 +93,13 @@ ModelFingerprint Fingerprint(const ModelConfig& c, const GgufFile& f) {
                      FloatBits(c.rms_eps), uint32_t{c.qk_norm}, uint32_t{c.qkv_bias}}) {
     h.U32(v);
   }
+  if (c.arch == ModelArch::kPhi3 || c.arch == ModelArch::kGemma3) {  // older keys stay as they were
+    for (uint32_t v : {c.sliding_window, c.swa_period, FloatBits(c.rope_theta_swa),
+                       FloatBits(c.attn_scale), FloatBits(c.embd_scale), uint32_t{c.post_norms},
+                       static_cast<uint32_t>(c.ffn_act)}) {
+      h.U32(v);
+    }
+  }
   h.U64(f.tensors().size());
   for (const GgufTensor& t : f.tensors()) {
     h.U64(t.name.size());
@@ -121,9 +130,13 @@ Result<ModelConfig> ReadConfig(const GgufFile& f) {
     c.arch = ModelArch::kQwen3;
     c.rope_neox = true;
     c.qk_norm = true;
+  } else if (*arch == "phi3") {
+    c.arch = ModelArch::kPhi3;
+  } else if (*arch == "gemma3") {
+    c.arch = ModelArch::kGemma3;
   } else {
-    return Status::Unimplemented(f.path() + ": architecture '" + *arch +
-                                 "' is not supported (supported: llama, qwen2, qwen3)");
+    return Status::Unimplemented(f.path() + ": architecture '" + *arch + "' is not supported " +
+                                 "(supported: " + std::string(model::kSupportedArchs) + ")");
   }
   auto name = f.GetString("general.name");
   c.name = name.ok() ? *name : f.path();
@@ -169,6 +182,7 @@ Result<ModelConfig> ReadConfig(const GgufFile& f) {
                                    "as rope_freqs.weight)");
     }
   }
+  KVTIER_RETURN_IF_ERROR(model::ReadFamilyConfig(f, *arch, &c));
   return c;
 }
 
@@ -271,9 +285,13 @@ Status Model::Bind() {
     Layer& L = layers_[l];
     const std::string p = "blk." + std::to_string(l) + ".";
     KVTIER_ASSIGN_OR_RETURN(L.attn_norm, b.Vector(p + "attn_norm.weight", E, false));
-    KVTIER_ASSIGN_OR_RETURN(L.wq, b.Matrix(p + "attn_q.weight", E, H * D));
-    KVTIER_ASSIGN_OR_RETURN(L.wk, b.Matrix(p + "attn_k.weight", E, Hkv * D));
-    KVTIER_ASSIGN_OR_RETURN(L.wv, b.Matrix(p + "attn_v.weight", E, Hkv * D));
+    if (f.FindTensor(p + "attn_qkv.weight") != nullptr) {  // fused (phi3): rows q, k, v
+      KVTIER_ASSIGN_OR_RETURN(L.wqkv, b.Matrix(p + "attn_qkv.weight", E, (H + 2 * Hkv) * D));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(L.wq, b.Matrix(p + "attn_q.weight", E, H * D));
+      KVTIER_ASSIGN_OR_RETURN(L.wk, b.Matrix(p + "attn_k.weight", E, Hkv * D));
+      KVTIER_ASSIGN_OR_RETURN(L.wv, b.Matrix(p + "attn_v.weight", E, Hkv * D));
+    }
     KVTIER_ASSIGN_OR_RETURN(L.wo, b.Matrix(p + "attn_output.weight", H * D, E));
     KVTIER_ASSIGN_OR_RETURN(L.bq, b.Vector(p + "attn_q.bias", H * D, !cfg_.qkv_bias));
     KVTIER_ASSIGN_OR_RETURN(L.bk, b.Vector(p + "attn_k.bias", Hkv * D, !cfg_.qkv_bias));
@@ -281,8 +299,17 @@ Status Model::Bind() {
     KVTIER_ASSIGN_OR_RETURN(L.q_norm, b.Vector(p + "attn_q_norm.weight", D, !cfg_.qk_norm));
     KVTIER_ASSIGN_OR_RETURN(L.k_norm, b.Vector(p + "attn_k_norm.weight", D, !cfg_.qk_norm));
     KVTIER_ASSIGN_OR_RETURN(L.ffn_norm, b.Vector(p + "ffn_norm.weight", E, false));
-    KVTIER_ASSIGN_OR_RETURN(L.gate, b.Matrix(p + "ffn_gate.weight", E, F));
-    KVTIER_ASSIGN_OR_RETURN(L.up, b.Matrix(p + "ffn_up.weight", E, F));
+    if (cfg_.arch == ModelArch::kPhi3) {  // one up matrix: rows gate then up
+      KVTIER_ASSIGN_OR_RETURN(L.up, b.Matrix(p + "ffn_up.weight", E, 2 * F));
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(L.gate, b.Matrix(p + "ffn_gate.weight", E, F));
+      KVTIER_ASSIGN_OR_RETURN(L.up, b.Matrix(p + "ffn_up.weight", E, F));
+    }
+    if (cfg_.post_norms) {
+      KVTIER_ASSIGN_OR_RETURN(L.attn_post_norm, b.Vector(p + "post_attention_norm.weight", E,
+                                                          false));
+      KVTIER_ASSIGN_OR_RETURN(L.ffn_post_norm, b.Vector(p + "post_ffw_norm.weight", E, false));
+    }
     KVTIER_ASSIGN_OR_RETURN(L.down, b.Matrix(p + "ffn_down.weight", F, E));
   }
   return Status::OK();

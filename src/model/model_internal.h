@@ -15,6 +15,8 @@ struct Model::Layer {
   const float* attn_norm = nullptr;  // [n_embd]
   WeightMatrix wq;                   // [n_heads * head_dim][n_embd]
   WeightMatrix wk, wv;               // [n_kv_heads * head_dim][n_embd]
+  WeightMatrix wqkv;                 // phi3: [(n_heads + 2 n_kv_heads) * head_dim][n_embd]
+                                     // (rows q, k, v) instead of wq, wk, wv; else empty
   WeightMatrix wo;                   // [n_embd][n_heads * head_dim]
   const float* bq = nullptr;         // [n_heads * head_dim] (qwen2) or null
   const float* bk = nullptr;         // [n_kv_heads * head_dim] or null
@@ -22,8 +24,11 @@ struct Model::Layer {
   const float* q_norm = nullptr;     // [head_dim] (qwen3) or null
   const float* k_norm = nullptr;     // [head_dim] or null
   const float* ffn_norm = nullptr;   // [n_embd]
-  WeightMatrix gate, up;             // [n_ff][n_embd]
+  WeightMatrix gate, up;             // [n_ff][n_embd]; phi3: gate empty, up [2 n_ff][n_embd]
+                                     // (rows gate then up)
   WeightMatrix down;                 // [n_embd][n_ff]
+  const float* attn_post_norm = nullptr;  // gemma3: [n_embd] on the attention output, or null
+  const float* ffn_post_norm = nullptr;   // gemma3: [n_embd] on the FFN output, or null
 };
 
 // Looks tensors up by name and checks shape and type; adds their sizes to *bytes.
@@ -39,5 +44,17 @@ class ModelBinder {
   const GgufFile& f_;
   size_t* bytes_;
 };
+
+namespace model {
+
+// The architectures Model::Load accepts, for error messages.
+inline constexpr const char* kSupportedArchs = "llama, qwen2, qwen3, phi3, gemma3";
+
+// The keys and conventions of the newer families (arch.cc): phi3 (NeoX RoPE; llama.cpp runs it
+// without its sliding window, and so does kvtier) and gemma3 (window layers, their RoPE base,
+// QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap). No-op for llama / qwen*.
+Status ReadFamilyConfig(const GgufFile& f, const std::string& arch, ModelConfig* c);
+
+}  // namespace model
 
 }  // namespace kvtier

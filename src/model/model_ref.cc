@@ -54,14 +54,15 @@ void Norm(Vec& x, const Vec& w, size_t rows, size_t n, double eps) {
   }
 }
 
-void RopeRef(Vec& x, size_t n, size_t heads, const ModelConfig& c, const Vec* factors) {
+void RopeRef(Vec& x, size_t n, size_t heads, const ModelConfig& c, double theta_base,
+             double pos_scale, const Vec* factors) {
   const size_t D = c.head_dim, half = c.rope_dims / 2;
   for (size_t t = 0; t < n; ++t) {
     for (size_t h = 0; h < heads; ++h) {
       double* v = x.data() + (t * heads + h) * D;
       for (size_t i = 0; i < half; ++i) {
-        double theta = double(t) * double(c.rope_pos_scale) *
-                       std::pow(double(c.rope_theta), -2.0 * double(i) / double(c.rope_dims));
+        double theta = double(t) * pos_scale *
+                       std::pow(theta_base, -2.0 * double(i) / double(c.rope_dims));
         if (factors != nullptr) theta /= (*factors)[i];
         const size_t a = c.rope_neox ? i : 2 * i, b = c.rope_neox ? i + half : 2 * i + 1;
         const double x0 = v[a], x1 = v[b];
@@ -93,6 +94,7 @@ Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32
   for (size_t t = 0; t < n; ++t) {
     std::copy_n(embd.begin() + size_t(tokens[t]) * E, E, x.begin() + t * E);
   }
+  for (double& e : x) e *= double(c.embd_scale);
   Vec factors;
   const bool has_factors = f.FindTensor("rope_freqs.weight") != nullptr;
   if (has_factors) {
@@ -103,9 +105,22 @@ Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32
     Vec xb = x;
     KVTIER_ASSIGN_OR_RETURN(const Vec an, Dense(f, p + "attn_norm.weight"));
     Norm(xb, an, n, E, c.rms_eps);
-    KVTIER_ASSIGN_OR_RETURN(Vec q, Apply(f, p + "attn_q.weight", xb, n));  // [n, H, D]
-    KVTIER_ASSIGN_OR_RETURN(Vec k, Apply(f, p + "attn_k.weight", xb, n));  // [n, Hkv, D]
-    KVTIER_ASSIGN_OR_RETURN(Vec v, Apply(f, p + "attn_v.weight", xb, n));  // [n, Hkv, D]
+    Vec q, k, v;  // [n, H, D], [n, Hkv, D], [n, Hkv, D]
+    if (f.FindTensor(p + "attn_qkv.weight") != nullptr) {
+      KVTIER_ASSIGN_OR_RETURN(const Vec qkv, Apply(f, p + "attn_qkv.weight", xb, n));
+      const size_t W = (H + 2 * Hkv) * D;
+      for (size_t t = 0; t < n; ++t) {
+        const auto row = qkv.begin() + ptrdiff_t(t * W);
+        q.insert(q.end(), row, row + ptrdiff_t(H * D));
+        k.insert(k.end(), row + ptrdiff_t(H * D), row + ptrdiff_t((H + Hkv) * D));
+        v.insert(v.end(), row + ptrdiff_t((H + Hkv) * D), row + ptrdiff_t(W));
+      }
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(q, Apply(f, p + "attn_q.weight", xb, n));
+      KVTIER_ASSIGN_OR_RETURN(k, Apply(f, p + "attn_k.weight", xb, n));
+      KVTIER_ASSIGN_OR_RETURN(v, Apply(f, p + "attn_v.weight", xb, n));
+    }
+    const size_t window = c.layer_window(l);
     if (c.qkv_bias) {
       KVTIER_ASSIGN_OR_RETURN(const Vec bq, Dense(f, p + "attn_q.bias"));
       KVTIER_ASSIGN_OR_RETURN(const Vec bk, Dense(f, p + "attn_k.bias"));
@@ -120,41 +135,70 @@ Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32
       Norm(q, qn, n * H, D, c.rms_eps);
       Norm(k, kn, n * Hkv, D, c.rms_eps);
     }
-    RopeRef(q, n, H, c, has_factors ? &factors : nullptr);
-    RopeRef(k, n, Hkv, c, has_factors ? &factors : nullptr);
+    const double theta_base = window > 0 ? c.rope_theta_swa : c.rope_theta;
+    const double pos_scale = window > 0 ? 1.0 : c.rope_pos_scale;
+    RopeRef(q, n, H, c, theta_base, pos_scale, has_factors ? &factors : nullptr);
+    RopeRef(k, n, Hkv, c, theta_base, pos_scale, has_factors ? &factors : nullptr);
     KVTIER_RETURN_IF_ERROR(ThroughFormat(k, n * Hkv, D, k_format));
     KVTIER_RETURN_IF_ERROR(ThroughFormat(v, n * Hkv, D, v_format));
     Vec att(n * H * D, 0.0);  // [n, H, D]
-    const double scale = 1.0 / std::sqrt(double(D));
+    const double scale = c.attn_scale > 0.0f ? double(c.attn_scale) : 1.0 / std::sqrt(double(D));
     for (size_t t = 0; t < n; ++t) {
+      const size_t j0 = window > 0 && t + 1 > window ? t + 1 - window : 0;
       for (size_t h = 0; h < H; ++h) {
         const size_t kh = h / (H / Hkv);
-        Vec s(t + 1);
+        Vec s(t + 1, 0.0);
         double mx = -1e300;
-        for (size_t j = 0; j <= t; ++j) {
+        for (size_t j = j0; j <= t; ++j) {
           double d = 0.0;
           for (size_t i = 0; i < D; ++i) d += q[(t * H + h) * D + i] * k[(j * Hkv + kh) * D + i];
           s[j] = d * scale;
           mx = std::max(mx, s[j]);
         }
         double sum = 0.0;
-        for (size_t j = 0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
-        for (size_t j = 0; j <= t; ++j) {
+        for (size_t j = j0; j <= t; ++j) sum += (s[j] = std::exp(s[j] - mx));
+        for (size_t j = j0; j <= t; ++j) {
           for (size_t i = 0; i < D; ++i) {
             att[(t * H + h) * D + i] += s[j] / sum * v[(j * Hkv + kh) * D + i];
           }
         }
       }
     }
-    KVTIER_ASSIGN_OR_RETURN(const Vec o, Apply(f, p + "attn_output.weight", att, n));
+    KVTIER_ASSIGN_OR_RETURN(Vec o, Apply(f, p + "attn_output.weight", att, n));
+    if (c.post_norms) {
+      KVTIER_ASSIGN_OR_RETURN(const Vec pn, Dense(f, p + "post_attention_norm.weight"));
+      Norm(o, pn, n, E, c.rms_eps);
+    }
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
     xb = x;
     KVTIER_ASSIGN_OR_RETURN(const Vec fn, Dense(f, p + "ffn_norm.weight"));
     Norm(xb, fn, n, E, c.rms_eps);
-    KVTIER_ASSIGN_OR_RETURN(Vec g, Apply(f, p + "ffn_gate.weight", xb, n));  // [n, F]
-    KVTIER_ASSIGN_OR_RETURN(const Vec u, Apply(f, p + "ffn_up.weight", xb, n));
-    for (size_t i = 0; i < n * F; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-    KVTIER_ASSIGN_OR_RETURN(const Vec d, Apply(f, p + "ffn_down.weight", g, n));
+    Vec g, u;  // [n, F] each
+    if (f.FindTensor(p + "ffn_gate.weight") == nullptr) {  // phi3: rows gate then up
+      KVTIER_ASSIGN_OR_RETURN(const Vec gu, Apply(f, p + "ffn_up.weight", xb, n));
+      for (size_t t = 0; t < n; ++t) {
+        const auto row = gu.begin() + ptrdiff_t(t * 2 * F);
+        g.insert(g.end(), row, row + ptrdiff_t(F));
+        u.insert(u.end(), row + ptrdiff_t(F), row + ptrdiff_t(2 * F));
+      }
+    } else {
+      KVTIER_ASSIGN_OR_RETURN(g, Apply(f, p + "ffn_gate.weight", xb, n));
+      KVTIER_ASSIGN_OR_RETURN(u, Apply(f, p + "ffn_up.weight", xb, n));
+    }
+    for (size_t i = 0; i < n * F; ++i) {
+      if (c.ffn_act == FfnActivation::kGeluTanh) {
+        const double a = std::sqrt(2.0 / 3.14159265358979323846) *
+                         (g[i] + 0.044715 * g[i] * g[i] * g[i]);
+        g[i] = 0.5 * g[i] * (1.0 + std::tanh(a)) * u[i];
+      } else {
+        g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
+      }
+    }
+    KVTIER_ASSIGN_OR_RETURN(Vec d, Apply(f, p + "ffn_down.weight", g, n));
+    if (c.post_norms) {
+      KVTIER_ASSIGN_OR_RETURN(const Vec pn, Dense(f, p + "post_ffw_norm.weight"));
+      Norm(d, pn, n, E, c.rms_eps);
+    }
     for (size_t i = 0; i < x.size(); ++i) x[i] += d[i];
   }
   KVTIER_ASSIGN_OR_RETURN(const Vec on, Dense(f, "output_norm.weight"));
@@ -163,6 +207,10 @@ Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32
                                                                    : "token_embd.weight";
   KVTIER_ASSIGN_OR_RETURN(*logits, Apply(f, out_name, x, n));
   if (logits->size() != n * V) return Status::Internal("reference: logits size");
+  if (c.final_softcap > 0.0f) {
+    const double cap = c.final_softcap;
+    for (double& z : *logits) z = cap * std::tanh(z / cap);
+  }
   return Status::OK();
 }
 

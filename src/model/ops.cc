@@ -47,6 +47,18 @@ void SwiGlu(float* g, const float* u, size_t n) {
   for (size_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
 }
 
+void GeGlu(float* g, const float* u, size_t n) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f, kCoef = 0.044715f;
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g[i];
+    g[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoef * x * x))) * u[i];
+  }
+}
+
+void SoftCap(float* x, size_t n, float cap) {
+  for (size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void AddBias(float* x, const float* b, size_t n_tok, size_t n) {
   for (size_t t = 0; t < n_tok; ++t) {
     for (size_t i = 0; i < n; ++i) x[t * n + i] += b[i];

@@ -1,6 +1,6 @@
 // Element-wise and per-token operations of the transformer forward pass (RMSNorm, RoPE,
-// SwiGLU, bias). Plain loops: they cost O(hidden) per token against O(hidden^2) for the
-// matrix products. Stateless; thread-safe.
+// SwiGLU, GeGLU, soft-cap, bias). Plain loops: they cost O(hidden) per token against
+// O(hidden^2) for the matrix products. Stateless; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -27,6 +27,12 @@ void Rope(float* x, size_t n_tok, size_t n_heads, std::span<const int32_t> pos,
 
 // g[i] = silu(g[i]) * u[i] for n values.
 void SwiGlu(float* g, const float* u, size_t n);
+
+// g[i] = gelu(g[i]) * u[i] for n values (gelu's tanh approximation, as gemma and ggml use).
+void GeGlu(float* g, const float* u, size_t n);
+
+// x[i] = cap * tanh(x[i] / cap) for n values (cap > 0).
+void SoftCap(float* x, size_t n, float cap);
 
 // x[t] += b for n_tok rows of n values.
 void AddBias(float* x, const float* b, size_t n_tok, size_t n);

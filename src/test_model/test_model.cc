@@ -1,5 +1,5 @@
-// Test models (see test_model.h): shapes and names as llama.cpp's llama / qwen2 / qwen3
-// loaders expect them, seeded random weights, a byte-level BPE tokenizer.
+// Test models (see test_model.h): shapes and names as llama.cpp's llama / qwen2 / qwen3 / phi3 /
+// gemma3 loaders expect them, seeded random weights, a byte-level BPE tokenizer.
 //
 // Ownership: BuildTestModel returns a writer owning every tensor's bytes.
 // Thread safety: pure functions; thread-safe.
@@ -128,29 +128,40 @@ struct TensorSpec {
 
 std::vector<TensorSpec> Tensors(const TestModelConfig& c) {
   const uint64_t q = uint64_t{c.heads} * c.head_dim, kv = uint64_t{c.kv_heads} * c.head_dim;
-  constexpr float kStd = 0.02f;
+  const float kStd = c.weight_std;
+  const bool phi3 = c.arch == "phi3", gemma3 = c.arch == "gemma3";
   std::vector<TensorSpec> t;
   t.push_back({"token_embd.weight", c.hidden, c.vocab, true, kStd, 0});
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string p = std::string("blk.") + std::to_string(l) + ".";
     t.push_back({p + "attn_norm.weight", c.hidden, 1, false, 0, 1.0f});
-    t.push_back({p + "attn_q.weight", c.hidden, q, true, kStd, 0});
-    t.push_back({p + "attn_k.weight", c.hidden, kv, true, kStd, 0});
-    t.push_back({p + "attn_v.weight", c.hidden, kv, true, kStd, 0});
+    if (phi3) {
+      t.push_back({p + "attn_qkv.weight", c.hidden, q + 2 * kv, true, kStd, 0});
+    } else {
+      t.push_back({p + "attn_q.weight", c.hidden, q, true, kStd, 0});
+      t.push_back({p + "attn_k.weight", c.hidden, kv, true, kStd, 0});
+      t.push_back({p + "attn_v.weight", c.hidden, kv, true, kStd, 0});
+    }
     if (c.arch == "qwen2") {
       t.push_back({p + "attn_q.bias", q, 1, false, kStd, 0});
       t.push_back({p + "attn_k.bias", kv, 1, false, kStd, 0});
       t.push_back({p + "attn_v.bias", kv, 1, false, kStd, 0});
     }
-    if (c.arch == "qwen3") {
+    if (c.arch == "qwen3" || gemma3) {
       t.push_back({p + "attn_q_norm.weight", c.head_dim, 1, false, 0, 1.0f});
       t.push_back({p + "attn_k_norm.weight", c.head_dim, 1, false, 0, 1.0f});
     }
     t.push_back({p + "attn_output.weight", q, c.hidden, true, kStd, 0});
+    if (gemma3) t.push_back({p + "post_attention_norm.weight", c.hidden, 1, false, 0, 1.0f});
     t.push_back({p + "ffn_norm.weight", c.hidden, 1, false, 0, 1.0f});
-    t.push_back({p + "ffn_gate.weight", c.hidden, c.ffn, true, kStd, 0});
-    t.push_back({p + "ffn_up.weight", c.hidden, c.ffn, true, kStd, 0});
+    if (phi3) {
+      t.push_back({p + "ffn_up.weight", c.hidden, 2 * uint64_t{c.ffn}, true, kStd, 0});
+    } else {
+      t.push_back({p + "ffn_gate.weight", c.hidden, c.ffn, true, kStd, 0});
+      t.push_back({p + "ffn_up.weight", c.hidden, c.ffn, true, kStd, 0});
+    }
     t.push_back({p + "ffn_down.weight", c.ffn, c.hidden, true, kStd, 0});
+    if (gemma3) t.push_back({p + "post_ffw_norm.weight", c.hidden, 1, false, 0, 1.0f});
   }
   t.push_back({"output_norm.weight", c.hidden, 1, false, 0, 1.0f});
   if (!c.tied) t.push_back({"output.weight", c.hidden, c.vocab, true, kStd, 0});
@@ -174,9 +185,24 @@ Result<GgmlType> ParseTestModelWeightType(std::string_view name) {
 }
 
 Status ValidateTestModelConfig(const TestModelConfig& c) {
-  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3") {
-    return Status::InvalidArgument(std::string("--arch: expected llama, qwen2 or qwen3, got '") +
-                                   c.arch + "'");
+  if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" &&
+      c.arch != "gemma3") {
+    return Status::InvalidArgument(
+        std::string("--arch: expected llama, qwen2, qwen3, phi3 or gemma3, got '") + c.arch +
+        "'");
+  }
+  if (c.arch == "phi3" && uint64_t{c.heads} * c.head_dim != c.hidden) {
+    return Status::InvalidArgument("--heads x --head-dim: phi3 needs " +
+                                   std::to_string(uint64_t{c.heads} * c.head_dim) +
+                                   " = --hidden " + std::to_string(c.hidden) +
+                                   " (llama.cpp's phi3 loader)");
+  }
+  if (c.sliding_window > c.ctx || c.swa_period > 1024) {
+    return Status::InvalidArgument("--window: expected 0.." + std::to_string(c.ctx) +
+                                   " and --swa-period 0..1024");
+  }
+  if (!(c.weight_std > 0.0f) || !(c.weight_std < 100.0f)) {
+    return Status::InvalidArgument("--weight-std: expected a number in (0, 100)");
   }
   struct Check {
     const char* flag;
@@ -277,7 +303,10 @@ void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* out) {
   GgufWriter& w = *out;
   const std::string& a = c.arch;
   w.SetString("general.architecture", a);
-  w.SetString("general.name", c.name.empty() ? std::string("kvtier-test-") + a : c.name);
+  // llama.cpp's vocabulary loader looks up "</s>" in any model whose name holds "phi3", which
+  // this tokenizer lacks: the phi3 default name avoids "phi3" and "phi-3".
+  const std::string def_name = a == "phi3" ? "kvtier-test-p3" : "kvtier-test-" + a;
+  w.SetString("general.name", c.name.empty() ? def_name : c.name);
   w.SetUint32("general.file_type", FileType(c.weight_type));
   if (c.weight_type == GgmlType::kQ8_0 || c.weight_type == GgmlType::kQ4_0) {
     w.SetUint32("general.quantization_version", 2);
@@ -294,6 +323,14 @@ void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* out) {
   w.SetUint32(a + ".rope.dimension_count", c.head_dim);
   w.SetFloat32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps));
+  if (a == "gemma3" && c.sliding_window > 0) {
+    w.SetUint32(a + ".attention.sliding_window", c.sliding_window);
+    w.SetUint32(a + ".attention.sliding_window_pattern", c.swa_period);
+    w.SetFloat32(a + ".rope.freq_base_swa", static_cast<float>(c.rope_theta_swa));
+  }
+  if (a == "gemma3" && c.final_softcap > 0.0) {
+    w.SetFloat32(a + ".final_logit_softcapping", static_cast<float>(c.final_softcap));
+  }
 }
 
 Result<GgufWriter> BuildTestModel(const TestModelConfig& c) {
