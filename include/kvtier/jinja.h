@@ -54,6 +54,9 @@ class Value {
   static Value List(std::vector<Value> items, bool tuple = false);
   static Value Dict(std::vector<std::pair<Value, Value>> items = {});  // later keys replace earlier
   static Value Markup(std::string s);  // a "safe" string (jinja2's Markup)
+  // A lazy sequence as filters such as map / select return in Python: iterable, but without
+  // len(), indexing or JSON; always true.
+  static Value Generator(std::vector<Value> items);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
@@ -64,6 +67,7 @@ class Value {
   bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
   bool is_tuple() const { return tuple_; }
   bool is_markup() const { return markup_; }
+  bool is_generator() const { return gen_; }
 
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
@@ -90,6 +94,7 @@ class Value {
   bool b_ = false;
   bool tuple_ = false;
   bool markup_ = false;
+  bool gen_ = false;
   int64_t i_ = 0;
   double f_ = 0;
   std::shared_ptr<std::string> s_;  // string, or an undefined's hint

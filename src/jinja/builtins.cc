@@ -24,7 +24,9 @@ int64_t Length(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined: return 0;
     case Value::Kind::kString: return static_cast<int64_t>(CodePointCount(v.str()));
-    case Value::Kind::kList: return static_cast<int64_t>(v.items().size());
+    case Value::Kind::kList:
+      if (v.is_generator()) Fail("object of type 'generator' has no len()");
+      return static_cast<int64_t>(v.items().size());
     case Value::Kind::kDict: return static_cast<int64_t>(v.entries().size());
     default: Fail("object of type '" + TypeName(v) + "' has no len()");
   }
@@ -166,6 +168,7 @@ Value Indent(const Value& v, Args& a) {
 
 Value SelectOrReject(Interp& in, const Value& v, Args& a, bool attr, bool select) {
   std::vector<Value> out;
+  if (!Truthy(v)) return Value::Generator({});
   size_t next = 0;
   Value attribute;
   if (attr) {
@@ -183,11 +186,12 @@ Value SelectOrReject(Interp& in, const Value& v, Args& a, bool attr, bool select
     const bool ok = has_test ? ApplyTest(in, test, x, t) : Truthy(x);
     if (ok == select) out.push_back(item);
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Value Map(Interp& in, const Value& v, Args& a) {
   std::vector<Value> out;
+  if (!Truthy(v)) return Value::Generator({});
   if (a.pos.empty() && a.Kw("attribute")) {
     const Value attr = *a.Kw("attribute");
     const Value* def = a.Kw("default");
@@ -196,7 +200,7 @@ Value Map(Interp& in, const Value& v, Args& a) {
       if (x.is_undefined() && def) x = *def;
       out.push_back(x);
     }
-    return Value::List(std::move(out));
+    return Value::Generator(std::move(out));
   }
   if (a.pos.empty()) Fail("map requires a filter argument");
   const std::string name = ToStr(a.pos[0]);
@@ -208,7 +212,7 @@ Value Map(Interp& in, const Value& v, Args& a) {
     Args r = rest;
     out.push_back(ApplyFilter(in, name, item, r));
   }
-  return Value::List(std::move(out));
+  return Value::Generator(std::move(out));
 }
 
 Value MinMax(const Value& v, Args& a, bool max) {
@@ -322,7 +326,7 @@ const std::map<std::string, Filter, std::less<>>& Filters() {
          if (!v.is_dict()) Fail("Can only get item pairs from a mapping.");
          std::vector<Value> out;
          for (const auto& [k, x] : v.entries()) out.push_back(Value::List({k, x}, true));
-         return Value::List(std::move(out));
+         return Value::Generator(std::move(out));
        }},
       {"join", [](Interp&, const Value& v, Args& a) {
          const std::string d = ToStr(a.Get(0, "d", Value("")));
@@ -364,7 +368,7 @@ const std::map<std::string, Filter, std::less<>>& Filters() {
          }
          std::vector<Value> items = Iterate(v);
          std::reverse(items.begin(), items.end());
-         return Value::List(std::move(items));
+         return Value::Generator(std::move(items));
        }},
       {"round", [](Interp&, const Value& v, Args& a) {
          const int64_t prec = a.Get(0, "precision", Value(int64_t{0})).as_int();
@@ -423,7 +427,7 @@ const std::map<std::string, Filter, std::less<>>& Filters() {
              out.push_back(x);
            }
          }
-         return Value::List(std::move(out));
+         return Value::Generator(std::move(out));
        }},
       {"upper", [](Interp&, const Value& v, Args&) {
          std::string s = ToStr(v);
@@ -476,7 +480,7 @@ const std::map<std::string, Test, std::less<>>& Tests() {
          return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
        }},
       {"sequence", [](Interp&, const Value& v, Args&) {
-         return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+         return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_generator()) || v.is_dict();
        }},
       {"callable", [](Interp&, const Value& v, Args&) { return v.kind() == K::kCallable; }},
       {"sameas", [](Interp&, const Value& v, Args& a) {

@@ -338,6 +338,7 @@ Value GetAttr(const Value& obj, std::string_view name) {
 
 Value GetItem(const Value& obj, const Value& key) {
   if (obj.is_undefined()) ThrowUndefined(obj);
+  if (obj.is_generator()) return Value::Undefined("'generator' object is not subscriptable");
   if ((obj.is_list() || obj.is_string()) && (key.kind() == Value::Kind::kInt || key.kind() == Value::Kind::kBool)) {
     int64_t i = Index(key);
     if (obj.is_list()) {
@@ -367,7 +368,7 @@ Value GetItem(const Value& obj, const Value& key) {
 
 Value Slice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   if (obj.is_undefined()) ThrowUndefined(obj);
-  if (!obj.is_list() && !obj.is_string()) Fail("'" + TypeName(obj) + "' object is not subscriptable");
+  if ((!obj.is_list() && !obj.is_string()) || obj.is_generator()) Fail("'" + TypeName(obj) + "' object is not subscriptable");
   const std::u32string u = obj.is_string() ? Decode(obj.str()) : std::u32string();
   const auto n = static_cast<int64_t>(obj.is_string() ? u.size() : obj.items().size());
   const int64_t st = step.is_none() ? 1 : step.as_int();
@@ -426,7 +427,7 @@ Value BinaryOp(std::string_view op, const Value& a, const Value& b) {
       }
       return Value(a.str() + b.str());
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple() && !a.is_generator() && !b.is_generator()) {
       std::vector<Value> items = a.items();
       items.insert(items.end(), b.items().begin(), b.items().end());
       return Value::List(std::move(items), a.is_tuple());

@@ -43,6 +43,11 @@ Value Value::List(std::vector<Value> items, bool tuple) {
   v.list_ = std::make_shared<std::vector<Value>>(std::move(items));
   return v;
 }
+Value Value::Generator(std::vector<Value> items) {
+  Value v = List(std::move(items));
+  v.gen_ = true;
+  return v;
+}
 Value Value::Dict(std::vector<std::pair<Value, Value>> items) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -188,7 +193,7 @@ bool Truthy(const Value& v) {
     case Value::Kind::kInt: return v.as_int() != 0;
     case Value::Kind::kFloat: return v.as_float() != 0.0;
     case Value::Kind::kString: return !v.str().empty();
-    case Value::Kind::kList: return !v.items().empty();
+    case Value::Kind::kList: return v.is_generator() || !v.items().empty();
     case Value::Kind::kDict: return !v.entries().empty();
     case Value::Kind::kNamespace:
     case Value::Kind::kCallable: return true;
@@ -289,6 +294,7 @@ std::string Repr(const Value& v) {
     case Value::Kind::kString:
       return v.is_markup() ? "Markup(" + ReprString(v.str()) + ")" : ReprString(v.str());
     case Value::Kind::kList: {
+      if (v.is_generator()) return "<generator object>";
       std::string out = v.is_tuple() ? "(" : "[";
       const auto& items = v.items();
       for (size_t i = 0; i < items.size(); ++i) {
@@ -339,7 +345,7 @@ std::string TypeName(const Value& v) {
     case Value::Kind::kInt: return "int";
     case Value::Kind::kFloat: return "float";
     case Value::Kind::kString: return v.is_markup() ? "Markup" : "str";
-    case Value::Kind::kList: return v.is_tuple() ? "tuple" : "list";
+    case Value::Kind::kList: return v.is_generator() ? "generator" : v.is_tuple() ? "tuple" : "list";
     case Value::Kind::kDict: return "dict";
     case Value::Kind::kNamespace: return "Namespace";
     case Value::Kind::kCallable: return "function";
@@ -360,6 +366,7 @@ bool Equal(const Value& a, const Value& b) {
     case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.str() == b.str();
     case Value::Kind::kList: {
+      if (a.is_generator() || b.is_generator()) return &a.items() == &b.items();
       if (a.is_tuple() != b.is_tuple() || a.items().size() != b.items().size()) return false;
       for (size_t i = 0; i < a.items().size(); ++i) {
         if (!Equal(a.items()[i], b.items()[i])) return false;
@@ -467,6 +474,7 @@ void Json(const Value& v, const JsonOptions& o, int depth, std::string* out) {
     }
     case Value::Kind::kString: JsonString(v.str(), o.ensure_ascii, out); return;
     case Value::Kind::kList: {
+      if (v.is_generator()) Fail("Object of type generator is not JSON serializable");
       if (v.items().empty()) {
         *out += "[]";
         return;
