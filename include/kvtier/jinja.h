@@ -77,6 +77,7 @@ class Value {
   const std::vector<std::pair<Value, Value>>& entries() const;  // dict / namespace pairs
   // Dict / namespace lookup by string key; nullptr when absent or not a mapping.
   const Value* Find(std::string_view key) const;
+  const Value* Find(const char* key) const { return Find(std::string_view(key)); }
   const Value* Find(const Value& key) const;
 
   // Building (before the Value is handed to a template): append to a list, set a dict key.

@@ -64,7 +64,13 @@ class Parser {
     while (true) {
       const Token& tok = Cur();
       if (tok.type == TK::kEof) {
-        if (!ends.empty()) Error("unexpected end of template, expected '" + *ends.begin() + "'");
+        if (!ends.empty()) {
+          std::string want;
+          for (const std::string& e : ends) {
+            if (e.rfind("end", 0) == 0) want = e;
+          }
+          Error("unexpected end of template, expected '" + want + "'");
+        }
         return out;
       }
       if (tok.type == TK::kData) {
@@ -593,6 +599,8 @@ class Parser {
 
   NodePtr Call(NodePtr fn) {
     auto n = New(NK::kCall);
+    n->line = fn->line;
+    n->col = fn->col;
     n->a = std::move(fn);
     CallArgs(n.get());
     return n;
