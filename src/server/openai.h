@@ -30,6 +30,7 @@ struct ApiRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                  // "" when not given
   std::vector<ChatMessage> messages;  // chat
+  ChatRenderInput chat;               // chat: messages as sent (key order kept), kwargs
   std::string prompt;                 // completions: the prompt text ...
   std::vector<int32_t> prompt_tokens; // ... or token ids (prompt_is_tokens)
   bool prompt_is_tokens = false;

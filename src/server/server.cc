@@ -57,7 +57,7 @@ struct Server::Impl {
   const ServerDeps deps;
   const ServerOptions opt;
   server::ServerMetrics metrics;
-  ChatTemplate chat_template = ChatTemplate::kPlain;
+  ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   uint32_t context = 0;
   uint64_t max_token_bytes = 4;  // the longest vocabulary entry's bytes (at least 4)
@@ -133,11 +133,19 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
                "invalid_request_error", what, "context_length_exceeded");
       return false;
     }
-    *tokens = tok.Encode(text, tok.add_bos_default(), /*parse_special=*/true);
+    const bool add_bos = r.endpoint == Endpoint::kChat
+                             ? chat_renderer.AddBos(tok.add_bos_default(), text)
+                             : tok.add_bos_default();
+    *tokens = tok.Encode(text, add_bos, /*parse_special=*/true);
     return true;
   };
   if (r.endpoint == Endpoint::kChat) {
-    if (!encode(ApplyChatTemplate(chat_template, r.messages, true))) return false;
+    Result<std::string> text = chat_renderer.Render(r.chat);
+    if (!text.ok()) {
+      *e = Err(400, "messages: " + text.status().message(), "invalid_request_error", "messages");
+      return false;
+    }
+    if (!encode(*text)) return false;
   } else if (r.prompt_is_tokens) {
     const size_t vocab = tok.vocab_size();
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
@@ -205,6 +213,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
     r.prompt.shrink_to_fit();
     r.messages.clear();
     r.messages.shrink_to_fit();
+    r.chat = ChatRenderInput();
     malloc_trim(0);
   }
   if (!prompt_ok) return Reply(x, ep, e);
@@ -469,7 +478,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   const ModelConfig& c = s.deps.model->config();
   s.context = s.opt.max_context > 0 ? s.opt.max_context : c.n_ctx_train;
   if (s.context == 0) s.context = 2048;
-  s.chat_template = DetectChatTemplate(s.deps.tokenizer->chat_template(), nullptr);
+  s.chat_renderer = ChatRenderer::ForTokenizer(*s.deps.tokenizer);
+  if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
     s.max_token_bytes = std::max<uint64_t>(
         s.max_token_bytes, s.deps.tokenizer->TokenText(static_cast<int32_t>(id)).size());
