@@ -445,11 +445,12 @@ std::string ErrorJson(const ApiError& e) {
 }
 
 std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
-                         std::string_view finish_reason) {
+                         std::string_view finish_reason, std::string_view reasoning) {
   json out = Head(endpoint, info, false);
   json choice{{"index", 0}, {"finish_reason", Finish(finish_reason)}, {"logprobs", nullptr}};
   if (endpoint == Endpoint::kChat) {
     choice["message"] = json{{"role", "assistant"}, {"content", std::string(text)}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = std::string(reasoning);
   } else {
     choice["text"] = std::string(text);
   }
@@ -459,13 +460,14 @@ std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::str
 }
 
 std::string ChunkJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
-                      bool role, std::string_view finish_reason) {
+                      bool role, std::string_view finish_reason, std::string_view reasoning) {
   json out = Head(endpoint, info, true);
   json choice{{"index", 0}, {"finish_reason", Finish(finish_reason)}, {"logprobs", nullptr}};
   if (endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
     if (!text.empty() || role) delta["content"] = std::string(text);
+    if (!reasoning.empty()) delta["reasoning_content"] = std::string(reasoning);
     choice["delta"] = delta;
   } else {
     choice["text"] = std::string(text);

@@ -17,6 +17,7 @@
 #include "server/http_front.h"
 #include "server/generation.h"
 #include "server/openai.h"
+#include "server/reasoning.h"
 #include "server/server_metrics.h"
 
 namespace kvtier {
@@ -45,7 +46,9 @@ struct Server::Impl {
   void CacheStats(server::Exchange& x);
   void CacheClear(server::Exchange& x);
   // Prompt tokens of a parsed request, or an error (400 / 413).
-  bool Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e) const;
+  // *think_open: the rendered chat prompt ends inside <think> (a reasoning model's template).
+  bool Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e,
+              bool* think_open) const;
   void Reply(server::Exchange& x, const std::string& endpoint, const ApiError& e);
   void Log(const std::string& line) const {
     if (opt.log) opt.log(line);
@@ -58,6 +61,7 @@ struct Server::Impl {
   const ServerOptions opt;
   server::ServerMetrics metrics;
   ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
+  bool reasoning_split = false;  // the template knows <think>: split reasoning_content out
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   uint32_t context = 0;
   uint64_t max_token_bytes = 4;  // the longest vocabulary entry's bytes (at least 4)
@@ -118,7 +122,8 @@ void Server::Impl::Reply(server::Exchange& x, const std::string& endpoint, const
   metrics.Request(endpoint, e.status);
 }
 
-bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e) const {
+bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e,
+                          bool* think_open) const {
   const Tokenizer& tok = *deps.tokenizer;
   const char* what = r.endpoint == Endpoint::kChat ? "messages" : "prompt";
   // Tokenization is bounded by the context: a text longer than (context + 1) of the longest
@@ -145,6 +150,7 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
       *e = Err(400, "messages: " + text.status().message(), "invalid_request_error", "messages");
       return false;
     }
+    *think_open = reasoning_split && server::ReasoningSplitter::PromptOpensThinking(*text);
     if (!encode(*text)) return false;
   } else if (r.prompt_is_tokens) {
     const size_t vocab = tok.vocab_size();
@@ -207,7 +213,10 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
                      "invalid_request_error", "model", "model_not_found"));
   }
   EngineRequest er;
-  const bool prompt_ok = Prompt(r, &er.prompt, &e);
+  bool think_open = false;
+  const bool prompt_ok = Prompt(r, &er.prompt, &e, &think_open);
+  const bool split = endpoint == Endpoint::kChat && reasoning_split;
+  server::ReasoningSplitter splitter(think_open);
   if (large) {
     r.prompt.clear();
     r.prompt.shrink_to_fit();
@@ -280,8 +289,14 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
     if (g->finish_reason() == "error") return Reply(x, ep, FromStatus(g->error()));
     info.cached_tokens = g->cached_tokens();
     info.completion_tokens = g->completion_tokens();
+    std::string reasoning;
+    if (split) {
+      server::ReasoningSplitter::Out a = splitter.Push(text), b = splitter.Flush();
+      reasoning = a.reasoning + b.reasoning;
+      text = a.content + b.content;
+    }
     x.Reply(200, "application/json",
-            server::ResponseJson(endpoint, info, text, g->finish_reason()));
+            server::ResponseJson(endpoint, info, text, g->finish_reason(), reasoning));
     metrics.Request(ep, gone ? 499 : 200);
     return;
   }
@@ -302,7 +317,18 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   std::string text;
   for (;;) {
     const bool end = g->Pump(50, &text);
-    if (!text.empty()) {
+    if (split) {
+      server::ReasoningSplitter::Out o = splitter.Push(text);
+      if (end) {
+        server::ReasoningSplitter::Out rest = splitter.Flush();
+        o.reasoning += rest.reasoning;
+        o.content += rest.content;
+      }
+      if (!o.reasoning.empty() || !o.content.empty()) {
+        send(server::ChunkJson(endpoint, info, o.content, false, "", o.reasoning));
+      }
+      text.clear();
+    } else if (!text.empty()) {
       send(server::ChunkJson(endpoint, info, text, false, ""));
       text.clear();
     }
@@ -479,6 +505,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   s.context = s.opt.max_context > 0 ? s.opt.max_context : c.n_ctx_train;
   if (s.context == 0) s.context = 2048;
   s.chat_renderer = ChatRenderer::ForTokenizer(*s.deps.tokenizer);
+  s.reasoning_split = s.deps.tokenizer->chat_template().find("</think>") != std::string::npos;
   if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
     s.max_token_bytes = std::max<uint64_t>(
