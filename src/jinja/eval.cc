@@ -133,6 +133,13 @@ class Interp {
   Value MakeMacro(const Node& n, std::shared_ptr<Frame> def, const std::string& name) {
     const Node* node = &n;
     return MakeFunction(name, [this, node, def, name](Args& args) -> Value {
+      // A template that calls itself without end fails instead of exhausting the stack.
+      if (depth_ >= kMaxCallDepth) Fail("maximum recursion depth exceeded in macro '" + name + "'");
+      struct Depth {
+        int& d;
+        explicit Depth(int& x) : d(++x) {}
+        ~Depth() { --d; }
+      } depth(depth_);
       auto f = Child(def);
       const auto& params = node->kw_names;
       if (args.pos.size() > params.size() && !node->uses_varargs) {
@@ -391,7 +398,9 @@ class Interp {
     }
   }
 
+  static constexpr int kMaxCallDepth = 200;
   std::shared_ptr<Frame> frame_;
+  int depth_ = 0;
 };
 
 Value CallValue(Interp& /*in*/, const Value& fn, Args& args) {

@@ -103,6 +103,9 @@ TEST(Jinja, ErrorsNameLineAndColumn) {
   EXPECT_EQ(*Render("{% if false %}{{ x | from_json }}{% endif %}ok"), "ok");
   EXPECT_FALSE(Render("{% if true %}{{ x | from_json }}{% endif %}").ok());
   EXPECT_FALSE(Template::Parse("{{ 'unterminated }}").ok());
+  r = Render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");  // endless recursion
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("maximum recursion depth"), std::string::npos);
   EXPECT_FALSE(Template::Parse("{% for x in xs %}{% break %}{% endfor %}{% break %}").ok());
 }
 
