@@ -36,11 +36,19 @@ class Interp {
  public:
   enum class Flow : uint8_t { kNormal, kBreak, kContinue };
 
+  Interp() = default;
+  Interp(const Interp&) = delete;
+  Interp& operator=(const Interp&) = delete;
+  // A macro holds the frame it was defined in, and that frame holds the macro: the cycles are
+  // broken here, once the render is over.
+  ~Interp() {
+    for (const auto& f : frames_) f->vars.clear();
+  }
+
   std::string Render(const Program& p, const Value& vars, const RenderOptions& o) {
-    auto globals = std::make_shared<Frame>();
+    auto globals = Child(nullptr);
     globals->vars = Globals(o);
-    frame_ = std::make_shared<Frame>();
-    frame_->parent = globals;
+    frame_ = Child(globals);
     for (const auto& [k, v] : vars.entries()) {
       if (k.is_string()) frame_->Set(k.str(), v);
     }
@@ -97,6 +105,7 @@ class Interp {
   std::shared_ptr<Frame> Child(std::shared_ptr<Frame> parent) {
     auto f = std::make_shared<Frame>();
     f->parent = std::move(parent);
+    frames_.push_back(f);
     return f;
   }
 
@@ -399,6 +408,7 @@ class Interp {
   }
 
   static constexpr int kMaxCallDepth = 200;
+  std::vector<std::shared_ptr<Frame>> frames_;  // every frame of this render
   std::shared_ptr<Frame> frame_;
   int depth_ = 0;
 };
