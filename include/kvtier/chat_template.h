@@ -1,13 +1,18 @@
-// Chat prompts for the model families kvtier serves: the template is recognised from the GGUF's
-// tokenizer.chat_template (Jinja source, not executed) and applied by built-in formatters.
-// Pure functions; thread-safe.
+// Chat prompts: ChatRenderer runs the GGUF's tokenizer.chat_template on the Jinja engine
+// (kvtier/jinja.h) as transformers' apply_chat_template does; a model without a template (or
+// with one the engine cannot parse) falls back to a built-in family recognised from the source
+// (ChatML, Llama 3, Llama 2, or plain "role: content" lines).
+// Pure functions; a ChatRenderer is immutable once built and thread-safe.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "kvtier/jinja.h"
 #include "kvtier/status.h"
+#include "kvtier/tokenizer.h"
 
 namespace kvtier {
 
@@ -37,5 +42,42 @@ ChatTemplate DetectChatTemplate(std::string_view jinja_or_empty, std::string* wa
 // text, so encode the result with parse_special.
 std::string ApplyChatTemplate(ChatTemplate t, std::span<const ChatMessage> messages,
                               bool add_generation_prompt);
+
+// What a chat template renders: the variables transformers passes.
+struct ChatRenderInput {
+  jinja::Value messages;  // a list of message dicts: role, content, tool_calls, reasoning_content...
+  jinja::Value tools;     // a list of tool dicts, or undefined (not passed) when none
+  jinja::Value kwargs;    // a dict of extra variables (chat_template_kwargs), or undefined
+  bool add_generation_prompt = true;
+};
+
+class ChatRenderer {
+ public:
+  // The tokenizer's template, bos_token / eos_token its BOS / EOS texts.
+  static ChatRenderer ForTokenizer(const Tokenizer& tok);
+  static ChatRenderer FromSource(std::string_view jinja_or_empty, std::string bos_token,
+                                 std::string eos_token);
+
+  bool uses_jinja() const { return tmpl_.has_value(); }
+  ChatTemplate fallback() const { return fallback_; }
+  // Why the fallback is used ("" when the model's template runs).
+  const std::string& warning() const { return warning_; }
+
+  // The prompt text. InvalidArgument "chat template: template:LINE:COL: message" when the
+  // template raises (raise_exception, a value it cannot use). The fallback reads each message's
+  // role and content (a string or a list of {"type": "text", "text": ...} parts).
+  Result<std::string> Render(const ChatRenderInput& in) const;
+  Result<std::string> Render(std::span<const ChatMessage> messages, bool add_generation_prompt,
+                             const jinja::Value& kwargs = {}) const;
+  // Whether to encode `text` with a BOS token: the tokenizer's default, except when the
+  // template already wrote the BOS text at its start (as most Jinja templates do).
+  bool AddBos(bool add_bos_default, std::string_view text) const;
+
+ private:
+  std::optional<jinja::Template> tmpl_;
+  ChatTemplate fallback_ = ChatTemplate::kPlain;
+  std::string warning_;
+  std::string bos_, eos_;
+};
 
 }  // namespace kvtier

@@ -69,14 +69,16 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   const Model& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
   std::string text = c.prompt;
+  bool add_bos = tok.add_bos_default();
   if (c.chat) {
-    std::string warning;
-    const ChatTemplate t = DetectChatTemplate(tok.chat_template(), &warning);
+    const ChatRenderer renderer = ChatRenderer::ForTokenizer(tok);
+    const std::string& warning = renderer.warning();
     if (!warning.empty()) std::fprintf(stderr, "kvtier generate: warning: %s\n", warning.c_str());
     const ChatMessage msg{"user", c.prompt};
-    text = ApplyChatTemplate(t, std::span<const ChatMessage>(&msg, 1), true);
+    KVTIER_ASSIGN_OR_RETURN(text, renderer.Render(std::span<const ChatMessage>(&msg, 1), true));
+    add_bos = renderer.AddBos(add_bos, text);
   }
-  const std::vector<int32_t> prompt = tok.Encode(text, tok.add_bos_default(), c.chat);
+  const std::vector<int32_t> prompt = tok.Encode(text, add_bos, c.chat);
   if (prompt.empty()) return Status::InvalidArgument("--prompt: no tokens (empty prompt)");
   const uint64_t total = prompt.size() + uint64_t(c.max_tokens);
   if (total > SequenceCache::kMaxTokens) {
@@ -127,8 +129,8 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
   const uint32_t trained = m.config().n_ctx_train;
   const uint32_t ctx = c.ctx > 0 ? c.ctx : std::min<uint32_t>(trained > 0 ? trained : 4096, 32768);
   KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type, ctx));
-  std::string warning;
-  const ChatTemplate tmpl = DetectChatTemplate(tok.chat_template(), &warning);
+  const ChatRenderer renderer = ChatRenderer::ForTokenizer(tok);
+  const std::string& warning = renderer.warning();
   if (!warning.empty()) std::fprintf(stderr, "kvtier chat: warning: %s\n", warning.c_str());
   ThreadPool threads(Threads(c.threads));
   BatchCache cache(pool);
@@ -147,8 +149,9 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     messages.push_back({"user", line});
-    const std::string text = ApplyChatTemplate(tmpl, messages, true);
-    const std::vector<int32_t> tokens = tok.Encode(text, tok.add_bos_default(), true);
+    KVTIER_ASSIGN_OR_RETURN(const std::string text, renderer.Render(messages, true));
+    const std::vector<int32_t> tokens =
+        tok.Encode(text, renderer.AddBos(tok.add_bos_default(), text), true);
     if (tokens.size() + uint64_t(c.max_tokens) > ctx) {
       return Status::OutOfRange("the conversation (" + std::to_string(tokens.size()) +
                                 " tokens) plus --max-tokens exceeds --ctx " + std::to_string(ctx));

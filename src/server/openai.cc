@@ -250,6 +250,38 @@ json Finish(std::string_view finish_reason) {
   return finish_reason.empty() ? json(nullptr) : json(std::string(finish_reason));
 }
 
+// The messages as the chat template sees them (every field, key order as sent; "developer"
+// is "system" as for the built-in formats) and chat_template_kwargs (e.g. enable_thinking).
+bool ParseChatTemplateInput(std::string_view body_text, const json& body, ApiRequest* r,
+                            ApiError* e) {
+  if (auto it = body.find("chat_template_kwargs"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) return WrongType(e, "chat_template_kwargs", "an object", *it);
+  }
+  Result<jinja::Value> all = jinja::ParseJson(body_text);
+  if (!all.ok()) return Bad(e, "", "malformed JSON in the request body: " + all.status().message());
+  std::vector<jinja::Value> messages;
+  if (const jinja::Value* m = all->Find("messages")) {
+    for (const jinja::Value& msg : m->items()) {
+      const jinja::Value* role = msg.Find("role");
+      if (role == nullptr || !role->is_string() || role->str() != "developer") {
+        messages.push_back(msg);
+        continue;
+      }
+      std::vector<std::pair<jinja::Value, jinja::Value>> fields = msg.entries();
+      for (auto& [k, v] : fields) {
+        if (k.is_string() && k.str() == "role") v = jinja::Value("system");
+      }
+      messages.push_back(jinja::Value::Dict(std::move(fields)));
+    }
+  }
+  r->chat.messages = jinja::Value::List(std::move(messages));
+  if (const jinja::Value* kw = all->Find("chat_template_kwargs"); kw && kw->is_dict()) {
+    r->chat.kwargs = *kw;
+  }
+  r->chat.add_generation_prompt = true;
+  return true;
+}
+
 }  // namespace
 
 bool IsValidUtf8(std::string_view s) {
@@ -358,6 +390,7 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
   if (endpoint == Endpoint::kChat ? !ParseMessages(body, r, e) : !ParsePrompt(body, r, e)) {
     return false;
   }
+  if (endpoint == Endpoint::kChat && !ParseChatTemplateInput(body_text, body, r, e)) return false;
   if (!RefuseUnsupported(body, e)) return false;
   std::optional<int64_t> max_tokens;
   const char* mt_key = body.contains("max_completion_tokens") &&
@@ -412,11 +445,12 @@ std::string ErrorJson(const ApiError& e) {
 }
 
 std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
-                         std::string_view finish_reason) {
+                         std::string_view finish_reason, std::string_view reasoning) {
   json out = Head(endpoint, info, false);
   json choice{{"index", 0}, {"finish_reason", Finish(finish_reason)}, {"logprobs", nullptr}};
   if (endpoint == Endpoint::kChat) {
     choice["message"] = json{{"role", "assistant"}, {"content", std::string(text)}};
+    if (!reasoning.empty()) choice["message"]["reasoning_content"] = std::string(reasoning);
   } else {
     choice["text"] = std::string(text);
   }
@@ -426,13 +460,14 @@ std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::str
 }
 
 std::string ChunkJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
-                      bool role, std::string_view finish_reason) {
+                      bool role, std::string_view finish_reason, std::string_view reasoning) {
   json out = Head(endpoint, info, true);
   json choice{{"index", 0}, {"finish_reason", Finish(finish_reason)}, {"logprobs", nullptr}};
   if (endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (role) delta["role"] = "assistant";
     if (!text.empty() || role) delta["content"] = std::string(text);
+    if (!reasoning.empty()) delta["reasoning_content"] = std::string(reasoning);
     choice["delta"] = delta;
   } else {
     choice["text"] = std::string(text);

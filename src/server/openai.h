@@ -30,6 +30,7 @@ struct ApiRequest {
   Endpoint endpoint = Endpoint::kChat;
   std::string model;                  // "" when not given
   std::vector<ChatMessage> messages;  // chat
+  ChatRenderInput chat;               // chat: messages as sent (key order kept), kwargs
   std::string prompt;                 // completions: the prompt text ...
   std::vector<int32_t> prompt_tokens; // ... or token ids (prompt_is_tokens)
   bool prompt_is_tokens = false;
@@ -65,12 +66,14 @@ struct CompletionInfo {
 };
 
 // The non-streaming response body.
+// `reasoning` (chat): message.reasoning_content when not empty.
 std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
-                         std::string_view finish_reason);
+                         std::string_view finish_reason, std::string_view reasoning = {});
 // One stream chunk ("data: " and the blank line not included). `role` adds the assistant role
 // to a chat delta (the first chunk); `finish_reason` empty: null.
+// `reasoning` (chat): delta.reasoning_content when not empty.
 std::string ChunkJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
-                      bool role, std::string_view finish_reason);
+                      bool role, std::string_view finish_reason, std::string_view reasoning = {});
 // The last chunk of a stream with stream_options.include_usage: no choices, the usage.
 std::string UsageChunkJson(Endpoint endpoint, const CompletionInfo& info);
 

@@ -18,6 +18,7 @@
 #include "server/http_front.h"
 #include "server/generation.h"
 #include "server/openai.h"
+#include "server/reasoning.h"
 #include "server/server_metrics.h"
 
 namespace kvtier {
@@ -46,7 +47,9 @@ struct Server::Impl {
   void CacheStats(server::Exchange& x);
   void CacheClear(server::Exchange& x);
   // Prompt tokens of a parsed request, or an error (400 / 413).
-  bool Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e) const;
+  // *think_open: the rendered chat prompt ends inside <think> (a reasoning model's template).
+  bool Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e,
+              bool* think_open) const;
   void Reply(server::Exchange& x, const std::string& endpoint, const ApiError& e);
   void Log(const std::string& line) const {
     if (opt.log) opt.log(line);
@@ -59,7 +62,8 @@ struct Server::Impl {
   const ServerOptions opt;
   server::ServerMetrics metrics;
   std::unique_ptr<server::Dashboard> dashboard;  // null with --no-dashboard
-  ChatTemplate chat_template = ChatTemplate::kPlain;
+  ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
+  bool reasoning_split = false;  // the template knows <think>: split reasoning_content out
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   uint32_t context = 0;
   uint64_t max_token_bytes = 4;  // the longest vocabulary entry's bytes (at least 4)
@@ -120,7 +124,8 @@ void Server::Impl::Reply(server::Exchange& x, const std::string& endpoint, const
   metrics.Request(endpoint, e.status);
 }
 
-bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e) const {
+bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, ApiError* e,
+                          bool* think_open) const {
   const Tokenizer& tok = *deps.tokenizer;
   const char* what = r.endpoint == Endpoint::kChat ? "messages" : "prompt";
   // Tokenization is bounded by the context: a text longer than (context + 1) of the longest
@@ -135,11 +140,20 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
                "invalid_request_error", what, "context_length_exceeded");
       return false;
     }
-    *tokens = tok.Encode(text, tok.add_bos_default(), /*parse_special=*/true);
+    const bool add_bos = r.endpoint == Endpoint::kChat
+                             ? chat_renderer.AddBos(tok.add_bos_default(), text)
+                             : tok.add_bos_default();
+    *tokens = tok.Encode(text, add_bos, /*parse_special=*/true);
     return true;
   };
   if (r.endpoint == Endpoint::kChat) {
-    if (!encode(ApplyChatTemplate(chat_template, r.messages, true))) return false;
+    Result<std::string> text = chat_renderer.Render(r.chat);
+    if (!text.ok()) {
+      *e = Err(400, "messages: " + text.status().message(), "invalid_request_error", "messages");
+      return false;
+    }
+    *think_open = reasoning_split && server::ReasoningSplitter::PromptOpensThinking(*text);
+    if (!encode(*text)) return false;
   } else if (r.prompt_is_tokens) {
     const size_t vocab = tok.vocab_size();
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
@@ -201,12 +215,16 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
                      "invalid_request_error", "model", "model_not_found"));
   }
   EngineRequest er;
-  const bool prompt_ok = Prompt(r, &er.prompt, &e);
+  bool think_open = false;
+  const bool prompt_ok = Prompt(r, &er.prompt, &e, &think_open);
+  const bool split = endpoint == Endpoint::kChat && reasoning_split;
+  server::ReasoningSplitter splitter(think_open);
   if (large) {
     r.prompt.clear();
     r.prompt.shrink_to_fit();
     r.messages.clear();
     r.messages.shrink_to_fit();
+    r.chat = ChatRenderInput();
     malloc_trim(0);
   }
   if (!prompt_ok) return Reply(x, ep, e);
@@ -273,8 +291,14 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
     if (g->finish_reason() == "error") return Reply(x, ep, FromStatus(g->error()));
     info.cached_tokens = g->cached_tokens();
     info.completion_tokens = g->completion_tokens();
+    std::string reasoning;
+    if (split) {
+      server::ReasoningSplitter::Out a = splitter.Push(text), b = splitter.Flush();
+      reasoning = a.reasoning + b.reasoning;
+      text = a.content + b.content;
+    }
     x.Reply(200, "application/json",
-            server::ResponseJson(endpoint, info, text, g->finish_reason()));
+            server::ResponseJson(endpoint, info, text, g->finish_reason(), reasoning));
     metrics.Request(ep, gone ? 499 : 200);
     return;
   }
@@ -295,7 +319,18 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   std::string text;
   for (;;) {
     const bool end = g->Pump(50, &text);
-    if (!text.empty()) {
+    if (split) {
+      server::ReasoningSplitter::Out o = splitter.Push(text);
+      if (end) {
+        server::ReasoningSplitter::Out rest = splitter.Flush();
+        o.reasoning += rest.reasoning;
+        o.content += rest.content;
+      }
+      if (!o.reasoning.empty() || !o.content.empty()) {
+        send(server::ChunkJson(endpoint, info, o.content, false, "", o.reasoning));
+      }
+      text.clear();
+    } else if (!text.empty()) {
       send(server::ChunkJson(endpoint, info, text, false, ""));
       text.clear();
     }
@@ -446,7 +481,9 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   const ModelConfig& c = s.deps.model->config();
   s.context = s.opt.max_context > 0 ? s.opt.max_context : c.n_ctx_train;
   if (s.context == 0) s.context = 2048;
-  s.chat_template = DetectChatTemplate(s.deps.tokenizer->chat_template(), nullptr);
+  s.chat_renderer = ChatRenderer::ForTokenizer(*s.deps.tokenizer);
+  s.reasoning_split = s.deps.tokenizer->chat_template().find("</think>") != std::string::npos;
+  if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
     s.max_token_bytes = std::max<uint64_t>(
         s.max_token_bytes, s.deps.tokenizer->TokenText(static_cast<int32_t>(id)).size());

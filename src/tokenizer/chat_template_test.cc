@@ -98,3 +98,47 @@ TEST(ChatTemplate, MarkersEncodeAsSpecialTokens) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+TEST(ChatRenderer, RunsTheModelsTemplateWithKwargsAndFallsBack) {
+  const ChatRenderer r = ChatRenderer::FromSource(
+      "{{ bos_token }}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+      "{% if add_generation_prompt %}[assistant]{% if enable_thinking %}<think>{% endif %}{% endif %}",
+      "<s>", "</s>");
+  ASSERT_TRUE(r.uses_jinja());
+  EXPECT_EQ(r.warning(), "");
+  const ChatMessage msgs[] = {{"system", "S"}, {"user", "U"}};
+  EXPECT_EQ(*r.Render(msgs, true), "<s>[system]S[user]U[assistant]");
+  const jinja::Value kwargs = jinja::Value::Dict({{jinja::Value("enable_thinking"), jinja::Value(true)}});
+  EXPECT_EQ(*r.Render(msgs, false, kwargs), "<s>[system]S[user]U");
+  EXPECT_EQ(*r.Render(msgs, true, kwargs), "<s>[system]S[user]U[assistant]<think>");
+  // The template wrote the BOS: Encode must not add a second.
+  EXPECT_FALSE(r.AddBos(true, "<s>[user]U"));
+  EXPECT_TRUE(r.AddBos(true, "[user]U"));
+  EXPECT_FALSE(r.AddBos(false, "[user]U"));
+
+  const ChatRenderer raising = ChatRenderer::FromSource(
+      "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not "
+      "supported') }}{% endif %}{% endfor %}<|im_start|>",
+      "", "");
+  Result<std::string> e = raising.Render(msgs, true);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e.status().message(), "chat template: template:1:54: System role not supported");
+
+  // No template, or one that does not parse: the built-in family, with a warning.
+  const ChatRenderer none = ChatRenderer::FromSource("", "", "");
+  EXPECT_FALSE(none.uses_jinja());
+  EXPECT_NE(none.warning(), "");
+  EXPECT_EQ(*none.Render(msgs, true), ApplyChatTemplate(ChatTemplate::kPlain, msgs, true));
+  const ChatRenderer broken = ChatRenderer::FromSource("<|im_start|>{% for m in messages %}", "", "");
+  EXPECT_FALSE(broken.uses_jinja());
+  EXPECT_EQ(broken.fallback(), ChatTemplate::kChatMl);
+  EXPECT_NE(broken.warning().find("does not parse"), std::string::npos) << broken.warning();
+  EXPECT_EQ(*broken.Render(msgs, true), ApplyChatTemplate(ChatTemplate::kChatMl, msgs, true));
+}
+
+}  // namespace
+}  // namespace kvtier
