@@ -21,7 +21,7 @@ const QUESTION = "It is a truth universally acknowledged, that a single man in p
 
 function request(extra = {}) {
   return {
-    model: "claude-sonnet-4-5",  // clients name their own models; the server answers with its own
+    model: "local-model",  // clients name their own models; the server answers with its own
     max_tokens: 16,
     temperature: 0,
     system: "You are terse.",
@@ -59,9 +59,22 @@ test("messages.create answers a message; messages.stream's text deltas make the 
   assert.equal(textOf(final), text);
   assert.equal(final.stop_reason, msg.stop_reason);
   assert.equal(final.usage.output_tokens, msg.usage.output_tokens);
-  assert.deepEqual(events.slice(0, 3), ["message_start", "content_block_start", "ping"]);
+  // The client's events (it drops pings) ...
+  assert.deepEqual(events.slice(0, 2), ["message_start", "content_block_start"]);
   assert.deepEqual(events.slice(-3), ["content_block_stop", "message_delta", "message_stop"]);
-  assert.ok(events.slice(3, -3).every((e) => e === "content_block_delta"), events.join(","));
+  assert.ok(events.slice(2, -3).every((e) => e === "content_block_delta"), events.join(","));
+  // ... and the wire's: `event:` lines naming each `data:` object's type, ping included.
+  const raw = await rawRequest(server, "POST", "/v1/messages", JSON.stringify(request({ stream: true })));
+  assert.equal(raw.status, 200, raw.text);
+  assert.match(raw.headers["content-type"], /^text\/event-stream/);
+  const wire = raw.text.trim().split("\n\n").map((ev) => {
+    const m = /^event: (\S+)\ndata: (.*)$/s.exec(ev);
+    assert.ok(m, `not an SSE event with event: and data: lines: ${JSON.stringify(ev)}`);
+    assert.equal(JSON.parse(m[2]).type, m[1]);
+    return m[1];
+  });
+  assert.deepEqual(wire.slice(0, 3), ["message_start", "content_block_start", "ping"]);
+  assert.deepEqual(wire.slice(3), events.slice(2));
 });
 
 test("stop_sequences cut the text and are reported", T, async () => {
