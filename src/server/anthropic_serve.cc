@@ -3,6 +3,7 @@
 
 #include <malloc.h>
 
+#include <cctype>
 #include <cstdio>
 
 #include "server/anthropic.h"
@@ -54,7 +55,33 @@ bool Prepare(MessagesHost& host, Exchange& x, bool count_tokens, MessagesRequest
              r->tools_param);
     return false;
   }
-  const bool ok = host.prompt(r->chat, prompt, e);
+  // A final assistant message is a prefill: the answer continues it (and leaves it out).
+  std::string prefill;
+  if (!r->chat.messages.empty() && r->chat.messages.back().role == "assistant") {
+    prefill = std::move(r->chat.messages.back().content);
+    r->chat.messages.pop_back();
+    if (!prefill.empty() && std::isspace(static_cast<unsigned char>(prefill.back()))) {
+      *e = Err(400,
+               "messages: the final assistant message (a prefill the answer continues) cannot "
+               "end with whitespace",
+               "messages");
+      return false;
+    }
+  }
+  bool ok = host.prompt(r->chat, prompt, e);
+  if (ok && !prefill.empty()) {
+    const std::vector<int32_t> more =
+        host.tokenizer->Encode(prefill, /*add_bos=*/false, /*parse_special=*/false);
+    prompt->insert(prompt->end(), more.begin(), more.end());
+    if (prompt->size() >= host.context) {
+      *e = Err(413, "messages: the prompt has " + std::to_string(prompt->size()) +
+                        " tokens; this model's maximum context length is " +
+                        std::to_string(host.context) +
+                        " tokens (prompt and completion together)",
+               "messages");
+      ok = false;
+    }
+  }
   if (large) {
     r->chat.messages.clear();
     r->chat.messages.shrink_to_fit();

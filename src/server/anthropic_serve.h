@@ -2,7 +2,8 @@
 // The server (server.cc) owns everything they use and lends it through MessagesHost: its
 // admission (draining, overload, the in-flight count), its prompt builder (chat template,
 // tokenizer, context bounds) and its engine, so that both APIs build the same prompts and share
-// the prefix cache.
+// the prefix cache. A final assistant message is a prefill: the prompt is the conversation
+// before it (ending where the answer starts) followed by its tokens, and the answer continues it.
 //
 // Thread safety: MessagesHost is filled once before the server listens and read-only after;
 // each handler call runs on the HTTP worker thread serving its request.

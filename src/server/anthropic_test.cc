@@ -399,6 +399,48 @@ TEST(AnthropicServer, StopSequencesCutTheTextAndAreReported) {
   }
 }
 
+TEST(AnthropicServer, AFinalAssistantMessageIsAPrefillTheAnswerContinues) {
+  Running s;
+  const std::string prefill = "Mr. Darcy said";
+  json plain = Greedy(12);
+  json pre = Greedy(12);
+  pre["messages"].push_back({{"role", "assistant"}, {"content", prefill}});
+  auto count = [&](json b) {
+    b.erase("max_tokens");
+    httplib::Result r = s.Post("/v1/messages/count_tokens", b.dump());
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no answer");
+    return r ? json::parse(r->body)["input_tokens"].get<size_t>() : 0;
+  };
+  // The prompt is the one without it, ending where the answer starts, then the prefill's tokens.
+  const std::vector<int32_t> tokens =
+      testing::Bundled().tokenizer->Encode(prefill, /*add_bos=*/false, /*parse_special=*/false);
+  ASSERT_FALSE(tokens.empty());
+  EXPECT_EQ(count(pre), count(plain) + tokens.size());
+  // Streamed and not: the same continuation, without the prefill itself.
+  httplib::Result m = s.Post("/v1/messages", pre.dump());
+  ASSERT_TRUE(m);
+  ASSERT_EQ(m->status, 200) << m->body;
+  const json mj = json::parse(m->body);
+  EXPECT_EQ(mj["usage"]["input_tokens"].get<size_t>() +
+                mj["usage"]["cache_read_input_tokens"].get<size_t>(),
+            count(pre));
+  pre["stream"] = true;
+  httplib::Result st = s.Post("/v1/messages", pre.dump());
+  ASSERT_TRUE(st);
+  std::string text;
+  for (const auto& [name, data] : Events(st->body)) {
+    if (name == "content_block_delta") text += data["delta"]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, mj["content"][0]["text"]);
+  // Anthropic refuses a prefill ending in whitespace; so does kvtier.
+  pre["messages"].back()["content"] = prefill + " ";
+  httplib::Result ws = s.Post("/v1/messages", pre.dump());
+  ASSERT_TRUE(ws);
+  EXPECT_EQ(ws->status, 400);
+  EXPECT_NE(ws->body.find("cannot end with whitespace"), std::string::npos) << ws->body;
+  EXPECT_TRUE(s.NoActiveKv());
+}
+
 TEST(AnthropicServer, ErrorsAreAnthropicErrorObjectsAndNothingLeaks) {
   Running s;
   std::string long_text;
