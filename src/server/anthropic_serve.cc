@@ -39,9 +39,10 @@ void Reply(MessagesHost& host, Exchange& x, const char* endpoint, const ApiError
 // back as soon as it is parsed.
 bool Prepare(MessagesHost& host, Exchange& x, bool count_tokens, MessagesRequest* r,
              std::vector<int32_t>* prompt, ApiError* e) {
-  const bool parsed = ParseMessagesRequest(
-      x.body(), count_tokens, r, e, (static_cast<uint64_t>(host.context) + 2) * host.max_token_bytes,
-      host.context);
+  const uint64_t max_prompt_bytes =
+      (static_cast<uint64_t>(host.context) + 2) * host.max_token_bytes;
+  const bool parsed =
+      ParseMessagesRequest(x.body(), count_tokens, r, e, max_prompt_bytes, host.context);
   const bool large = x.body().size() > (1u << 20);
   std::string().swap(x.mutable_body());
   if (large) malloc_trim(0);
@@ -91,6 +92,13 @@ bool Prepare(MessagesHost& host, Exchange& x, bool count_tokens, MessagesRequest
 }
 
 }  // namespace
+
+void RefuseMethod(MessagesHost& host, Exchange& x, const std::string& what) {
+  x.Reply(405, "application/json",
+          AnthropicErrorJson(Err(405, "method not allowed: " + what + "; use POST")),
+          {{"Allow", "POST"}});
+  host.metrics->Request("other", 405);
+}
 
 void ServeCountTokens(MessagesHost& host, Exchange& x) {
   static const char* kEp = "count_tokens";

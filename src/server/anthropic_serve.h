@@ -46,5 +46,7 @@ struct MessagesHost {
 
 void ServeMessages(MessagesHost& host, Exchange& x);
 void ServeCountTokens(MessagesHost& host, Exchange& x);
+// 405 for another method on those routes (`what`: "GET /v1/messages"), naming POST.
+void RefuseMethod(MessagesHost& host, Exchange& x, const std::string& what);
 
 }  // namespace kvtier::server

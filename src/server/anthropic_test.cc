@@ -472,6 +472,9 @@ TEST(AnthropicServer, ErrorsAreAnthropicErrorObjectsAndNothingLeaks) {
   httplib::Result wrong = get.Get("/v1/messages");
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "POST");
+  EXPECT_EQ(json::parse(wrong->body)["error"]["message"],
+            "method not allowed: GET /v1/messages; use POST");
 
   // Clients that leave, streamed or not: cancelled, their K/V freed.
   for (bool stream : {true, false}) {

@@ -389,11 +389,13 @@ server::HttpFront::Route Server::Impl::RouteOf(const server::HttpHead& h) {
   if (p == "/v1/completions") {
     return only("POST", {[this](X x) { Complete(Endpoint::kCompletion, *x); }, false});
   }
-  if (p == "/v1/messages") {
-    return only("POST", {[this](X x) { server::ServeMessages(messages, *x); }, false});
-  }
-  if (p == "/v1/messages/count_tokens") {
-    return only("POST", {[this](X x) { server::ServeCountTokens(messages, *x); }, false});
+  if (p == "/v1/messages" || p == "/v1/messages/count_tokens") {  // Anthropic's error shape
+    if (h.method != "POST") {
+      return {[this, what = h.method + " " + p](X x) { server::RefuseMethod(messages, *x, what); },
+              true};
+    }
+    if (p == "/v1/messages") return {[this](X x) { server::ServeMessages(messages, *x); }, false};
+    return {[this](X x) { server::ServeCountTokens(messages, *x); }, false};
   }
   if (p == "/v1/models") {
     return only("GET", {[this](X x) {
