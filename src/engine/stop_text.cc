@@ -32,6 +32,7 @@ StopText::Out StopText::Push(std::string_view piece) {
     }
   }
   if (first != std::string::npos) {
+    matched_ = buf.substr(first, end - first);
     buf.resize(first);
     out.text = std::move(buf);
     out.stopped = stopped_ = true;

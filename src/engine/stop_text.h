@@ -26,11 +26,14 @@ class StopText {
   // What is held back, at the end of generation (empty once stopped).
   std::string Flush();
   bool stopped() const { return stopped_; }
+  // The stop string that ended the output ("" while none has).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;  // a suffix of the text so far that is a proper prefix of a stop string
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace kvtier::engine

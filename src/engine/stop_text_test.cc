@@ -50,6 +50,7 @@ TEST(StopText, HeldTextComesBackWhenNoStopFollows) {
   EXPECT_EQ(o.text, "");
   EXPECT_EQ(st.Flush(), "a");
   EXPECT_FALSE(st.stopped());
+  EXPECT_EQ(st.matched(), "");
 }
 
 TEST(StopText, TheStopCompletedFirstWins) {
@@ -57,12 +58,14 @@ TEST(StopText, TheStopCompletedFirstWins) {
   StopText::Out o = st.Push("abcd");
   EXPECT_TRUE(o.stopped);
   EXPECT_EQ(o.text, "a");
+  EXPECT_EQ(st.matched(), "b");
   // "abc" starts first, but "b" is complete first.
   StopText st2({"abc", "b"});
   EXPECT_EQ(st2.Push("abc").text, "a");
   // Both end at the same character: the longer one counts.
   StopText st3({"c", "bc"});
   EXPECT_EQ(st3.Push("abc").text, "a");
+  EXPECT_EQ(st3.matched(), "bc");
   EXPECT_TRUE(st.Push("more").stopped);
   EXPECT_EQ(st.Push("more").text, "");
 }

@@ -39,6 +39,8 @@ class Generation {
   // "stop" (a stop string or an end-of-generation token), "length", "cancelled" or "error".
   const std::string& finish_reason() const { return finish_; }
   const Status& error() const { return error_; }
+  // The stop string that ended the output when finish_reason() is "stop" by one ("" otherwise).
+  const std::string& stop_sequence() const { return stop_.matched(); }
   uint64_t id() const { return id_; }
   uint32_t prompt_tokens() const { return prompt_tokens_; }
   uint32_t cached_tokens() const { return cached_tokens_; }

@@ -1,5 +1,6 @@
 // libFuzzer target for the server's request parsers (issue 36): the HTTP head parser and the
-// chunked body decoder (server/http_parse.h) and the OpenAI request parser (server/openai.h).
+// chunked body decoder (server/http_parse.h), the OpenAI request parser (server/openai.h) and
+// the Anthropic Messages one (server/anthropic.h, on the same bytes as the OpenAI one).
 // Any byte string must give a parse or an error, never crash, hang or read outside the input;
 // a head that parses is checked for consistency (its length within the input, its body within
 // the limit). Built as `kvtier_http_fuzz` with clang and -DKVTIER_BUILD_FUZZ=ON:
@@ -10,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "server/anthropic.h"
 #include "server/http_parse.h"
 #include "server/openai.h"
 
@@ -50,6 +52,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Endpoint ep = pick == 2 ? Endpoint::kChat : Endpoint::kCompletion;
   if (!ParseRequest(ep, in, &r, &e, 4096, 128)) {
     if (e.status < 400 || e.message.empty()) __builtin_trap();
+  }
+  MessagesRequest m;
+  if (!ParseMessagesRequest(in, /*count_tokens=*/pick == 3, &m, &e, 4096, 128)) {
+    if (e.status < 400 || e.message.empty()) __builtin_trap();
+  } else if (m.chat.messages.empty() || (pick != 3 && !m.chat.max_tokens)) {
+    __builtin_trap();
   }
   return 0;
 }

@@ -81,7 +81,11 @@ TEST(HttpParse, FuzzEntryPointOnSeeds) {
         // The fuzzer's first finding: a number overflow made the second parse throw
         // json::out_of_range past a catch of parse_error only (std::terminate).
         std::string("2075e7095629702534222222\x0e"),
-        std::string("\2{\"max_tokens\": 1e99999}")}) {
+        std::string("\2{\"max_tokens\": 1e99999}"),
+        std::string("\2{\"model\":\"m\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\","
+                    "\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t\"}]}]}"),
+        std::string("\3{\"model\":\"m\",\"system\":[{\"type\":\"text\",\"text\":\"s\"}],"
+                    "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}")}) {
     EXPECT_EQ(LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size()), 0);
   }
 }

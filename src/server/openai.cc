@@ -1,6 +1,8 @@
 // OpenAI request parsing and response JSON (server/openai.h). nlohmann::json; pure functions.
 #include "server/openai.h"
 
+#include "server/json_body.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -315,15 +317,8 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
-bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, ApiError* e) {
-  return ParseRequest(endpoint, body_text, r, e, UINT64_MAX, 0);
-}
-
-bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, ApiError* e,
-                  uint64_t max_prompt_bytes, uint32_t context) {
-  *r = ApiRequest();
-  r->endpoint = endpoint;
-  r->sampling.temperature = 1.0f;
+bool ParseJsonBody(std::string_view body_text, nlohmann::json* out, ApiError* e,
+                   uint64_t max_prompt_bytes, uint32_t context) {
   if (!IsValidUtf8(body_text)) {
     return Bad(e, "", "the request body is not valid UTF-8");
   }
@@ -364,7 +359,8 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
                             " are accepted");
     }
   }
-  json body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
+  json& body = *out;
+  body = json::parse(body_text, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     // Parse again only to say where: the exception names line and column.
     std::string where;
@@ -383,6 +379,20 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
     return Bad(e, "", std::string("the request body: expected a JSON object, got ") +
                           TypeName(body));
   }
+  return true;
+}
+
+bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, ApiError* e) {
+  return ParseRequest(endpoint, body_text, r, e, UINT64_MAX, 0);
+}
+
+bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, ApiError* e,
+                  uint64_t max_prompt_bytes, uint32_t context) {
+  *r = ApiRequest();
+  r->endpoint = endpoint;
+  r->sampling.temperature = 1.0f;
+  json body;
+  if (!ParseJsonBody(body_text, &body, e, max_prompt_bytes, context)) return false;
   if (auto it = body.find("model"); it != body.end() && !it->is_null()) {
     if (!it->is_string()) return WrongType(e, "model", "a string", *it);
     r->model = it->get<std::string>();

@@ -14,6 +14,7 @@
 #include <random>
 
 #include "kvtier/chat_template.h"
+#include "server/anthropic_serve.h"
 #include "server/dashboard.h"
 #include "server/http_front.h"
 #include "server/generation.h"
@@ -77,6 +78,7 @@ struct Server::Impl {
   std::condition_variable drain_cv;
   std::mt19937_64 seeder{std::random_device{}()};
   std::mutex seeder_mu;
+  server::MessagesHost messages;  // the Anthropic Messages API's view of this server
   // Last: destroyed first, waiting for its worker threads while everything they use lives.
   std::unique_ptr<server::HttpFront> http;
 };
@@ -422,6 +424,14 @@ server::HttpFront::Route Server::Impl::RouteOf(const server::HttpHead& h) {
   if (p == "/v1/completions") {
     return only("POST", {[this](X x) { Complete(Endpoint::kCompletion, *x); }, false});
   }
+  if (p == "/v1/messages" || p == "/v1/messages/count_tokens") {  // Anthropic's error shape
+    if (h.method != "POST") {
+      return {[this, what = h.method + " " + p](X x) { server::RefuseMethod(messages, *x, what); },
+              true};
+    }
+    if (p == "/v1/messages") return {[this](X x) { server::ServeMessages(messages, *x); }, false};
+    return {[this](X x) { server::ServeCountTokens(messages, *x); }, false};
+  }
   if (p == "/v1/models") {
     return only("GET", {[this](X x) {
                           x->Reply(200, "application/json",
@@ -500,6 +510,35 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return true;
   }();
   (void)malloc_tuned;
+  s.messages.engine = s.deps.engine;
+  s.messages.tokenizer = s.deps.tokenizer;
+  s.messages.metrics = &s.metrics;
+  s.messages.model_id = s.opt.model_id;
+  s.messages.context = s.context;
+  s.messages.max_token_bytes = s.max_token_bytes;
+  s.messages.stop_tokens = s.stop_tokens;
+  s.messages.aborting = &s.aborting;
+  s.messages.drain_ms = &s.drain_ms;
+  s.messages.admit = [&s](ApiError* e) -> std::shared_ptr<void> {
+    auto flight = std::make_shared<Impl::InFlight>(&s);
+    if (s.draining) {
+      *e = Err(503, "the server is shutting down", "server_error", "", "shutdown");
+    } else if (s.in_flight > s.opt.max_in_flight) {
+      *e = Err(503, "the server is overloaded: " + std::to_string(s.opt.max_in_flight) +
+                        " requests in flight", "server_error", "", "overloaded");
+    } else {
+      return flight;
+    }
+    return nullptr;
+  };
+  s.messages.prompt = [&s](const ApiRequest& r, std::vector<int32_t>* t, ApiError* e) {
+    return s.Prompt(r, t, e);
+  };
+  s.messages.seed = [&s] {
+    std::lock_guard<std::mutex> lock(s.seeder_mu);
+    return s.seeder();
+  };
+  s.messages.log = [&s](const std::string& line) { s.Log(line); };
   if (s.opt.dashboard) {
     server::DashboardOptions dopt;
     dopt.model_id = s.opt.model_id;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs the `kvtier serve` end-to-end tests (the official openai npm client against a real
-# server): run.sh KVTIER_BIN BUILD_DIR [GLOB]; GLOB picks the test files (default
-# '*.test.mjs'; '*.browser.mjs' is the status page in headless Chromium).
+# Runs the `kvtier serve` end-to-end tests (the official openai and @anthropic-ai/sdk npm
+# clients against a real server): run.sh KVTIER_BIN BUILD_DIR [GLOB]; GLOB picks the test
+# files (default '*.test.mjs'; '*.browser.mjs' is the status page in headless Chromium).
 # Installs the client into BUILD_DIR/e2e (npm ci from the committed package-lock.json, again
 # only when the lock changes), copies the tests there (ES modules resolve packages next to the
 # importing file) and runs each test file with Node's built-in runner, one after the other
@@ -46,6 +46,7 @@ for f in package.json package-lock.json; do
   fi
 done
 if [ "$changed" = 1 ] || [ ! -d "$DIR/node_modules/openai" ] ||
+   [ ! -d "$DIR/node_modules/@anthropic-ai/sdk" ] ||
    [ ! -d "$DIR/node_modules/playwright-core" ]; then
   echo "run.sh: npm ci in $DIR" >&2
   # A failed earlier install must not look installed next time.
