@@ -138,6 +138,9 @@ Status RunServe(const ServeConfig& c) {
     }
     po.min_quantize_tokens = c.min_quantize_tokens;
     po.lower_tier = ssd;
+    if (!c.cache_write_policy.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(po.write_policy, ParseCacheWritePolicy(c.cache_write_policy));
+    }
     KVTIER_ASSIGN_OR_RETURN(cache, PrefixCache::Create(po));
   } else if (ssd != nullptr) {
     return Status::InvalidArgument(
