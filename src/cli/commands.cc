@@ -236,7 +236,9 @@ Command CacheDirCommand() {
                                : a == "verify" ? "Read and check every block file"
                                                : "Remove every block file";
       CLI::App* s = c.add_subcommand(action, help);
-      s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
+      s->add_option("--dir", cmd->dir, "The SSD cache directory");
+      s->add_option("--remote", cmd->remote,
+                    "The remote tier instead: redis://HOST:PORT[,HOST:PORT...]");
       s->add_flag("--json", cmd->json, "Print JSON");
       s->callback([cmd, a] { cmd->action = a; });
     }
