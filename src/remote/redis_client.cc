@@ -3,7 +3,10 @@
 #include "remote/redis_client.h"
 
 #include <hiredis.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstring>
@@ -58,6 +61,37 @@ bool ParseRedirect(std::string_view err, std::string_view word, uint16_t* slot,
   *addr = std::string(err.substr(sp + 1));
   return !addr->empty();
 }
+
+// hiredis writes with write(2): a connection Redis closed would raise SIGPIPE and kill the
+// process. While alive, SIGPIPE is blocked in this thread; one raised meanwhile is consumed.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        sigtimedwait(&pipe_, nullptr, &zero);
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
 
 uint64_t ReplyBytes(const redisReply* r) {
   if (r == nullptr) return 0;
@@ -246,6 +280,7 @@ void RedisClient::RunBatch(const std::string& addr, const std::vector<RedisComma
     for (size_t i : idx) out[i].status = why;
     return;
   }
+  const NoSigpipe no_sigpipe;
   static const char* kAsking = "ASKING";
   static const size_t kAskingLen = 6;
   uint64_t sent = 0;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "remote/redis_client.h"
+#include "remote/remote_keys.h"
 
 namespace kvtier::testing {
 
@@ -129,6 +130,17 @@ class RedisProcess {
   int port() const { return port_; }
   std::string addr() const { return "127.0.0.1:" + std::to_string(port_); }
   std::string url() const { return "redis://" + addr(); }
+  // Every key matching `pattern` (SCAN).
+  std::vector<std::string> Keys(const std::string& pattern) const {
+    auto c = remote::RedisClient::Create(url(), {}).value();
+    std::vector<std::string> keys;
+    std::string cursor = "0";
+    do {
+      remote::RedisResult r = c->RunOn(addr(), {{"SCAN", cursor, "MATCH", pattern}});
+      cursor = remote::ScanReply(r, &keys);
+    } while (!cursor.empty() && cursor != "0");
+    return keys;
+  }
   // Runs one command on this server alone.
   remote::RedisResult Cmd(std::vector<std::string> argv) const {
     auto c = remote::RedisClient::Create(url(), {}).value();
@@ -149,7 +161,10 @@ class RedisCluster {
   RedisCluster() {
     for (int i = 0; i < 3; ++i) nodes.push_back(std::make_unique<RedisProcess>(true));
     std::string cmd = FindProgram("redis-cli") + " --cluster create";
-    for (const auto& n : nodes) cmd += " " + n->addr();
+    for (const auto& n : nodes) {
+      cmd += " ";
+      cmd += n->addr();
+    }
     cmd += " --cluster-replicas 0 --cluster-yes > /dev/null 2>&1";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
     for (int i = 0; i < 400; ++i) {
@@ -199,6 +214,7 @@ class LatencyProxy {
     for (std::thread& t : pipes_) t.join();
   }
   std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+  void set_delay_ms(int ms) { delay_ms_ = ms; }
 
  private:
   void AcceptLoop() {
@@ -236,7 +252,7 @@ class LatencyProxy {
       if (::poll(&p, 1, 50) <= 0) continue;
       const ssize_t n = ::read(from, buf.data(), buf.size());
       if (n <= 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_.load()));
       for (ssize_t at = 0; at < n;) {
         const ssize_t w = ::send(to, buf.data() + at, static_cast<size_t>(n - at), MSG_NOSIGNAL);
         if (w <= 0) return;
@@ -244,7 +260,9 @@ class LatencyProxy {
       }
     }
   }
-  int target_, delay_ms_, port_;
+  int target_;
+  std::atomic<int> delay_ms_;
+  int port_;
   int listen_fd_ = -1;
   std::atomic<bool> stop_{false};
   std::thread accept_;

@@ -82,8 +82,17 @@ struct RemoteTier::Impl {
   bool Known(const BlockKey& k) const { return known.contains(k); }
   void Remember(const BlockKey& k);  // requires wmu
   void Count(RemoteMiss m) {
-    std::lock_guard<std::mutex> lock(smu);
-    ++stats.misses_by[static_cast<int>(m)];
+    {
+      std::lock_guard<std::mutex> lock(smu);
+      ++stats.misses_by[static_cast<int>(m)];
+    }
+    // Redis may come back empty (restarted, flushed): what this process wrote before is sent
+    // again when spilled again.
+    if (m == RemoteMiss::kUnavailable) {
+      std::lock_guard<std::mutex> lock(wmu);
+      known.clear();
+      known_order.clear();
+    }
   }
   // Read-ahead: the next unstarted batch of keys after `from` in its chain, marked pending;
   // empty if none or the buffer is full. Requires rmu.
@@ -472,6 +481,10 @@ Status RemoteTier::Impl::Verify(const TierNamespace& ns, const BlockKey& key,
   }
   if (r.is_nil()) {
     Count(RemoteMiss::kVanished);
+    {
+      std::lock_guard<std::mutex> lock(wmu);
+      known.erase(key);  // a later spill writes it again (known_order keeps a stale entry)
+    }
     return Status::NotFound(name + ": gone (evicted, expired or flushed)");
   }
   const std::string_view v = r.str();
