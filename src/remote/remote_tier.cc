@@ -504,8 +504,7 @@ Status RemoteTier::Impl::Verify(const TierNamespace& ns, const BlockKey& key,
     s = Status::Unimplemented(name + ": stored for other formats or shape than the pool's");
   }
   if (s.ok()) {
-    std::memset(pool.block_data(id), 0, pool.layout().block_stride);
-    s = tier::DecodeBlockRows(*h, bytes, pool, id, name);
+    s = tier::DecodeBlockRowsFilled(*h, bytes, pool, id, name);
   }
   if (s.ok()) {
     std::lock_guard<std::mutex> lock(smu);
