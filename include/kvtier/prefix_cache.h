@@ -25,7 +25,9 @@
 //
 // Memory: every block the tree references counts against memory_budget_bytes (whole blocks,
 // block_stride each), shared with running requests or not; a store that cannot fit after
-// evicting fails with ResourceExhausted and changes nothing. Eviction takes least recently
+// evicting goes to the lower tier alone when there is one (PrefixStoreResult::lower_tier_only;
+// a fetch RAM cannot then hold is served from the tier's blocks directly), else fails with
+// ResourceExhausted and changes nothing. Eviction takes least recently
 // used leaves that are not pinned and that nobody else references (no running request, no
 // tier write in flight), so every eviction frees memory. on_evict sees each block just before
 // the tree drops it (the SSD tier's hook).

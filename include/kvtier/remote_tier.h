@@ -45,7 +45,10 @@ struct RemoteTierOptions {
   std::string url;                   // redis://HOST:PORT[,HOST:PORT...] (required)
   uint32_t ttl_s = 0;                // SET ... EX ttl_s; 0: no TTL (Redis maxmemory + LRU bound)
   uint32_t deadline_ms = 200;        // per round trip; past it the blocks are misses
-  uint32_t queue_blocks = 256;       // blocks waiting for the writer at most (then dropped)
+  // Blocks waiting for the writer at most (then dropped and counted). Queued blocks are pool
+  // blocks held by reference, not copies; 2048 covers a 64K-token entry of 32-token blocks
+  // stored at once (write-through hands a whole entry down in one call).
+  uint32_t queue_blocks = 2048;
   uint32_t batch_blocks = 32;        // blocks per pipelined SET / GET batch
   uint64_t read_ahead_bytes = 256ull << 20;  // fetched blocks waiting for Load, at most
   uint32_t connections_per_node = 8; // the engine's promote threads + the writer, with room
