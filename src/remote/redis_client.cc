@@ -163,6 +163,7 @@ struct RedisClient::Node {
   uint32_t open = 0;                // connections out of `idle` plus in it
   Clock::time_point retry_at{};     // in backoff until then
   uint32_t backoff_ms = 0;
+  std::string last_error;           // why it went into backoff
 };
 
 RedisClient::RedisClient(std::vector<std::string> seeds, RedisClientOptions options)
@@ -223,7 +224,8 @@ std::unique_ptr<RedisClient::Conn> RedisClient::Acquire(Node* n, Status* why) {
       return c;
     }
     if (Clock::now() < n->retry_at) {
-      *why = Status::Unavailable("redis " + n->addr + ": in backoff after a failure");
+      *why = Status::Unavailable("redis " + n->addr + ": in backoff after a failure (" +
+                                 n->last_error + ")");
       std::lock_guard<std::mutex> sl(stats_mu_);
       ++stats_.backoff_refusals;
       return nullptr;
@@ -250,6 +252,10 @@ std::unique_ptr<RedisClient::Conn> RedisClient::Acquire(Node* n, Status* why) {
   }
   *why = Status::Unavailable("redis " + n->addr + ": cannot connect" +
                              (c->ctx != nullptr ? std::string(": ") + c->ctx->errstr : ""));
+  {
+    std::lock_guard<std::mutex> lock(n->mu);
+    n->last_error = why->message();
+  }
   Release(n, std::move(c), false);
   return nullptr;
 }
@@ -338,6 +344,10 @@ void RedisClient::RunBatch(const std::string& addr, const std::vector<RedisComma
     stats_.sent_bytes += sent;
     stats_.received_bytes += received;
     if (!healthy) ++(timed_out ? stats_.timeouts : stats_.io_errors);
+  }
+  if (!healthy) {
+    std::lock_guard<std::mutex> lock(n->mu);
+    n->last_error = why.message();
   }
   Release(n, std::move(c), healthy);
 }
