@@ -7,6 +7,8 @@
 
 #include <random>
 
+#include "kvtier/env.h"
+#include "kvtier/ssd_tier.h"
 #include "prefix/prefix_test_util.h"
 #include "remote/redis_test_util.h"
 #include "remote/remote_keys.h"
@@ -327,6 +329,59 @@ TEST(RemoteTier, ReadAheadFetchesTheRestOfALongChainInBatches) {
   EXPECT_GT(s.read_ahead_blocks, 0u);
   // Far fewer round trips than blocks: batches of batch_blocks (4) plus the lookups.
   EXPECT_LE(s.round_trips, 201u / 4 + 10) << "round trips " << s.round_trips;
+}
+
+// SSD, then remote: a write-through store reaches both; a replica whose SSD holds the first
+// half of a prompt reads that half from disk and only the rest from Redis.
+TEST(TierStack, SsdFirstThenRemote) {
+  KVTIER_REQUIRE_REDIS();
+  testing::RedisProcess r;
+  auto stacked = [&](Env* env, std::shared_ptr<SsdTier>* ssd, std::shared_ptr<RemoteTier>* rem,
+                     const std::shared_ptr<BlockPool>& pool) {
+    SsdTierOptions so;
+    so.dir = "/ssd";
+    so.env = env;
+    so.log = false;
+    *ssd = SsdTier::Open(so).value();
+    RemoteTierOptions ro;
+    ro.url = r.url();
+    ro.namespace_refresh_ms = 0;
+    ro.log = false;
+    *rem = RemoteTier::Open(ro).value();
+    PrefixCacheOptions po;
+    po.memory_budget_bytes = 64 * pool->layout().block_stride;
+    po.lower_tier = std::make_shared<TierStack>(std::vector<std::shared_ptr<LowerTier>>{*ssd, *rem});
+    po.write_policy = CacheWritePolicy::kWriteThrough;
+    return PrefixCache::Create(po).value();
+  };
+  std::shared_ptr<BlockPool> pool = MakePool(kShape, Format::Q8_0(), Format::Q8_0(), kBt, 64 << 20);
+  const std::vector<int32_t> t = Range(7, 40);  // 10 blocks
+  const std::vector<int32_t> half = Range(7, 20);  // its first 5 blocks
+  std::unique_ptr<MemEnv> env_a = MemEnv::Create(1), env_b = MemEnv::Create(2);
+  {
+    std::shared_ptr<SsdTier> ssd;
+    std::shared_ptr<RemoteTier> rem;
+    std::unique_ptr<PrefixCache> a = stacked(env_a.get(), &ssd, &rem, pool);
+    ASSERT_TRUE(a->Store(kModelA, t, SeqOf(pool, t)).ok());
+    ssd->Flush();
+    rem->Flush();
+    EXPECT_EQ(ssd->Stats().blocks, 10u);
+    EXPECT_EQ(rem->Stats().written_blocks, 10u);
+  }
+  // B's SSD holds the first half (its own earlier store); Redis holds everything.
+  std::shared_ptr<SsdTier> ssd;
+  std::shared_ptr<RemoteTier> rem;
+  std::unique_ptr<PrefixCache> b = stacked(env_b.get(), &ssd, &rem, pool);
+  ASSERT_TRUE(b->Store(kModelA, half, SeqOf(pool, half)).ok());
+  ssd->Flush();
+  rem->Flush();
+  b->Clear();
+  Result<PrefixFetchResult> f = b->Fetch(kModelA, t, pool);
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(f->reused_tokens, t.size() - 1);
+  EXPECT_EQ(Encoded(f->sequence, f->reused_tokens), Expected(pool, pool, pool, t, f->reused_tokens));
+  EXPECT_EQ(ssd->Stats().loaded_blocks, 5u);
+  EXPECT_EQ(rem->Stats().hits, 5u);
 }
 
 }  // namespace
