@@ -14,7 +14,8 @@
 // Reads: FindChain asks for the chain's keys in one pipelined EXISTS round trip (and one more
 // for the tail block); Load takes a block from the read-ahead buffer, or fetches a batch of
 // the chain's next blocks with one pipelined GET, while threads waiting on a batch fetch the
-// following ones (read-ahead, bounded by read_ahead_bytes). Writes: Spill takes a reference
+// following ones and two read-ahead workers keep up to two batches ahead of the blocks taken
+// (bounded by read_ahead_bytes). Writes: Spill takes a reference
 // and queues the block (bounded; a full queue drops the write and counts it, never waits);
 // a writer thread encodes batches and sends them as one pipelined SET per node.
 //

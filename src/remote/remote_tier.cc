@@ -56,6 +56,7 @@ struct Chain {
 // A fetched (or being fetched) value.
 struct Slot {
   bool pending = true;
+  bool taken = false;  // its Load took the value (kept a while so read-ahead skips it)
   RedisResult value;
   Clock::time_point at;
 };
@@ -75,7 +76,18 @@ struct RemoteTier::Impl {
     }
     wcv.notify_all();
     if (writer.joinable()) writer.join();
+    {
+      std::lock_guard<std::mutex> lock(rmu);
+      reader_stop = true;
+    }
+    pcv.notify_all();
+    for (std::thread& t : readers) t.join();
   }
+  // Read-ahead workers: fetch the batches Load schedules ahead of the blocks it takes.
+  void ReaderLoop();
+  // Schedules the chain's next unstarted batch when it starts within `window` blocks after
+  // `key`. Requires rmu.
+  void ScheduleAhead(const BlockKey& key, size_t window);
 
   void WriterLoop();
   void WriteBatch(std::vector<Job>& jobs);
@@ -96,7 +108,8 @@ struct RemoteTier::Impl {
   }
   // Read-ahead: the next unstarted batch of keys after `from` in its chain, marked pending;
   // empty if none or the buffer is full. Requires rmu.
-  std::vector<BlockKey> TakeBatch(const BlockKey& from, bool include_from, BlockKey* ns);
+  std::vector<BlockKey> TakeBatch(const BlockKey& from, bool include_from, BlockKey* ns,
+                                  size_t max_ahead = SIZE_MAX);
   void Fetch(const BlockKey& ns, const std::vector<BlockKey>& keys);
   void ExpireSlots();  // requires rmu
   Status Verify(const TierNamespace& ns, const BlockKey& key, const RedisResult& r,
@@ -128,6 +141,10 @@ struct RemoteTier::Impl {
   std::deque<std::shared_ptr<Chain>> chains;
   std::unordered_map<BlockKey, std::pair<std::shared_ptr<Chain>, size_t>, Hash128Hasher> where;
   uint64_t buffered = 0;  // bytes of ready slots
+  std::condition_variable pcv;
+  std::deque<std::pair<BlockKey, std::vector<BlockKey>>> ahead_queue;  // (namespace, keys)
+  bool reader_stop = false;
+  std::vector<std::thread> readers;
 
   mutable std::mutex smu;
   RemoteTierStats stats;
@@ -243,6 +260,7 @@ Result<std::shared_ptr<RemoteTier>> RemoteTier::Open(RemoteTierOptions options) 
   impl->client = std::move(client);
   Impl* m = impl.get();
   m->writer = std::thread([m] { m->WriterLoop(); });
+  for (int i = 0; i < 2; ++i) m->readers.emplace_back([m] { m->ReaderLoop(); });
   return std::shared_ptr<RemoteTier>(new RemoteTier(std::move(impl)));
 }
 
@@ -427,7 +445,7 @@ void RemoteTier::Impl::ExpireSlots() {
 }
 
 std::vector<BlockKey> RemoteTier::Impl::TakeBatch(const BlockKey& from, bool include_from,
-                                                  BlockKey* ns) {
+                                                  BlockKey* ns, size_t max_ahead) {
   std::vector<BlockKey> out;
   auto it = where.find(from);
   if (it == where.end()) {
@@ -439,6 +457,7 @@ std::vector<BlockKey> RemoteTier::Impl::TakeBatch(const BlockKey& from, bool inc
     // Skip what is fetched or on its way; take the next batch_blocks from there.
     if (!include_from) {
       while (i < c.keys.size() && slots.contains(c.keys[i])) ++i;
+      if (i - it->second.second > max_ahead) return out;
       const uint64_t room = opt.read_ahead_bytes > buffered ? opt.read_ahead_bytes - buffered : 0;
       if (room < block_value_bytes_guess * opt.batch_blocks) return out;
     }
@@ -522,6 +541,31 @@ Status RemoteTier::Impl::Verify(const TierNamespace& ns, const BlockKey& key,
   return Status::Corruption(s.message());
 }
 
+void RemoteTier::Impl::ScheduleAhead(const BlockKey& key, size_t window) {
+  BlockKey ns;
+  std::vector<BlockKey> batch = TakeBatch(key, false, &ns, window);
+  if (batch.empty()) return;
+  ahead_queue.emplace_back(ns, std::move(batch));
+  pcv.notify_one();
+}
+
+void RemoteTier::Impl::ReaderLoop() {
+  std::unique_lock<std::mutex> lock(rmu);
+  for (;;) {
+    pcv.wait(lock, [&] { return reader_stop || !ahead_queue.empty(); });
+    if (reader_stop) return;
+    auto [ns, keys] = std::move(ahead_queue.front());
+    ahead_queue.pop_front();
+    lock.unlock();
+    Fetch(ns, keys);
+    {
+      std::lock_guard<std::mutex> sl(smu);
+      stats.read_ahead_blocks += keys.size();
+    }
+    lock.lock();
+  }
+}
+
 Status RemoteTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
                         BlockId id) {
   Impl& m = *impl_;
@@ -530,6 +574,9 @@ Status RemoteTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool&
   {
     std::unique_lock<std::mutex> lock(m.rmu);
     m.ExpireSlots();
+    if (auto old = m.slots.find(key); old != m.slots.end() && old->second.taken) {
+      m.slots.erase(old);  // read before: fetch it again
+    }
     if (!m.slots.contains(key)) {
       BlockKey batch_ns = ns.key;
       std::vector<BlockKey> batch = m.TakeBatch(key, true, &batch_ns);
@@ -553,9 +600,13 @@ Status RemoteTier::Load(const TierNamespace& ns, const BlockKey& key, BlockPool&
     }
     auto it = m.slots.find(key);
     if (it != m.slots.end() && !it->second.pending) {
+      // Keep the network busy while this thread verifies: the next batch within two
+      // batches ahead goes to a read-ahead worker.
+      m.ScheduleAhead(key, 2 * size_t{m.opt.batch_blocks});
       value = std::move(it->second.value);
       m.buffered -= value.reply != nullptr ? value.str().size() : 0;
-      m.slots.erase(it);
+      it->second.value = RedisResult();
+      it->second.taken = true;
     } else {
       value.status = Status::Unavailable("remote tier: no reply for the block");
     }
