@@ -8,6 +8,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libhwy-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libpcre2-dev libisal-dev
   libcpp-httplib-dev
+  libhiredis-dev redis-server redis-tools haproxy
   python3 python3-jinja2 gnuplot-nox
   chromium fonts-dejavu-core  # the status page e2e test (src/server/e2e/*.browser.mjs)
 )

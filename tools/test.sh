@@ -64,12 +64,14 @@ if [ "${KVTIER_SKIP_TSAN:-0}" != 1 ]; then
   cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
     -DCMAKE_CXX_FLAGS="-DHWY_DISABLED_TARGETS=6400" \
     -DKVTIER_TSAN=ON -DKVTIER_BUILD_BENCH=OFF -DKVTIER_CUDA=OFF >/dev/null
-  ninja -C build/tsan kvtier_prefix_test kvtier_base_test kvtier_env_test kvtier_tier_test
+  ninja -C build/tsan kvtier_prefix_test kvtier_base_test kvtier_env_test kvtier_tier_test \
+    kvtier_remote_test
   # The tests that share structures between threads (the property test is single-threaded).
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   build/tsan/src/base/kvtier_base_test --gtest_filter='ThreadPool*'
   build/tsan/src/base/kvtier_env_test --gtest_filter='EnvConcurrency*'
   build/tsan/src/prefix/kvtier_prefix_test --gtest_filter='PrefixCacheTest.*:PrefixHottestTest.Concurrent*'
   build/tsan/src/tier/kvtier_tier_test --gtest_filter='SsdTier.*:SsdTierBatch.*:SsdTierSegment.*:SsdTierIds.*'
+  build/tsan/src/remote/kvtier_remote_test  # writer, read-ahead workers, cluster fan-out
 fi
 echo "== all tests passed (${SECONDS}s)"

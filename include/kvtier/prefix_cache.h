@@ -25,7 +25,9 @@
 //
 // Memory: every block the tree references counts against memory_budget_bytes (whole blocks,
 // block_stride each), shared with running requests or not; a store that cannot fit after
-// evicting fails with ResourceExhausted and changes nothing. Eviction takes least recently
+// evicting goes to the lower tier alone when there is one (PrefixStoreResult::lower_tier_only;
+// a fetch RAM cannot then hold is served from the tier's blocks directly), else fails with
+// ResourceExhausted and changes nothing. Eviction takes least recently
 // used leaves that are not pinned and that nobody else references (no running request, no
 // tier write in flight), so every eviction frees memory. on_evict sees each block just before
 // the tree drops it (the SSD tier's hook).
@@ -119,6 +121,19 @@ class LowerTier {
                       BlockId id) = 0;
 };
 
+// When stored entries reach the lower tier (PrefixCacheOptions::write_policy).
+enum class CacheWritePolicy : uint8_t {
+  // Blocks go down when RAM evicts them. An entry that cannot fit in RAM at all (larger than
+  // the budget, or RAM full of pinned or in-use blocks) is written through anyway.
+  kWriteBack = 0,
+  // Every stored entry's new blocks also go to the lower tier at once (HiCache's
+  // write-through): a shared remote tier sees every entry without waiting for eviction.
+  kWriteThrough = 1,
+};
+// "write-back" / "write-through".
+Result<CacheWritePolicy> ParseCacheWritePolicy(std::string_view name);
+std::string_view CacheWritePolicyName(CacheWritePolicy p);
+
 struct PrefixCacheOptions {
   // Bytes of blocks the tree may reference (> 0). See PrefixCacheBudgetBytes.
   uint64_t memory_budget_bytes = 0;
@@ -130,6 +145,7 @@ struct PrefixCacheOptions {
   EvictionCallback on_evict;
   // Spill target and second source of hits (optional).
   std::shared_ptr<LowerTier> lower_tier;
+  CacheWritePolicy write_policy = CacheWritePolicy::kWriteBack;
 };
 
 // vllm-mlx's --kv-cache-quantization-bits / -group-size: MLX affine, f16 scales. bits 8 or 4.
@@ -154,6 +170,11 @@ struct PrefixStoreResult {
   uint32_t shared_blocks = 0;   // blocks already in the tree, reused
   bool quantized = false;       // stored in store_format
   uint32_t evicted_blocks = 0;  // evicted to make room
+  // Blocks handed to the lower tier by this store: the entry's new blocks under
+  // write-through, or every block of an entry RAM could not hold (then new_blocks is 0 and
+  // RAM is unchanged: the entry lives in the lower tier only).
+  uint32_t written_through_blocks = 0;
+  bool lower_tier_only = false;  // the entry did not fit in RAM and went to the lower tier
 };
 
 struct PrefixFormatStats {
@@ -178,6 +199,9 @@ struct PrefixCacheStats {
   uint64_t evicted_bytes = 0;
   uint64_t promoted_blocks = 0;    // read from the lower tier into RAM
   uint64_t promote_failures = 0;   // lower-tier blocks that failed to load (then a miss)
+  uint64_t written_through_blocks = 0;  // blocks given to the lower tier at store time
+  uint64_t lower_only_stores = 0;  // entries too large for RAM, stored in the lower tier only
+  uint64_t direct_tier_fetches = 0;  // hits served from lower-tier blocks RAM could not keep
   uint64_t entries = 0;            // stored entries currently present (end markers)
   uint64_t nodes = 0;              // blocks referenced by the tree
   uint64_t bytes = 0;              // their bytes: what counts against the budget

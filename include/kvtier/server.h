@@ -22,6 +22,7 @@
 #include "kvtier/engine.h"
 #include "kvtier/model.h"
 #include "kvtier/prefix_cache.h"
+#include "kvtier/remote_tier.h"
 #include "kvtier/ssd_tier.h"
 #include "kvtier/status.h"
 #include "kvtier/tokenizer.h"
@@ -35,6 +36,8 @@ struct ServerDeps {
   std::shared_ptr<BlockPool> pool;       // the engine's pool (stats)
   PrefixCache* prefix_cache = nullptr;   // optional (stats, DELETE /v1/cache)
   SsdTier* ssd = nullptr;                // optional (stats, DELETE /v1/cache)
+  RemoteTier* remote = nullptr;          // optional (stats, /metrics; DELETE /v1/cache leaves
+                                         // the shared tier alone: other replicas use it)
 };
 
 struct ServerOptions {

@@ -154,6 +154,15 @@ Status Formats(const CacheCommand& c, std::ostream& out) {
 }  // namespace
 
 Status RunCacheCommand(const CacheCommand& cmd, std::ostream& out) {
+  if (!cmd.remote.empty()) {
+    if (!cmd.dir.empty()) {
+      return Status::InvalidArgument("cache " + cmd.action + ": give --dir or --remote, not both");
+    }
+    return RunRemoteCacheCommand(cmd, out);
+  }
+  if (cmd.dir.empty() && cmd.action != "formats") {
+    return Status::InvalidArgument("cache " + cmd.action + ": --dir (or --remote) is required");
+  }
   if (cmd.action == "stats") return Stats(cmd, out);
   if (cmd.action == "verify") return Verify(cmd, out);
   if (cmd.action == "clear") return Clear(cmd, out);

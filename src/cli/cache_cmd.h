@@ -12,10 +12,13 @@ namespace kvtier::cli {
 struct CacheCommand {
   std::string action;  // "stats", "verify", "clear", "formats"
   std::string dir;
+  std::string remote;  // redis://...: the remote tier instead of a directory (cache_remote.cc)
   bool json = false;
 };
 
 // Runs it: stats and formats print a table (or JSON); verify fails when a file is bad.
 Status RunCacheCommand(const CacheCommand& cmd, std::ostream& out);
+// stats|verify|clear of the remote tier at cmd.remote (Redis / Redis Cluster).
+Status RunRemoteCacheCommand(const CacheCommand& cmd, std::ostream& out);
 
 }  // namespace kvtier::cli

@@ -75,6 +75,15 @@ Command ServeCommand() {
                  "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
     s.add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
         ->capture_default_str();
+    s.add_option("--cache-write-policy", c->cache_write_policy,
+                 "write-back (blocks go down when RAM evicts them) or write-through (at once); "
+                 "default write-back, write-through with --remote-cache");
+    s.add_option("--remote-cache", c->remote_cache,
+                 "Shared remote tier below the SSD tier: redis://HOST:PORT (one Redis) or "
+                 "redis://HOST:PORT,HOST:PORT,... (Redis Cluster seeds)");
+    s.add_option("--remote-cache-ttl", c->remote_cache_ttl_s,
+                 "Seconds a remote block lives (0: until Redis evicts it)")
+        ->capture_default_str();
     s.add_option("--threads", c->threads, "Compute threads (0: every core)")
         ->capture_default_str();
     s.add_option("--kv-pool-mb", c->kv_pool_mb,
@@ -232,7 +241,9 @@ Command CacheDirCommand() {
                                : a == "verify" ? "Read and check every block file"
                                                : "Remove every block file";
       CLI::App* s = c.add_subcommand(action, help);
-      s->add_option("--dir", cmd->dir, "The SSD cache directory")->required();
+      s->add_option("--dir", cmd->dir, "The SSD cache directory");
+      s->add_option("--remote", cmd->remote,
+                    "The remote tier instead: redis://HOST:PORT[,HOST:PORT...]");
       s->add_flag("--json", cmd->json, "Print JSON");
       s->callback([cmd, a] { cmd->action = a; });
     }

@@ -20,6 +20,7 @@
 #include "cli/model_session.h"
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
+#include "kvtier/remote_tier.h"
 #include "kvtier/server.h"
 #include "kvtier/ssd_tier.h"
 
@@ -125,6 +126,25 @@ Status RunServe(const ServeConfig& c) {
             " bytes=" + std::to_string(ss.bytes) + " max_bytes=" + std::to_string(ss.max_bytes) +
             " removed_tmp=" + std::to_string(ss.removed_tmp_files));
   }
+  std::shared_ptr<RemoteTier> remote;
+  if (!c.remote_cache.empty()) {
+    RemoteTierOptions ro;
+    ro.url = c.remote_cache;
+    ro.ttl_s = c.remote_cache_ttl_s;
+    ro.connections_per_node = std::max<uint32_t>(8, c.max_num_seqs + 4);
+    KVTIER_ASSIGN_OR_RETURN(remote, RemoteTier::Open(ro));
+    LogLine("remote_tier url=" + c.remote_cache +
+            " ttl_s=" + std::to_string(c.remote_cache_ttl_s) +
+            " deadline_ms=" + std::to_string(ro.deadline_ms));
+  }
+  std::shared_ptr<LowerTier> lower;
+  if (ssd != nullptr && remote != nullptr) {
+    lower = std::make_shared<TierStack>(std::vector<std::shared_ptr<LowerTier>>{ssd, remote});
+  } else if (ssd != nullptr) {
+    lower = ssd;
+  } else {
+    lower = remote;
+  }
   std::unique_ptr<PrefixCache> cache;
   if (!c.disable_prefix_cache) {
     PrefixCacheOptions po;
@@ -137,12 +157,20 @@ Status RunServe(const ServeConfig& c) {
                               PrefixStoreFormat(c.kv_quantization_bits, c.kv_quantization_group));
     }
     po.min_quantize_tokens = c.min_quantize_tokens;
-    po.lower_tier = ssd;
+    po.lower_tier = lower;
+    // A shared tier is only shared when entries reach it when stored, not when evicted.
+    if (remote != nullptr) po.write_policy = CacheWritePolicy::kWriteThrough;
+    if (!c.cache_write_policy.empty()) {
+      KVTIER_ASSIGN_OR_RETURN(po.write_policy, ParseCacheWritePolicy(c.cache_write_policy));
+    }
     KVTIER_ASSIGN_OR_RETURN(cache, PrefixCache::Create(po));
-  } else if (ssd != nullptr) {
+  } else if (lower != nullptr) {
     return Status::InvalidArgument(
-        "--ssd-cache-dir: the SSD tier sits below the prefix cache; it cannot be used with "
+        std::string(ssd != nullptr ? "--ssd-cache-dir" : "--remote-cache") +
+        ": the lower tiers sit below the prefix cache; they cannot be used with "
         "--disable-prefix-cache");
+  } else if (!c.cache_write_policy.empty()) {
+    return Status::InvalidArgument("--cache-write-policy needs the prefix cache");
   }
 
   EngineOptions eo;
@@ -161,6 +189,7 @@ Status RunServe(const ServeConfig& c) {
   deps.pool = pool;
   deps.prefix_cache = cache.get();
   deps.ssd = ssd.get();
+  deps.remote = remote.get();
   ServerOptions so;
   so.host = c.host;
   so.port = c.port;
@@ -198,7 +227,10 @@ Status RunServe(const ServeConfig& c) {
                        (c.kv_cache_quantization ? " store=" + cache->options().store_format->name()
                                                 : "")
                  : std::string("off")) +
-          " max_num_seqs=" + std::to_string(c.max_num_seqs));
+          " max_num_seqs=" + std::to_string(c.max_num_seqs) +
+          (cache ? " write_policy=" +
+                       std::string(CacheWritePolicyName(cache->options().write_policy))
+                 : ""));
   std::printf("kvtier serve: listening on http://%s:%u model=%s\n", c.host.c_str(),
               static_cast<unsigned>(server->port()), so.model_id.c_str());
   std::fflush(stdout);
@@ -215,6 +247,12 @@ Status RunServe(const ServeConfig& c) {
     const SsdTierStats ss = ssd->Stats();
     LogLine("shutdown: spilled " + std::to_string(spilled) + " bytes of the RAM prefix cache; " +
             "ssd blocks=" + std::to_string(ss.blocks) + " bytes=" + std::to_string(ss.bytes));
+  }
+  if (remote != nullptr) {
+    remote->Flush();
+    const RemoteTierStats rs = remote->Stats();
+    LogLine("shutdown: remote written_blocks=" + std::to_string(rs.written_blocks) +
+            " hits=" + std::to_string(rs.hits) + " write_errors=" + std::to_string(rs.write_errors));
   }
   LogLine("stopped");
   return listened;

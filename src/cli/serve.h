@@ -29,6 +29,10 @@ struct ServeConfig {
   bool disable_prefix_cache = false;     // --disable-prefix-cache
   std::string ssd_cache_dir;             // --ssd-cache-dir
   double ssd_cache_max_gb = 10;          // --ssd-cache-max-gb
+  std::string cache_write_policy;        // --cache-write-policy ("": write-back, or
+                                         // write-through with --remote-cache)
+  std::string remote_cache;              // --remote-cache redis://HOST:PORT[,HOST:PORT...]
+  uint32_t remote_cache_ttl_s = 0;       // --remote-cache-ttl (0: none; Redis maxmemory bounds)
   uint32_t threads = 0;                  // --threads (0: every core)
   uint64_t kv_pool_mb = 0;               // --kv-pool-mb (0: max-num-seqs full contexts, twice)
   uint32_t max_model_len = 0;            // --max-model-len (0: the model's trained context)

@@ -116,7 +116,11 @@ void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* wh
       " new_blocks=" + std::to_string(s->new_blocks) +
       " shared_blocks=" + std::to_string(s->shared_blocks) + " bytes=" +
       std::to_string(uint64_t{s->new_blocks} * opt.pool->layout().block_stride) +
-      (s->evicted_blocks > 0 ? " evicted_blocks=" + std::to_string(s->evicted_blocks) : ""));
+      (s->evicted_blocks > 0 ? " evicted_blocks=" + std::to_string(s->evicted_blocks) : "") +
+      (s->written_through_blocks > 0
+           ? " written_through=" + std::to_string(s->written_through_blocks) +
+                 (s->lower_tier_only ? " lower_tier_only" : "")
+           : ""));
 }
 
 void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error) {

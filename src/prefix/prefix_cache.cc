@@ -45,6 +45,17 @@ Result<Format> PrefixStoreFormat(int bits, int group_size) {
   return f;
 }
 
+Result<CacheWritePolicy> ParseCacheWritePolicy(std::string_view name) {
+  if (name == "write-back") return CacheWritePolicy::kWriteBack;
+  if (name == "write-through") return CacheWritePolicy::kWriteThrough;
+  return Status::InvalidArgument("--cache-write-policy: expected write-back or write-through, got '" +
+                                 std::string(name) + "'");
+}
+
+std::string_view CacheWritePolicyName(CacheWritePolicy p) {
+  return p == CacheWritePolicy::kWriteThrough ? "write-through" : "write-back";
+}
+
 Result<uint64_t> PrefixCacheBudgetBytes(uint64_t memory_mb, double memory_percent) {
   if ((memory_mb > 0) == (memory_percent > 0)) {
     return Status::InvalidArgument("prefix cache memory: give exactly one of --cache-memory-mb "
@@ -107,9 +118,25 @@ struct PrefixCache::Impl {
   uint32_t RamMatch(const ModelFingerprint& model, std::span<const int32_t> tokens,
                     const BlockPool& pool);
   // Reads the lower tier's longest chain for `tokens` into RAM when it beats `ram` tokens.
-  // Best effort: failures only count. Takes mu itself.
+  // Best effort: failures only count. Takes mu itself. When the chain was read but RAM
+  // cannot take it (larger than the budget, or the rest pinned or in use), *direct gets it
+  // as a sequence (owner kPrefixCache, of the chain's pool) of *direct_matched request
+  // tokens, and *direct_end tells whether a stored entry ends there.
   void Promote(const ModelFingerprint& model, std::span<const int32_t> tokens,
-               const std::shared_ptr<BlockPool>& pool, uint32_t ram);
+               const std::shared_ptr<BlockPool>& pool, uint32_t ram, SequenceCache* direct,
+               uint32_t* direct_matched, bool* direct_end);
+  // Hands the first tokens.size() tokens of `seq` to the lower tier, block by block, in its
+  // own pool's formats (an entry RAM cannot hold). Requires mu and a lower tier.
+  uint32_t SpillSequence(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                         const SequenceCache& seq);
+  // Hands the nodes of `path` whose plan step took a block to the lower tier (write-through).
+  // Requires mu and a lower tier.
+  uint32_t SpillPlan(const Plan& plan, const std::vector<Node*>& path);
+
+  // A fetch answered from lower-tier blocks RAM could not keep (see Promote).
+  Result<PrefixFetchResult> FetchDirect(std::span<const int32_t> tokens,
+                                        const std::shared_ptr<BlockPool>& pool,
+                                        SequenceCache direct, uint32_t matched, bool entry_end);
 
   const PrefixCacheOptions opt;
   EvictionCallback evict_cb;  // opt.on_evict, then the lower tier's Spill
@@ -198,6 +225,58 @@ std::vector<const std::vector<int32_t>*> PrefixCache::Impl::PinLists(
   return out;
 }
 
+uint32_t PrefixCache::Impl::SpillSequence(const ModelFingerprint& model,
+                                          std::span<const int32_t> tokens,
+                                          const SequenceCache& seq) {
+  const BlockPool& sp = *seq.pool();
+  const uint32_t B = sp.block_tokens();
+  const BlockKey ns_key = NamespaceKey(model, sp.shape(), sp.k_format(), sp.v_format(), B);
+  BlockKey parent = ns_key;
+  uint32_t n = 0;
+  for (size_t pos = 0, i = 0; pos < tokens.size(); pos += B, ++i) {
+    const std::span<const int32_t> t = tokens.subspan(pos, std::min<size_t>(B, tokens.size() - pos));
+    const uint32_t end = static_cast<uint32_t>(t.size());
+    EvictedBlock e;
+    e.key = ChainBlockKey(parent, t);
+    e.parent_key = parent;
+    e.namespace_key = ns_key;
+    e.model = model;
+    e.first_position = static_cast<uint32_t>(pos);
+    e.tokens = t;
+    if (pos + t.size() == tokens.size()) e.entry_ends = std::span<const uint32_t>(&end, 1);
+    e.pool = seq.pool();
+    e.block = seq.block_ids()[i];
+    opt.lower_tier->Spill(e);
+    parent = e.key;
+    ++n;
+  }
+  stats.written_through_blocks += n;
+  return n;
+}
+
+uint32_t PrefixCache::Impl::SpillPlan(const Plan& plan, const std::vector<Node*>& path) {
+  uint32_t n = 0;
+  for (size_t i = 0; i < plan.steps.size() && i < path.size(); ++i) {
+    const PlanStep::Kind k = plan.steps[i].kind;
+    if (k != PlanStep::kNew && k != PlanStep::kUpgrade && k != PlanStep::kExtend) continue;
+    const Node* node = path[i];
+    EvictedBlock e;
+    e.key = node->key;
+    e.parent_key = node->parent->key;
+    e.namespace_key = node->ns->key;
+    e.model = node->ns->model;
+    e.first_position = node->start;
+    e.tokens = node->tokens;
+    e.entry_ends = node->ends;
+    e.pool = node->ns->pool;
+    e.block = node->block;
+    opt.lower_tier->Spill(e);
+    ++n;
+  }
+  stats.written_through_blocks += n;
+  return n;
+}
+
 uint32_t PrefixCache::Impl::RamMatch(const ModelFingerprint& model,
                                      std::span<const int32_t> tokens, const BlockPool& pool) {
   uint32_t best = 0;
@@ -210,7 +289,9 @@ uint32_t PrefixCache::Impl::RamMatch(const ModelFingerprint& model,
 }
 
 void PrefixCache::Impl::Promote(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                const std::shared_ptr<BlockPool>& pool, uint32_t ram) {
+                                const std::shared_ptr<BlockPool>& pool, uint32_t ram,
+                                SequenceCache* direct, uint32_t* direct_matched,
+                                bool* direct_end) {
   LowerTier& lower = *opt.lower_tier;
   // The tier's longest chain over its namespaces of this model and shape.
   TierNamespace best_ns;
@@ -323,6 +404,28 @@ void PrefixCache::Impl::Promote(const ModelFingerprint& model, std::span<const i
     if (tree.Apply(*ns, plan, part, ids, stamp, PinLists(model)).ok()) {
       stats.promoted_blocks += plan.new_blocks;
     }
+  } else {
+    // RAM cannot hold the chain (larger than the budget, or the rest pinned or in use): serve
+    // this request from the blocks just read, and leave RAM as it is.
+    const std::span<const int32_t> part(chain_tokens.data(), n_tokens);
+    const uint32_t matched = prefix::CommonPrefix(part, tokens);
+    const uint32_t use = std::min<uint32_t>(matched, static_cast<uint32_t>(tokens.size()) - 1);
+    std::vector<BlockId> use_ids;  // [ceil(use / B)] the chain's blocks, read or in RAM
+    for (size_t i = 0; use > 0 && i < (use + ns->block_tokens - 1) / ns->block_tokens; ++i) {
+      use_ids.push_back(ids[i] >= 0 ? ids[i] : plan.steps[i].node->block);
+    }
+    if (use > 0) {
+      Result<SequenceCache> s =
+          SequenceCache::FromBlocks(ns->pool, use_ids, use, KvOwner::kPrefixCache);
+      if (s.ok()) {
+        *direct = std::move(*s);
+        *direct_matched = matched;
+        const uint32_t last = (matched - 1) / ns->block_tokens;  // the block matched ends in
+        const uint32_t in_last = matched - last * ns->block_tokens;
+        const std::vector<uint32_t>& ends = chain[last].ends;
+        *direct_end = std::find(ends.begin(), ends.end(), in_last) != ends.end();
+      }
+    }
   }
   release();
 }
@@ -354,7 +457,15 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
       std::lock_guard<std::mutex> lock(m.mu);
       ram = m.RamMatch(model, tokens, *pool);
     }
-    if (ram + 1 < tokens.size()) m.Promote(model, tokens, pool, ram);
+    if (ram + 1 < tokens.size()) {
+      SequenceCache direct;
+      uint32_t matched = 0;
+      bool end = false;
+      m.Promote(model, tokens, pool, ram, &direct, &matched, &end);
+      if (direct.valid() && direct.size() > 0) {
+        return m.FetchDirect(tokens, pool, std::move(direct), matched, end);
+      }
+    }
   }
   PrefixFetchResult r;
   SequenceCache source;  // the cached blocks when they need converting
@@ -416,6 +527,43 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
   return r;
 }
 
+Result<PrefixFetchResult> PrefixCache::Impl::FetchDirect(std::span<const int32_t> tokens,
+                                                        const std::shared_ptr<BlockPool>& pool,
+                                                        SequenceCache direct, uint32_t matched,
+                                                        bool entry_end) {
+  PrefixFetchResult r;
+  const uint32_t n = static_cast<uint32_t>(tokens.size());
+  r.matched_tokens = matched;
+  r.reused_tokens = direct.size();
+  if (matched == n) {
+    r.kind = entry_end ? PrefixMatchKind::kExact : PrefixMatchKind::kSupersequence;
+  } else {
+    r.kind = entry_end ? PrefixMatchKind::kPrefix : PrefixMatchKind::kLcp;
+  }
+  r.k_format = direct.pool()->k_format();
+  r.v_format = direct.pool()->v_format();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.lookups;
+    stats.tokens_requested += n;
+    ++stats.hits[static_cast<int>(r.kind)];
+    stats.tokens_reused += r.reused_tokens;
+    ++stats.direct_tier_fetches;
+  }
+  if (direct.pool() == pool) {
+    KVTIER_RETURN_IF_ERROR(direct.SetOwner(KvOwner::kActive));
+    r.sequence = std::move(direct);
+    return r;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.converted_fetches;
+  }
+  KVTIER_ASSIGN_OR_RETURN(r.sequence, ConvertSequence(direct, pool, KvOwner::kActive));
+  r.converted = true;
+  return r;
+}
+
 Result<PrefixStoreResult> PrefixCache::Impl::Store(const ModelFingerprint& model,
                                                    std::span<const int32_t> all_tokens,
                                                    const SequenceCache& seq) {
@@ -446,13 +594,25 @@ Result<PrefixStoreResult> PrefixCache::Impl::Store(const ModelFingerprint& model
   uint64_t stamp = ++tick;
   Plan plan = tree.MakePlan(*ns, tokens);
   uint64_t need = plan.new_blocks * ns->block_bytes;
+  // An entry RAM can never hold (or cannot now: no_room below) goes to the lower tier alone,
+  // in the sequence's own formats, so the big tier still serves it.
+  auto lower_only = [&]() -> Result<PrefixStoreResult> {
+    r.written_through_blocks = SpillSequence(model, tokens, seq);
+    r.lower_tier_only = true;
+    r.quantized = false;
+    ++stats.lower_only_stores;
+    stats.stored_tokens += n;
+    return r;
+  };
   if (need > opt.memory_budget_bytes - std::min(opt.memory_budget_bytes, tree.pinned_bytes())) {
+    if (opt.lower_tier) return lower_only();
     return Fail(Status::ResourceExhausted(
         "prefix cache store: " + std::to_string(n) + " tokens need " + std::to_string(need) +
         " bytes of new blocks; the budget is " + std::to_string(opt.memory_budget_bytes) +
         " bytes, " + std::to_string(tree.pinned_bytes()) + " of them pinned"));
   }
-  auto no_room = [&] {
+  auto no_room = [&]() -> Result<PrefixStoreResult> {
+    if (opt.lower_tier) return lower_only();
     return Fail(Status::ResourceExhausted(
         "prefix cache store: no room for " + std::to_string(need) + " bytes (" +
         std::to_string(tree.bytes()) + " of " + std::to_string(opt.memory_budget_bytes) +
@@ -495,6 +655,9 @@ Result<PrefixStoreResult> PrefixCache::Impl::Store(const ModelFingerprint& model
   if (!MakeRoom(need, stamp, &r.evicted_blocks)) return no_room();
   const std::vector<const std::vector<int32_t>*> pin_lists = PinLists(model);
   KVTIER_RETURN_IF_ERROR(tree.Apply(*ns, plan, tokens, blocks, stamp, pin_lists));
+  if (opt.lower_tier && opt.write_policy == CacheWritePolicy::kWriteThrough && plan.new_blocks > 0) {
+    r.written_through_blocks = SpillPlan(plan, tree.Walk(*ns, tokens).path);
+  }
   r.new_blocks = plan.new_blocks;
   r.shared_blocks = static_cast<uint32_t>(plan.steps.size()) - plan.new_blocks;
   stats.stored_tokens += n;

@@ -78,6 +78,21 @@ json CacheStatsJson(const ServerDeps& deps) {
   } else {
     out["ssd"] = nullptr;
   }
+  if (deps.remote != nullptr) {
+    const RemoteTierStats rs = deps.remote->Stats();
+    json misses;
+    for (int k = 0; k < kNumRemoteMisses; ++k) {
+      misses[std::string(RemoteMissName(static_cast<RemoteMiss>(k)))] = rs.misses_by[k];
+    }
+    out["remote"] = {{"url", deps.remote->options().url}, {"cluster", rs.cluster},
+                     {"hits", rs.hits}, {"hit_bytes", rs.hit_bytes}, {"misses", misses},
+                     {"written_blocks", rs.written_blocks}, {"written_bytes", rs.written_bytes},
+                     {"write_errors", rs.write_errors},
+                     {"dropped_queue_full", rs.dropped_queue_full}, {"queued", rs.queued},
+                     {"round_trips", rs.round_trips}, {"timeouts", rs.timeouts}};
+  } else {
+    out["remote"] = nullptr;
+  }
   return out;
 }
 

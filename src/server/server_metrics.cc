@@ -155,6 +155,44 @@ void ServerMetrics::Collect() {
             static_cast<double>(cs.evicted_blocks));
     counter("kvtier_prefix_cache_promoted_blocks_total", "Blocks promoted from SSD into RAM",
             static_cast<double>(cs.promoted_blocks));
+    counter("kvtier_prefix_cache_written_through_blocks_total",
+            "Blocks given to the lower tiers at store time (write-through, or entries RAM "
+            "cannot hold)", static_cast<double>(cs.written_through_blocks));
+    counter("kvtier_prefix_cache_direct_tier_fetches_total",
+            "Hits served from lower-tier blocks RAM could not keep",
+            static_cast<double>(cs.direct_tier_fetches));
+  }
+  if (deps_.remote != nullptr) {
+    const RemoteTierStats rs = deps_.remote->Stats();
+    counter("kvtier_remote_hits_total", "Blocks read from the remote tier and verified",
+            static_cast<double>(rs.hits));
+    counter("kvtier_remote_hit_bytes_total", "Bytes of the blocks read from the remote tier",
+            static_cast<double>(rs.hit_bytes));
+    for (int k = 0; k < kNumRemoteMisses; ++k) {
+      counter("kvtier_remote_misses_total", "Remote reads that became misses, by reason",
+              static_cast<double>(rs.misses_by[k]),
+              {{"reason", std::string(RemoteMissName(static_cast<RemoteMiss>(k)))}});
+    }
+    counter("kvtier_remote_lookups_total", "Remote chain lookups", static_cast<double>(rs.lookups));
+    counter("kvtier_remote_written_blocks_total", "Blocks written to the remote tier",
+            static_cast<double>(rs.written_blocks));
+    counter("kvtier_remote_written_bytes_total", "Bytes written to the remote tier",
+            static_cast<double>(rs.written_bytes));
+    counter("kvtier_remote_errors_total", "Remote tier failures, by kind",
+            static_cast<double>(rs.write_errors), {{"kind", "write"}});
+    counter("kvtier_remote_errors_total", "Remote tier failures, by kind",
+            static_cast<double>(rs.timeouts), {{"kind", "timeout"}});
+    counter("kvtier_remote_errors_total", "Remote tier failures, by kind",
+            static_cast<double>(rs.connect_failures), {{"kind", "connect"}});
+    counter("kvtier_remote_errors_total", "Remote tier failures, by kind",
+            static_cast<double>(rs.dropped_queue_full), {{"kind", "queue_full"}});
+    counter("kvtier_remote_round_trips_total", "Round trips to Redis",
+            static_cast<double>(rs.round_trips));
+    counter("kvtier_remote_load_seconds_total",
+            "Time spent reading remote blocks (divide by hits plus misses for the latency)",
+            rs.load_ms_total / 1000.0);
+    gauge("kvtier_remote_queued_blocks", "Blocks waiting for the remote writer",
+          static_cast<double>(rs.queued));
   }
   if (deps_.ssd != nullptr) {
     // Never a walk of the disk here (the event loop's thread): a writer thread checks the

@@ -22,9 +22,9 @@ using nlohmann::json;
 using testing::Bundled;
 namespace fs = std::filesystem;
 
-// A server with an engine, a RAM prefix cache and an SSD tier in `dir`.
+// A server with an engine, a RAM prefix cache of `budget` bytes and an SSD tier in `dir`.
 struct TieredServer {
-  explicit TieredServer(const std::string& dir) {
+  explicit TieredServer(const std::string& dir, uint64_t budget = 256ull << 20) {
     pool = testing::BundledPool(512);
     SsdTierOptions to;
     to.dir = dir;
@@ -32,7 +32,7 @@ struct TieredServer {
     to.writer_threads = 1;
     tier = SsdTier::Open(to).value();
     PrefixCacheOptions po;
-    po.memory_budget_bytes = 256ull << 20;
+    po.memory_budget_bytes = budget;
     po.lower_tier = tier;
     cache = PrefixCache::Create(po).value();
     EngineOptions eo;
@@ -64,14 +64,16 @@ struct TieredServer {
     c.set_read_timeout(120);
     return c;
   }
-  // The greedy completion of `prompt` (status 200 expected).
-  std::string Complete(const std::string& prompt) const {
+  // The greedy completion of `prompt` (status 200 expected); *usage gets its usage.
+  std::string Complete(const std::string& prompt, json* usage = nullptr) const {
     json body{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
     httplib::Result r = Client().Post("/v1/completions", body.dump(), "application/json");
     EXPECT_TRUE(r);
     if (!r) return "";
     EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+    const json j = json::parse(r->body);
+    if (usage != nullptr) *usage = j["usage"];
+    return j["choices"][0]["text"].get<std::string>();
   }
   // Everything in RAM written to the tier, durably.
   void Spill() const {
@@ -188,6 +190,35 @@ TEST(ServerTier, CacheStatsAndMetricsCountOnlyWhatIsOnDiskAfterRemovals) {
     httplib::Result h = s.Client().Get("/health");
     ASSERT_TRUE(h);
     EXPECT_EQ(h->status, 200);
+  }
+  fs::remove_all(dir);
+}
+
+// Issue 34's small-RAM case: a RAM budget (1 MiB, four blocks of the bundled model) smaller
+// than one entry. The entry goes to the SSD tier instead of being dropped, and the same request
+// again is served from disk with >= 95% of its prompt cached and the same greedy output.
+TEST(ServerTier, AnEntryLargerThanRamIsServedFromSsd) {
+  char tmpl[] = "/tmp/kvtier_server_small_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  {
+    TieredServer s(dir, 1ull << 20);
+    std::string prompt;
+    for (int i = 0; i < 8; ++i) prompt += std::string(kPrompt) + " " + std::to_string(i) + ". ";
+    json first, second;
+    const std::string want = s.Complete(prompt, &first);
+    ASSERT_FALSE(want.empty());
+    const uint64_t n = first["prompt_tokens"].get<uint64_t>();
+    ASSERT_GT(n, 400u) << first.dump();
+    s.tier->Flush();
+    EXPECT_GT(s.tier->Stats().blocks, 4u) << "more blocks than RAM holds reached the disk";
+    EXPECT_EQ(s.Complete(prompt, &second), want);
+    const uint64_t cached = second["prompt_tokens_details"]["cached_tokens"].get<uint64_t>();
+    EXPECT_GE(cached * 100, n * 95) << second.dump();
+    const PrefixCacheStats cs = s.cache->Stats();
+    EXPECT_GE(cs.lower_only_stores, 1u);
+    EXPECT_GE(cs.direct_tier_fetches, 1u);
+    EXPECT_LE(cs.bytes, cs.budget_bytes);
   }
   fs::remove_all(dir);
 }

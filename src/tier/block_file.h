@@ -64,6 +64,11 @@ Result<BlockFileHeader> DecodeRecordHeader(std::span<const uint8_t> prefix, uint
 // as it is). Nothing is written to the block unless the file verifies.
 Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file,
                        BlockPool& pool, BlockId id, const std::string& name);
+// DecodeBlockRows that also zeroes every byte of the block the rows do not cover (only those:
+// no clearing pass over the whole block), so the block may come from AllocateUncleared. On an
+// error nothing is written to the block.
+Status DecodeBlockRowsFilled(const BlockFileHeader& h, std::span<const uint8_t> file,
+                             BlockPool& pool, BlockId id, const std::string& name);
 
 // Reads the rows of a block file whose header `h` was decoded from it straight into block
 // `id` of `pool` (formats and shape must be the header's), verifying the payload CRC-32C over

@@ -241,3 +241,40 @@ TEST(BlockFile, ReadBlockRowsDetectsEveryTruncationAndBitFlip) {
 
 }  // namespace
 }  // namespace kvtier::tier
+
+namespace kvtier::tier {
+namespace {
+
+// DecodeBlockRowsFilled writes every byte of the block: the rows where they belong and zeros
+// everywhere else, over a block full of stale bytes (AllocateUncleared); a bad CRC writes
+// nothing.
+TEST(BlockFile, DecodeFilledWritesEveryByteOfTheBlock) {
+  uint64_t seed = 900;
+  for (const auto& [k, v] : std::vector<std::pair<Format, Format>>{
+           {Format::F16(), Format::F16()}, {Format::Q8_0(), Format::Q4_0()}}) {
+    for (uint32_t n : {1u, 5u, kBt}) {
+      Fixture f = Make(k, v, n, seed++);
+      Result<std::vector<uint8_t>> file = EncodeBlockFile(f.h, *f.pool, f.id);
+      ASSERT_TRUE(file.ok());
+      std::vector<BlockId> ids;
+      ASSERT_TRUE(f.pool->Allocate(2, KvOwner::kOther, &ids, "test").ok());
+      const size_t stride = f.pool->layout().block_stride;
+      std::memset(f.pool->block_data(ids[0]), 0xAB, stride);  // stale bytes
+      std::memset(f.pool->block_data(ids[1]), 0, stride);     // cleared
+      ASSERT_TRUE(DecodeBlockRowsFilled(f.h, *file, *f.pool, ids[0], "f").ok());
+      ASSERT_TRUE(DecodeBlockRows(f.h, *file, *f.pool, ids[1], "f").ok());
+      EXPECT_EQ(0, std::memcmp(f.pool->block_data(ids[0]), f.pool->block_data(ids[1]), stride))
+          << k.spec() << "/" << v.spec() << " n=" << n;
+      EXPECT_EQ(Rows(*f.pool, ids[0], n), Rows(*f.pool, f.id, n));
+      std::vector<uint8_t> bad = *file;
+      bad[bad.size() - 10] ^= 1;
+      std::memset(f.pool->block_data(ids[0]), 0xCD, stride);
+      EXPECT_EQ(DecodeBlockRowsFilled(f.h, bad, *f.pool, ids[0], "f").code(),
+                StatusCode::kCorruption);
+      EXPECT_EQ(f.pool->block_data(ids[0])[0], 0xCD) << "nothing written on a bad CRC";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::tier
