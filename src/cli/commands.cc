@@ -15,6 +15,7 @@
 #include "cli/check_model.h"
 #include "cli/generate.h"
 #include "cli/make_test_model.h"
+#include "cli/quantize_cmd.h"
 #include "cli/serve.h"
 #include "cli/tokenize.h"
 #include "kvtier/format.h"
@@ -37,7 +38,8 @@ void AddSamplingFlags(CLI::App& s, SamplingParams* p) {
 
 std::vector<Command> UserCommands() {
   return {ServeCommand(),      GenerateCommand(), ChatCommand(),          TokenizeCommand(),
-          PerplexityCommand(), CacheDirCommand(), MakeTestModelCommand(), CheckModelCommand()};
+          PerplexityCommand(), CacheDirCommand(), MakeTestModelCommand(), CheckModelCommand(),
+          QuantizeCommand()};
 }
 
 Command ServeCommand() {
