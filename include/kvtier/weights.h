@@ -61,6 +61,8 @@ std::string DescribeTensorTypes(const GgufFile& f);
 // Quantization presets (llama.cpp's file types; case-insensitive): Q4_K_M, Q5_K_M, Q3_K_M,
 // Q6_K, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_0, F16. "Help" lists them.
 std::string QuantizePresetsHelp();
+// OK for a preset name QuantizeModelFile accepts; InvalidArgument listing them otherwise.
+Status CheckQuantizePreset(std::string_view preset);
 
 // The ggml type each tensor of `f` gets under `preset`, in tensor order, following
 // llama.cpp's per-tensor rules (src/llama-quant.cpp at 3f545be, no importance matrix): 1-D

@@ -90,6 +90,8 @@ std::string QuantizePresetsHelp() {
   return s;
 }
 
+Status CheckQuantizePreset(std::string_view preset) { return FindPreset(preset).status(); }
+
 std::string DescribeTensorTypes(const GgufFile& f) {
   std::map<uint32_t, int> counts;
   for (const GgufTensor& t : f.tensors()) ++counts[t.type];
