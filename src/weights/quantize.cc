@@ -183,15 +183,13 @@ double FitSym(const float* x, int n, int lo, int hi, float* a_out, int8_t* L) {
 // ---------------------------------------------------------------- iq4 codebook groups
 
 // Midpoints between consecutive codebook values: value v's nearest index is the number of
-// midpoints below it.
+// midpoints below it (ties to the lower value).
 constexpr float kIq4Mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
                                7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
 
-inline int NearestIQ4(float v) {
-  int i = v > kIq4Mid[7] ? 8 : 0;
-  i += v > kIq4Mid[i + 3] ? 4 : 0;
-  i += v > kIq4Mid[i + 1] ? 2 : 0;
-  i += v > kIq4Mid[i] ? 1 : 0;
+inline int NearestIQ4(float v) {  // branch-free: the codes' order is data-dependent
+  int i = 0;
+  for (float m : kIq4Mid) i += v > m ? 1 : 0;
   return i;
 }
 
@@ -219,8 +217,8 @@ double FitIQ4(const float* x, int n, float* a_out, uint8_t* L) {
   double best_gain = 0;
   float best_a = 0;
   for (const float end : {-127.0f, 113.0f}) {
-    for (int k = -kSteps; k <= kSteps; ++k) {
-      const float target = end + (end < 0 ? -1.0f : 1.0f) * 0.75f * k;
+    for (int k = -kSteps / 2; k <= kSteps / 2; ++k) {
+      const float target = end + (end < 0 ? -1.0f : 1.0f) * 1.5f * k;
       const float ia = target / mx;
       double svv = 0, sxv = 0;
       for (int i = 0; i < n; ++i) {
