@@ -1,4 +1,4 @@
-// Matrix products with a weight matrix in its file type (f32, f16, bf16, q8_0, q4_0):
+// Matrix products with a weight matrix in its file type (any type of kvtier/weights.h):
 //   y[t][o] = sum_k x[t][k] * W[o][k]
 // Weight rows are decoded 16 at a time into an L2-resident f32 buffer (once per block of up to
 // 64 tokens) and multiplied by a register-blocked tile of 4 rows x 4 tokens (16 accumulators
