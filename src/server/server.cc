@@ -149,7 +149,11 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
     return true;
   };
   if (r.endpoint == Endpoint::kChat) {
-    Result<std::string> text = chat_renderer.Render(r.chat);
+    // The OpenAI route keeps the messages as sent (r.chat); the Anthropic route builds
+    // role / content messages only (r.messages).
+    Result<std::string> text = r.chat.messages.is_undefined()
+                                   ? chat_renderer.Render(r.messages, /*add_generation_prompt=*/true)
+                                   : chat_renderer.Render(r.chat);
     if (!text.ok()) {
       *e = Err(400, "messages: " + text.status().message(), "invalid_request_error", "messages");
       return false;
@@ -532,7 +536,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return nullptr;
   };
   s.messages.prompt = [&s](const ApiRequest& r, std::vector<int32_t>* t, ApiError* e) {
-    return s.Prompt(r, t, e);
+    bool think_open = false;  // /v1/messages returns text blocks only (no reasoning split)
+    return s.Prompt(r, t, e, &think_open);
   };
   s.messages.seed = [&s] {
     std::lock_guard<std::mutex> lock(s.seeder_mu);
