@@ -19,6 +19,7 @@ void RegisterMicroKv();
 void RegisterMicroAttention();
 void RegisterMicroPrefix();
 void RegisterMicroSsd();
+void RegisterMicroMatmul();
 }  // namespace kvtier::bench
 
 namespace kvtier::cli {
@@ -82,6 +83,10 @@ std::vector<Command> MicroCommands() {
       Micro("micro-ssd",
             "The SSD tier's per-block costs: encode, decode header, decode rows, Load",
             bench::RegisterMicroSsd),
+      Micro("micro-matmul",
+            "Weight matrix products per type on Qwen3-0.6B shapes, decode and prefill, against "
+            "a read of the same bytes (KVTIER_BENCH_THREADS, default 2)",
+            bench::RegisterMicroMatmul),
   };
 }
 
