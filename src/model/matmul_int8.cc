@@ -52,9 +52,15 @@ Isa DetectIsa() {
 const Int8Kernels* FindInt8Kernels(uint32_t ggml_type, Isa isa) {
   if (static_cast<int>(isa) > static_cast<int>(DetectIsa())) return nullptr;
   switch (isa) {
-    case Isa::kAvx512Vnni: return Int8KernelsAvx512(ggml_type);
+    case Isa::kAvx512Vnni: {
+      const Int8Kernels* k = Int8KernelsAvx512(ggml_type);
+      return k != nullptr ? k : Int8KernelsAvx512KQuant(ggml_type);
+    }
     case Isa::kAvx2: return Int8KernelsAvx2(ggml_type);
-    default: return Int8KernelsRef(ggml_type);
+    default: {
+      const Int8Kernels* k = Int8KernelsRef(ggml_type);
+      return k != nullptr ? k : Int8KernelsRefKQuant(ggml_type);
+    }
   }
 }
 

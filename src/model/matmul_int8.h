@@ -62,9 +62,25 @@ inline const int32_t* ActSums(const uint8_t* act, size_t K) {
 void RunInt8(const Int8Kernels& k, const WeightMatrix& w, const float* x, size_t n_tok,
              float* y, ThreadPool* pool);
 
+// The K-quant activation layout (256-value super-blocks), per token, K a multiple of 256: the
+// natural layout, then what the VNNI K-quant kernels read:
+//   natural [NaturalActBytes(K)] | dxv [K / 64][16] f32 (lane / 8 -> block) |
+//   xs [K / 32] f32 (d * sum of the block's codes) | init6 [K / 4] int32 (-32 * each 4 codes)
+size_t KActBytes(size_t K);
+void QuantizeKAct(const float* x, size_t K, uint8_t* act);
+inline const float* KActDxv(const uint8_t* act, size_t K) {
+  return reinterpret_cast<const float*>(act + NaturalActBytes(K));
+}
+inline const float* KActXs(const uint8_t* act, size_t K) { return KActDxv(act, K) + K / 4; }
+inline const int32_t* KActInit6(const uint8_t* act, size_t K) {
+  return reinterpret_cast<const int32_t*>(KActXs(act, K) + K / 32);
+}
+
 // Per-ISA tables (null-terminated lookups by ggml type); defined in the per-ISA files.
 const Int8Kernels* Int8KernelsRef(uint32_t ggml_type);
 const Int8Kernels* Int8KernelsAvx2(uint32_t ggml_type);
 const Int8Kernels* Int8KernelsAvx512(uint32_t ggml_type);
+const Int8Kernels* Int8KernelsRefKQuant(uint32_t ggml_type);     // matmul_kquant_ref.cc
+const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type);  // matmul_kquant_avx512.cc
 
 }  // namespace kvtier::model::int8

@@ -1,0 +1,119 @@
+// Scalar `_ref` int8 kernels of the K-quants (Q4_K, Q6_K; see matmul_int8.h) and the K-quant
+// activation layout's quantizer. Block layouts are ggml's (256 values per super-block):
+//   Q4_K: d f16 | dmin f16 | scales [12] (8 6-bit scales, 8 6-bit mins) | qs [128]; values
+//         64k .. 64k+31 are the low nibbles of qs[32k ..], 64k+32 .. the high nibbles;
+//         x = d * sc_j * q - dmin * m_j for sub-block j of 32.
+//   Q6_K: ql [128] | qh [64] | scales [16] int8 | d f16; x = d * sc_(v / 16) * (q - 32) with q
+//         the 4 low bits from ql and 2 high bits from qh (kquant_layout.h).
+// Activations are int8 per 32 values (as for q8_0), so a sub-block's product is
+// d_w-terms x d_x x (exact integer sum). Stateless; thread-safe.
+#include <cstring>
+
+#include "base/half.h"
+#include "kvtier/gguf.h"
+#include "model/kquant_layout.h"
+#include "model/matmul_int8.h"
+
+namespace kvtier::model::int8 {
+
+size_t KActBytes(size_t K) {  // natural | dxv (K bytes) | xs (K / 8 bytes) | init6 (K bytes)
+  return (NaturalActBytes(K) + K + K / 8 + K + 63) / 64 * 64;
+}
+
+void QuantizeKAct(const float* x, size_t K, uint8_t* act) {
+  QuantizeNatural(x, K, act);
+  const int8_t* c = ActCodes(act);
+  const float* d = ActScales(act, K);
+  const int32_t* sums = ActSums(act, K);
+  auto* dxv = const_cast<float*>(KActDxv(act, K));
+  auto* xs = const_cast<float*>(KActXs(act, K));
+  auto* init6 = const_cast<int32_t*>(KActInit6(act, K));
+  for (size_t s = 0; s < K / 64; ++s) {
+    for (size_t lane = 0; lane < 16; ++lane) dxv[16 * s + lane] = d[2 * s + lane / 8];
+  }
+  for (size_t b = 0; b < K / 32; ++b) xs[b] = d[b] * static_cast<float>(sums[b]);
+  for (size_t i = 0; i < K / 4; ++i) {
+    init6[i] = -32 * (c[4 * i] + c[4 * i + 1] + c[4 * i + 2] + c[4 * i + 3]);
+  }
+}
+
+namespace {
+
+uint16_t Load16(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+void TileQ4_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                 size_t nt, size_t K, float* y, size_t ldy) {
+  for (size_t t = 0; t < nt; ++t) {
+    const uint8_t* a = act + t * stride;
+    const int8_t* c = ActCodes(a);
+    const float* dx = ActScales(a, K);
+    const float* xs = KActXs(a, K);
+    for (size_t r = 0; r < nr; ++r) {
+      float acc = 0.0f, macc = 0.0f;
+      for (size_t i = 0; i < K / kQK; ++i) {
+        const uint8_t* blk = rows[r] + i * kQ4KBytes;
+        const float d = F16ToF32(Load16(blk + kQ4KD)), dmin = F16ToF32(Load16(blk + kQ4KDmin));
+        const uint8_t* qs = blk + kQ4KQs;
+        for (size_t j = 0; j < 8; ++j) {
+          uint8_t sc, m;
+          Q4KScaleMin(blk + kQ4KScales, j, &sc, &m);
+          int32_t dot = 0;
+          for (size_t l = 0; l < 32; ++l) {
+            const uint8_t byte = qs[32 * (j / 2) + l];
+            dot += ((j & 1) ? byte >> 4 : byte & 15) * c[kQK * i + 32 * j + l];
+          }
+          const size_t b = 8 * i + j;
+          acc += static_cast<float>(dot) * (d * sc * dx[b]);
+          macc += dmin * m * xs[b];
+        }
+      }
+      y[t * ldy + r] = acc - macc;
+    }
+  }
+}
+
+void TileQ6_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                 size_t nt, size_t K, float* y, size_t ldy) {
+  for (size_t t = 0; t < nt; ++t) {
+    const uint8_t* a = act + t * stride;
+    const int8_t* c = ActCodes(a);
+    const float* dx = ActScales(a, K);
+    for (size_t r = 0; r < nr; ++r) {
+      float acc = 0.0f;
+      for (size_t i = 0; i < K / kQK; ++i) {
+        const uint8_t* blk = rows[r] + i * kQ6KBytes;
+        const float d = F16ToF32(Load16(blk + kQ6KD));
+        const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales);
+        for (size_t g = 0; g < 16; ++g) {
+          int32_t dot = 0;
+          for (size_t v = 16 * g; v < 16 * g + 16; ++v) {
+            dot += (Q6KCode(blk, v) - 32) * c[kQK * i + v];
+          }
+          acc += static_cast<float>(dot) * (d * sc[g] * dx[(kQK * i + 16 * g) / 32]);
+        }
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+constexpr Int8Kernels kRefQ4_K = {"q4_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
+                                  TileQ4_KRef};
+constexpr Int8Kernels kRefQ6_K = {"q6_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
+                                  TileQ6_KRef};
+
+}  // namespace
+
+const Int8Kernels* Int8KernelsRefKQuant(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ4_K: return &kRefQ4_K;
+    case GgmlType::kQ6_K: return &kRefQ6_K;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kvtier::model::int8

@@ -1,0 +1,162 @@
+// The K-quant int8 kernels (Q4_K, Q6_K): every ISA's kernels against a float64 product of the
+// blocks decoded from ggml's layout definition, within the activation-rounding bound, and the
+// SIMD kernels against the scalar _ref. Blocks are random bytes (every byte pattern is a valid
+// block) with finite f16 scales.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/half.h"
+#include "kvtier/gguf.h"
+#include "kvtier/thread_pool.h"
+#include "model/kquant_layout.h"
+#include "model/matmul_int8.h"
+
+namespace kvtier::model::int8 {
+namespace {
+
+struct KMatrix {
+  std::vector<uint8_t> bytes;
+  std::vector<double> deq;   // [n_out][n_in]
+  std::vector<double> absw;  // [n_out][n_in] |scale term| + |min term| of each value
+  WeightMatrix w;
+};
+
+void PutHalf(uint8_t* p, float v) {
+  const uint16_t h = F32ToF16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Decodes one super-block from the layout definition (ggml's dequantize_row_q4_K / _q6_K
+// formulas written out value by value).
+void Decode(GgmlType type, const uint8_t* blk, double* out, double* absw) {
+  if (type == GgmlType::kQ4_K) {
+    uint16_t hd, hm;
+    std::memcpy(&hd, blk + kQ4KD, 2);
+    std::memcpy(&hm, blk + kQ4KDmin, 2);
+    const double d = F16ToF32(hd), dmin = F16ToF32(hm);
+    for (size_t v = 0; v < kQK; ++v) {
+      const size_t j = v / 32;
+      uint8_t sc, m;
+      Q4KScaleMin(blk + kQ4KScales, j, &sc, &m);
+      const uint8_t byte = blk[kQ4KQs + 32 * (j / 2) + v % 32];
+      const int q = (j & 1) ? byte >> 4 : byte & 15;
+      out[v] = d * sc * q - dmin * m;
+      absw[v] = std::fabs(d * sc * q) + std::fabs(dmin * m);
+    }
+  } else {
+    uint16_t hd;
+    std::memcpy(&hd, blk + kQ6KD, 2);
+    const double d = F16ToF32(hd);
+    const auto* sc = reinterpret_cast<const int8_t*>(blk + kQ6KScales);
+    for (size_t v = 0; v < kQK; ++v) {
+      out[v] = d * sc[v / 16] * (Q6KCode(blk, v) - 32);
+      absw[v] = std::fabs(out[v]);
+    }
+  }
+}
+
+KMatrix RandomKMatrix(GgmlType type, uint32_t n_in, uint32_t n_out, uint64_t seed) {
+  const size_t bb = type == GgmlType::kQ4_K ? kQ4KBytes : kQ6KBytes;
+  const size_t nb = n_in / kQK;
+  KMatrix m;
+  m.bytes.resize(bb * nb * n_out);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> ud(0.001f, 0.02f);
+  for (auto& b : m.bytes) b = static_cast<uint8_t>(rng());
+  m.deq.resize(size_t(n_in) * n_out);
+  m.absw.resize(size_t(n_in) * n_out);
+  for (size_t i = 0; i < nb * n_out; ++i) {
+    uint8_t* blk = m.bytes.data() + i * bb;
+    if (type == GgmlType::kQ4_K) {
+      PutHalf(blk + kQ4KD, ud(rng));
+      PutHalf(blk + kQ4KDmin, ud(rng));
+    } else {
+      PutHalf(blk + kQ6KD, ud(rng) * 0.1f);
+    }
+    Decode(type, blk, m.deq.data() + i * kQK, m.absw.data() + i * kQK);
+  }
+  m.w.type = static_cast<uint32_t>(type);
+  m.w.n_in = n_in;
+  m.w.n_out = n_out;
+  m.w.row_bytes = bb * nb;
+  m.w.data = m.bytes.data();
+  return m;
+}
+
+class KQuantInt8Test : public ::testing::TestWithParam<GgmlType> {};
+
+TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
+  const GgmlType type = GetParam();
+  const Int8Kernels* ref = FindInt8Kernels(static_cast<uint32_t>(type), Isa::kScalar);
+  ASSERT_NE(ref, nullptr);
+  std::vector<const Int8Kernels*> kernels = {ref};
+  if (const auto* k = FindInt8Kernels(static_cast<uint32_t>(type), Isa::kAvx512Vnni)) {
+    kernels.push_back(k);
+  }
+  ThreadPool pool(3);
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd;
+  uint64_t seed = 1;
+  for (uint32_t n_in : {256u, 512u, 1024u}) {
+    for (uint32_t n_out : {1u, 6u, 37u}) {
+      const KMatrix m = RandomKMatrix(type, n_in, n_out, ++seed);
+      for (size_t n_tok : {1, 3, 4, 9, 70}) {
+        std::vector<float> x(n_tok * n_in);
+        for (float& v : x) v = nd(rng);
+        // float64 product and the bound: (d_x / 2) * sum |w| per 32-value block, plus f32
+        // rounding (1e-6 of sum |w x|).
+        std::vector<double> want(n_tok * n_out), bound(n_tok * n_out), terms(n_tok * n_out);
+        for (size_t t = 0; t < n_tok; ++t) {
+          for (size_t o = 0; o < n_out; ++o) {
+            double s = 0, b = 0, tm = 0;
+            for (size_t blk = 0; blk < n_in / 32; ++blk) {
+              float amax = 0;
+              for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[t * n_in + 32 * blk + i]));
+              double wsum = 0;
+              for (size_t i = 0; i < 32; ++i) {
+                const size_t k = 32 * blk + i;
+                s += m.deq[o * n_in + k] * x[t * n_in + k];
+                wsum += std::fabs(m.deq[o * n_in + k]);
+                tm += m.absw[o * n_in + k] * std::fabs(x[t * n_in + k]);
+              }
+              b += double(amax) / 127.0 / 2.0 * wsum;
+            }
+            want[t * n_out + o] = s;
+            bound[t * n_out + o] = b * 1.0001 + 1e-6 * tm;
+            terms[t * n_out + o] = tm;
+          }
+        }
+        std::vector<float> scalar;
+        for (const Int8Kernels* k : kernels) {
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> got(n_tok * n_out, std::nanf(""));
+            RunInt8(*k, m.w, x.data(), n_tok, got.data(), p);
+            const std::string where = std::string(k->name) + " n_in " + std::to_string(n_in) +
+                                      " n_out " + std::to_string(n_out) + " n_tok " +
+                                      std::to_string(n_tok) + (p ? " threaded" : "");
+            for (size_t i = 0; i < got.size(); ++i) {
+              ASSERT_LE(std::fabs(got[i] - want[i]), bound[i]) << where << " output " << i;
+            }
+            if (k == ref && p == nullptr) scalar = got;
+            for (size_t i = 0; i < got.size(); ++i) {  // same integer sums, f32 order only
+              ASSERT_LE(std::fabs(got[i] - scalar[i]), 2e-6 * terms[i])
+                  << where << " vs scalar, output " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,
+                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ6_K),
+                         [](const auto& info) {
+                           return std::string(GgmlTypeName(static_cast<uint32_t>(info.param)));
+                         });
+
+}  // namespace
+}  // namespace kvtier::model::int8
