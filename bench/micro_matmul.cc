@@ -6,13 +6,15 @@
 //   floor_GB/s    weight bytes / read-probe time
 //   x_floor       matmul time / read-probe time (1.0 = bandwidth-bound)
 //   GFLOP/s       2 * n_in * n_out * n_tok / matmul time
-// Threads: KVTIER_BENCH_THREADS (default 2). The weights are seeded random values quantized
+// Threads: KVTIER_BENCH_THREADS (default 2). KVTIER_MATMUL_PATH: auto (default), float,
+// int8-scalar, int8-avx2, int8-avx512 (model::MatMulForcePath). The weights are seeded random values quantized
 // by kvtier's own quantizer (QuantizeRows), so each type's bytes are real blocks.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -35,6 +37,21 @@ constexpr Shape kShapes[] = {{1024, 1024}, {1024, 3072}, {3072, 1024}, {1024, 15
 // The weight types measured (ggml ids); a type this build cannot make is skipped with an error.
 constexpr GgmlType kTypes[] = {GgmlType::kF32, GgmlType::kF16, GgmlType::kBF16, GgmlType::kQ8_0,
                                GgmlType::kQ4_0};
+
+void ForcePathFromEnv() {
+  const char* p = std::getenv("KVTIER_MATMUL_PATH");
+  if (p == nullptr) return;
+  const std::string s = p;
+  const model::MatMulPath path = s == "float"         ? model::MatMulPath::kFloat
+                                 : s == "int8-scalar" ? model::MatMulPath::kInt8Scalar
+                                 : s == "int8-avx2"   ? model::MatMulPath::kInt8Avx2
+                                 : s == "int8-avx512" ? model::MatMulPath::kInt8Avx512
+                                                      : model::MatMulPath::kAuto;
+  if (!model::MatMulForcePath(path)) {
+    std::fprintf(stderr, "KVTIER_MATMUL_PATH=%s: this CPU cannot run it\n", p);
+    std::exit(2);
+  }
+}
 
 ThreadPool& Pool() {
   static ThreadPool pool([] {
@@ -154,6 +171,7 @@ void Args(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 void RegisterMicroMatmul() {
+  ForcePathFromEnv();
   benchmark::RegisterBenchmark("BM_MatMul", BM_MatMul)
       ->Apply(Args)
       ->UseManualTime()

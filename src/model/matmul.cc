@@ -191,6 +191,11 @@ void DecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
       const size_t o0 = g * 4, nr = std::min<size_t>(4, w.n_out - o0);
       const uint8_t* rows[4];
       for (size_t r = 0; r < 4; ++r) rows[r] = w.data + (o0 + (r < nr ? r : 0)) * w.row_bytes;
+      if (g + 1 < g1) {  // the next group's rows, while this one runs (decode streams DRAM)
+        const uint8_t* next = w.data + (o0 + 4) * w.row_bytes;
+        const size_t n = std::min<size_t>(4, w.n_out - o0 - 4) * w.row_bytes;
+        for (size_t b = 0; b < n; b += 64) __builtin_prefetch(next + b);
+      }
       RunRowTile<W>(n_tok, rows, x, w.n_in, 0, w.n_in, y + o0, w.n_out, nr, false);
     }
   };

@@ -41,6 +41,7 @@ Isa Detect() { return Isa::kScalar; }
 
 constexpr size_t kRowGroup = 16;  // weight rows per prefill work item
 constexpr size_t kTokBlock = 64;  // tokens per prefill work item (activations stay in L2)
+constexpr bool kPrefetch = true;  // software-prefetch the next row tile (decode streams DRAM)
 
 }  // namespace
 
@@ -86,6 +87,11 @@ void RunInt8(const Int8Kernels& k, const WeightMatrix& w, const float* x, size_t
     const uint8_t* rows[8];
     for (size_t o = o0; o < o1; o += R) {
       const size_t nr = std::min(R, o1 - o);
+      if (kPrefetch && o + R < o1) {  // the next tile's rows, while this one runs
+        const uint8_t* next = w.data + (o + R) * w.row_bytes;
+        const size_t n = std::min(R, o1 - o - R) * w.row_bytes;
+        for (size_t b = 0; b < n; b += 64) __builtin_prefetch(next + b);
+      }
       for (size_t r = 0; r < R; ++r) rows[r] = w.data + (o + (r < nr ? r : 0)) * w.row_bytes;
       for (size_t t = t0; t < t1; t += T) {
         k.tile(rows, nr, act + t * stride, stride, std::min(T, t1 - t), K, y + t * n_out + o,
