@@ -48,8 +48,9 @@ enum class GgufValueType : uint32_t {
 };
 std::string_view GgufValueTypeName(GgufValueType t);
 
-// Tensor types, as numbered by ggml (stored in files: never change). Only the ones kvtier
-// names; any other id read from a file is kept as its number and reported by name if known.
+// Tensor types, as numbered by ggml (stored in files: never change): every type ggml defines
+// (ngxson/llama.cpp 3f545be), so a file of a type kvtier cannot compute with still parses and
+// the model loader names the type; an id not listed here is reported by its number.
 enum class GgmlType : uint32_t {
   kF32 = 0,
   kF16 = 1,
@@ -65,7 +66,27 @@ enum class GgmlType : uint32_t {
   kQ5_K = 13,
   kQ6_K = 14,
   kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kIQ1_M = 29,
   kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
+  kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
+  kQ2_0 = 42,
 };
 
 // Block geometry of a ggml tensor type: `block_values` values take `block_bytes` bytes.

@@ -19,9 +19,9 @@
 namespace kvtier {
 namespace {
 
-// Block geometry as ggml-common.h's block structs define it (sizes checked against the
-// static_asserts there): type-0/1 legacy quants take 32 values, k-quants 256.
-constexpr std::array<GgmlTypeInfo, 15> kGgmlTypes = {{
+// Block geometry as ggml-common.h's block structs define it (checked against ggml_blck_size /
+// ggml_type_size of a ggml build): type-0/1 legacy quants take 32 values, k-quants 256.
+constexpr std::array<GgmlTypeInfo, 35> kGgmlTypes = {{
     {GgmlType::kF32, "f32", 1, 4},
     {GgmlType::kF16, "f16", 1, 2},
     {GgmlType::kQ4_0, "q4_0", 32, 18},   // f16 d + 16 nibble bytes
@@ -36,7 +36,27 @@ constexpr std::array<GgmlTypeInfo, 15> kGgmlTypes = {{
     {GgmlType::kQ5_K, "q5_K", 256, 176},  // f16 d, dmin + 12 scales + 32 qh + 128 quants
     {GgmlType::kQ6_K, "q6_K", 256, 210},  // 128 ql + 64 qh + 16 scales + f16 d
     {GgmlType::kQ8_K, "q8_K", 256, 292},  // f32 d + 256 quants + 16 int16 bsums
+    {GgmlType::kIQ2_XXS, "iq2_xxs", 256, 66},
+    {GgmlType::kIQ2_XS, "iq2_xs", 256, 74},
+    {GgmlType::kIQ3_XXS, "iq3_xxs", 256, 98},
+    {GgmlType::kIQ1_S, "iq1_s", 256, 50},
+    {GgmlType::kIQ4_NL, "iq4_nl", 32, 18},    // f16 d + 16 nibble bytes (non-linear codebook)
+    {GgmlType::kIQ3_S, "iq3_s", 256, 110},
+    {GgmlType::kIQ2_S, "iq2_s", 256, 82},
+    {GgmlType::kIQ4_XS, "iq4_xs", 256, 136},  // f16 d + 2 + 4 scale bytes + 128 nibble bytes
+    {GgmlType::kI8, "i8", 1, 1},
+    {GgmlType::kI16, "i16", 1, 2},
+    {GgmlType::kI32, "i32", 1, 4},
+    {GgmlType::kI64, "i64", 1, 8},
+    {GgmlType::kF64, "f64", 1, 8},
+    {GgmlType::kIQ1_M, "iq1_m", 256, 56},
     {GgmlType::kBF16, "bf16", 1, 2},
+    {GgmlType::kTQ1_0, "tq1_0", 256, 54},
+    {GgmlType::kTQ2_0, "tq2_0", 256, 66},
+    {GgmlType::kMXFP4, "mxfp4", 32, 17},
+    {GgmlType::kNVFP4, "nvfp4", 64, 36},
+    {GgmlType::kQ1_0, "q1_0", 128, 18},
+    {GgmlType::kQ2_0, "q2_0", 64, 18},
 }};
 
 std::string TypeMismatch(const GgufFile& f, std::string_view key, std::string_view expected,

@@ -24,7 +24,9 @@ TEST(GgmlTypes, BlockGeometry) {
                        {2, "q4_0", 32, 18},    {3, "q4_1", 32, 20},    {6, "q5_0", 32, 22},
                        {7, "q5_1", 32, 24},    {8, "q8_0", 32, 34},    {9, "q8_1", 32, 36},
                        {10, "q2_K", 256, 84},  {11, "q3_K", 256, 110}, {12, "q4_K", 256, 144},
-                       {13, "q5_K", 256, 176}, {14, "q6_K", 256, 210}, {15, "q8_K", 256, 292}};
+                       {13, "q5_K", 256, 176}, {14, "q6_K", 256, 210}, {15, "q8_K", 256, 292},
+                       {16, "iq2_xxs", 256, 66}, {20, "iq4_nl", 32, 18}, {23, "iq4_xs", 256, 136},
+                       {34, "tq1_0", 256, 54}, {39, "mxfp4", 32, 17}, {42, "q2_0", 64, 18}};
   for (const Want& w : want) {
     const GgmlTypeInfo* t = FindGgmlType(w.id);
     ASSERT_NE(t, nullptr) << w.name;
@@ -35,7 +37,8 @@ TEST(GgmlTypes, BlockGeometry) {
     EXPECT_EQ(GgmlTypeName(w.id), w.name);
   }
   EXPECT_EQ(FindGgmlType(4), nullptr);   // removed q4_2
-  EXPECT_EQ(FindGgmlType(16), nullptr);  // iq2_xxs: geometry not known to kvtier
+  EXPECT_EQ(FindGgmlType(31), nullptr);  // removed q4_0_4_4
+  EXPECT_EQ(FindGgmlType(43), nullptr);  // past ggml's last type
   EXPECT_EQ(GgmlTypeName(99), "type 99");
   EXPECT_EQ(GgufValueTypeName(GgufValueType::kFloat64), "float64");
 }
