@@ -1,31 +1,38 @@
-// Byte layouts of the K-quant weight blocks the int8 kernels read (ggml's block_q4_K and
-// block_q6_K, 256 values per super-block), as offsets and two small decoders shared by the
-// scalar and SIMD kernels. Internal to src/model; header-only, stateless, thread-safe.
+// Byte offsets into the K-quant weight blocks the int8 kernels read (weights/blocks.h's
+// BlockQ4_K and BlockQ6_K, 256 values per super-block) and two small decoders shared by the
+// scalar and SIMD kernels and their tests. Internal to src/model; header-only, stateless,
+// thread-safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "weights/blocks.h"
+#include "weights/weight_traits.h"
+
 namespace kvtier::model::int8 {
 
-constexpr size_t kQK = 256;  // values per super-block
+using weights::BlockQ4_K;
+using weights::BlockQ6_K;
+constexpr size_t kQK = weights::kQK_K;  // values per super-block
 
 // Q4_K: d f16 | dmin f16 | scales [12] | qs [128]
-constexpr size_t kQ4KD = 0, kQ4KDmin = 2, kQ4KScales = 4, kQ4KQs = 16, kQ4KBytes = 144;
+constexpr size_t kQ4KD = offsetof(BlockQ4_K, d), kQ4KDmin = offsetof(BlockQ4_K, dmin),
+                 kQ4KScales = offsetof(BlockQ4_K, scales), kQ4KQs = offsetof(BlockQ4_K, qs),
+                 kQ4KBytes = weights::BlockTraits<GgmlType::kQ4_K>::kBlockBytes;
 // Q6_K: ql [128] | qh [64] | scales [16] int8 | d f16
-constexpr size_t kQ6KQl = 0, kQ6KQh = 128, kQ6KScales = 192, kQ6KD = 208, kQ6KBytes = 210;
+constexpr size_t kQ6KQl = offsetof(BlockQ6_K, ql), kQ6KQh = offsetof(BlockQ6_K, qh),
+                 kQ6KScales = offsetof(BlockQ6_K, scales), kQ6KD = offsetof(BlockQ6_K, d),
+                 kQ6KBytes = weights::BlockTraits<GgmlType::kQ6_K>::kBlockBytes;
+// The SIMD kernels load 32-byte qs rows and 64-byte ql halves at these offsets.
+static_assert(kQ4KQs == 16 && kQ4KBytes == 144 && kQ6KQh == 128 && kQ6KD == 208 &&
+              kQ6KBytes == 210, "K-quant layouts the int8 kernels were written for");
 
 // Scale and min (6 bits each) of Q4_K sub-block j (0..7) from the 12 packed bytes: j < 4 in
 // the low 6 bits of bytes j and j + 4; j >= 4 split between a nibble of byte j + 4 and the
 // top 2 bits of bytes j - 4 (scale) and j (min).
 inline void Q4KScaleMin(const uint8_t* q, size_t j, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
+  weights::UnpackScaleMinK4(static_cast<int>(j), q, sc, m);
 }
 
 // The 6-bit code (0..63) of value v (0..255) of a Q6_K block: in each half n of 128 values,

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
 #include "kvtier/thread_pool.h"
 #include "kvtier/quant.h"
+#include "kvtier/weights.h"
 #include "model/matmul.h"
 #include "model/matmul_int8.h"
 #include "quant/format_traits.h"
@@ -224,8 +226,9 @@ bool TryDecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y
 // Work items are (token block, group of kRowGroup weight rows), token-block major so that a
 // thread's consecutive items reuse the same activations from cache. Each item decodes its
 // rows once into f32 (row-major, K padded to whole vectors) and runs 4-row x 4-token tiles.
-void MatMulImpl(const WeightMatrix& w, const Format& f, const float* x, size_t n_tok, float* y,
-                ThreadPool* pool) {
+// f: the row Format of a src/quant type, nullopt for a src/weights type (decoded by w.type).
+void MatMulImpl(const WeightMatrix& w, const std::optional<Format>& f, const float* x,
+                size_t n_tok, float* y, ThreadPool* pool) {
   if (TryDecodePath(w, x, n_tok, y, pool)) return;
   const size_t K = w.n_in, n_out = w.n_out;
   const size_t n_groups = (n_out + kRowGroup - 1) / kRowGroup;
@@ -237,8 +240,12 @@ void MatMulImpl(const WeightMatrix& w, const Format& f, const float* x, size_t n
       const size_t tb = item / n_groups, g = item % n_groups;
       const size_t o0 = g * kRowGroup;
       const size_t nr = std::min(kRowGroup, n_out - o0);
-      simd::DequantizeRowsStrided(f, w.data + o0 * w.row_bytes, w.row_bytes, nr, K,
-                                  DType::kF32, rows);
+      if (f.has_value()) {
+        simd::DequantizeRowsStrided(*f, w.data + o0 * w.row_bytes, w.row_bytes, nr, K,
+                                    DType::kF32, rows);
+      } else {  // a src/weights type (q4_K, iq4_xs, ...): rows are contiguous
+        (void)DequantizeWeightRows(w.type, w.data + o0 * w.row_bytes, nr, K, rows);
+      }
       if (nr < kRowGroup) std::memset(rows + nr * K, 0, (kRowGroup - nr) * K * sizeof(float));
       const size_t t_end = std::min(n_tok, (tb + 1) * kTokBlock);
       // K in chunks whose slice of the row group stays in L1 across the token tiles.
@@ -297,14 +304,20 @@ Result<Format> WeightRowFormat(uint32_t ggml_type) {
 
 namespace kvtier::model {
 
-static Status CheckMatrix(const WeightMatrix& w, Format* f) {
-  KVTIER_ASSIGN_OR_RETURN(*f, WeightRowFormat(w.type));
-  KVTIER_RETURN_IF_ERROR(f->CheckHeadDim(w.n_in));
-  if (w.row_bytes != f->row_bytes(w.n_in) || w.data == nullptr) {
+// f: the src/quant row Format of w's type, or nullopt for a src/weights type.
+static Status CheckMatrix(const WeightMatrix& w, std::optional<Format>* f) {
+  Result<Format> rf = WeightRowFormat(w.type);
+  if (rf.ok()) {
+    *f = *rf;
+  } else {
+    f->reset();
+  }
+  KVTIER_ASSIGN_OR_RETURN(const size_t row_bytes, WeightRowBytes(w.type, w.n_in));
+  if (w.row_bytes != row_bytes || w.data == nullptr) {
     return Status::InvalidArgument("weight matrix: row_bytes " + std::to_string(w.row_bytes) +
-                                   " but " + std::to_string(f->row_bytes(w.n_in)) +
-                                   " expected for " + std::to_string(w.n_in) + " values of " +
-                                   f->name());
+                                   " but " + std::to_string(row_bytes) + " expected for " +
+                                   std::to_string(w.n_in) + " values of " +
+                                   GgmlTypeName(w.type));
   }
   return Status::OK();
 }
@@ -331,7 +344,7 @@ const int8::Int8Kernels* Int8For(uint32_t type) {
 }  // namespace
 
 Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, ThreadPool* pool) {
-  Format f;
+  std::optional<Format> f;
   KVTIER_RETURN_IF_ERROR(CheckMatrix(w, &f));
   if (n_tok == 0 || w.n_out == 0) return Status::OK();
   if (const int8::Int8Kernels* k = Int8For(w.type)) {
@@ -369,12 +382,12 @@ std::string MatMulKernelName(uint32_t ggml_type, size_t n_tok) {
 }
 
 Status MatMulRef(const WeightMatrix& w, const float* x, size_t n_tok, double* y) {
-  Format f;
+  std::optional<Format> f;
   KVTIER_RETURN_IF_ERROR(CheckMatrix(w, &f));
   std::vector<float> row(w.n_in);  // [n_in]
   for (size_t o = 0; o < w.n_out; ++o) {
     KVTIER_RETURN_IF_ERROR(
-        DequantizeRowsRef(f, w.data + o * w.row_bytes, 1, w.n_in, DType::kF32, row.data()));
+        DequantizeWeightRowsRef(w.type, w.data + o * w.row_bytes, 1, w.n_in, row.data()));
     for (size_t t = 0; t < n_tok; ++t) {
       double s = 0.0;
       for (size_t k = 0; k < w.n_in; ++k) s += double(row[k]) * double(x[t * w.n_in + k]);

@@ -12,6 +12,8 @@
 #include "kvtier/gguf.h"
 #include "kvtier/thread_pool.h"
 #include "model/kquant_layout.h"
+#include "kvtier/weights.h"
+#include "model/matmul.h"
 #include "model/matmul_int8.h"
 
 namespace kvtier::model::int8 {
@@ -150,6 +152,53 @@ TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
       }
     }
   }
+}
+
+// The layout helpers (kquant_layout.h) decode exactly what the weights module's reference
+// dequantizer (bit-exact with ggml's, golden-tested there) decodes, and MatMul on every path
+// stays within the activation-rounding bound of MatMulRef.
+TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
+  const GgmlType type = GetParam();
+  const KMatrix m = RandomKMatrix(type, 1024, 23, 77);
+  std::vector<float> deq(m.deq.size());
+  ASSERT_TRUE(DequantizeWeightRowsRef(m.w.type, m.w.data, m.w.n_out, m.w.n_in, deq.data()).ok());
+  for (size_t i = 0; i < deq.size(); ++i) {
+    ASSERT_EQ(static_cast<double>(deq[i]), static_cast<double>(static_cast<float>(m.deq[i])))
+        << "value " << i;
+  }
+  std::mt19937_64 rng(6);
+  std::normal_distribution<float> nd;
+  ThreadPool pool(2);
+  for (size_t n_tok : {1, 5, 80}) {
+    std::vector<float> x(n_tok * 1024);
+    for (float& v : x) v = nd(rng);
+    std::vector<double> want(n_tok * 23);
+    ASSERT_TRUE(MatMulRef(m.w, x.data(), n_tok, want.data()).ok());
+    for (MatMulPath path : MatMulAvailablePaths()) {
+      ASSERT_TRUE(MatMulForcePath(path));
+      std::vector<float> got(n_tok * 23, std::nanf(""));
+      ASSERT_TRUE(MatMul(m.w, x.data(), n_tok, got.data(), &pool).ok());
+      for (size_t t = 0; t < n_tok; ++t) {
+        for (size_t o = 0; o < 23; ++o) {
+          double bound = 0, tm = 0;
+          for (size_t b = 0; b < 1024 / 32; ++b) {
+            float amax = 0;
+            double wsum = 0;
+            for (size_t i = 0; i < 32; ++i) {
+              amax = std::max(amax, std::fabs(x[t * 1024 + 32 * b + i]));
+              wsum += std::fabs(m.deq[o * 1024 + 32 * b + i]);
+              tm += m.absw[o * 1024 + 32 * b + i] * std::fabs(x[t * 1024 + 32 * b + i]);
+            }
+            bound += double(amax) / 127.0 / 2.0 * wsum;
+          }
+          ASSERT_LE(std::fabs(got[t * 23 + o] - want[t * 23 + o]), bound * 1.0001 + 1e-6 * tm)
+              << MatMulKernelName(m.w.type, n_tok) << " n_tok " << n_tok << " t " << t
+              << " o " << o;
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(MatMulForcePath(MatMulPath::kAuto));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,

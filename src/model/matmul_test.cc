@@ -88,9 +88,13 @@ TEST(MatMul, RejectsUnsupportedTypesAndBadRows) {
   Matrix m = RandomMatrix(GgmlType::kQ8_0, 64, 4, 9);
   std::vector<float> x(64, 1.0f), y(4);
   WeightMatrix w = m.w;
-  w.type = static_cast<uint32_t>(GgmlType::kQ6_K);
+  w.type = static_cast<uint32_t>(GgmlType::kIQ2_XXS);
   Status s = MatMul(w, x.data(), 1, y.data(), nullptr);
   EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("iq2_xxs"), std::string::npos) << s.message();
+  w.type = static_cast<uint32_t>(GgmlType::kQ6_K);  // 64 values: not a whole 256-value block
+  s = MatMul(w, x.data(), 1, y.data(), nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("q6_K"), std::string::npos) << s.message();
   w = m.w;
   w.row_bytes += 2;
