@@ -4,12 +4,14 @@
 // block, scaled by d_w * d_x in f32 and summed over blocks in f32. Stateless; thread-safe.
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "base/half.h"
 #include "kvtier/gguf.h"
 #include "model/matmul_int8.h"
 #include "quant/format_traits.h"
+#include "weights/blocks.h"
 
 namespace kvtier::model::int8 {
 
@@ -45,6 +47,7 @@ uint16_t Load16(const uint8_t* p) {
 // Weight value i (0..31) of a block as a signed integer, and the block's f32 scale.
 struct RefQ8_0 {
   static constexpr size_t kBytes = Q8_0Traits::kBlockBytes;
+  static constexpr bool kHasMin = false;
   static float Scale(const uint8_t* b) { return F16ToF32(Load16(b + Q8_0Traits::kScaleOffset)); }
   static int32_t Code(const uint8_t* b, size_t i) {
     return static_cast<int8_t>(b[Q8_0Traits::kCodesOffset + i]);
@@ -52,12 +55,44 @@ struct RefQ8_0 {
 };
 struct RefQ4_0 {
   static constexpr size_t kBytes = Q4_0Traits::kBlockBytes;
+  static constexpr bool kHasMin = false;
   static float Scale(const uint8_t* b) { return F16ToF32(Load16(b + Q4_0Traits::kScaleOffset)); }
   static int32_t Code(const uint8_t* b, size_t i) {  // value i: low nibble of byte i, i+16 high
     const uint8_t v = b[Q4_0Traits::kCodesOffset + (i & 15)];
     return static_cast<int32_t>(i < 16 ? v & 15 : v >> 4) - Q4_0Traits::kZeroPoint;
   }
 };
+
+// The weights module's 32-value types (weights/blocks.h): codes as integers, x = d * code
+// (+ m for q4_1 / q5_1).
+template <class B, int kOff, bool kMin, bool kHigh, bool kTable>
+struct RefNib {
+  static constexpr size_t kBytes = sizeof(B);
+  static constexpr bool kHasMin = kMin;
+  static float Scale(const uint8_t* b) { return F16ToF32(Load16(b + offsetof(B, d))); }
+  static float Min(const uint8_t* b) {
+    if constexpr (kMin) {
+      return F16ToF32(Load16(b + offsetof(B, m)));
+    } else {
+      return 0.0f;
+    }
+  }
+  static int32_t Code(const uint8_t* b, size_t i) {
+    const uint8_t v = b[offsetof(B, qs) + (i & 15)];
+    int32_t q = i < 16 ? v & 15 : v >> 4;
+    if constexpr (kHigh) {
+      uint32_t qh;
+      std::memcpy(&qh, b + offsetof(B, qh), 4);
+      q |= static_cast<int32_t>((qh >> i) & 1) << 4;
+    }
+    if constexpr (kTable) q = weights::kIq4NlValues[q];
+    return q - kOff;
+  }
+};
+using RefQ4_1 = RefNib<weights::BlockQ4_1, 0, true, false, false>;
+using RefQ5_0 = RefNib<weights::BlockQ5_0, 16, false, true, false>;
+using RefQ5_1 = RefNib<weights::BlockQ5_1, 0, true, true, false>;
+using RefIQ4_NL = RefNib<weights::BlockIQ4_NL, 0, false, false, true>;
 
 template <class W>
 void TileRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride, size_t nt,
@@ -66,6 +101,7 @@ void TileRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t s
     const uint8_t* a = act + t * stride;
     const int8_t* q = ActCodes(a);
     const float* dx = ActScales(a, K);
+    const int32_t* sums = ActSums(a, K);
     for (size_t r = 0; r < nr; ++r) {
       float acc = 0.0f;
       for (size_t b = 0; b < K / 32; ++b) {
@@ -73,6 +109,7 @@ void TileRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t s
         int32_t s = 0;
         for (size_t i = 0; i < 32; ++i) s += W::Code(blk, i) * q[32 * b + i];
         acc += static_cast<float>(s) * (W::Scale(blk) * dx[b]);
+        if constexpr (W::kHasMin) acc += W::Min(blk) * (dx[b] * static_cast<float>(sums[b]));
       }
       y[t * ldy + r] = acc;
     }
@@ -83,6 +120,14 @@ constexpr Int8Kernels kRefQ8_0 = {"q8_0 int8 scalar", 4, 4, NaturalActBytes, Qua
                                   TileRef<RefQ8_0>};
 constexpr Int8Kernels kRefQ4_0 = {"q4_0 int8 scalar", 4, 4, NaturalActBytes, QuantizeNatural,
                                   TileRef<RefQ4_0>};
+constexpr Int8Kernels kRefQ4_1 = {"q4_1 int8 scalar", 4, 4, NaturalActBytes, QuantizeNatural,
+                                  TileRef<RefQ4_1>};
+constexpr Int8Kernels kRefQ5_0 = {"q5_0 int8 scalar", 4, 4, NaturalActBytes, QuantizeNatural,
+                                  TileRef<RefQ5_0>};
+constexpr Int8Kernels kRefQ5_1 = {"q5_1 int8 scalar", 4, 4, NaturalActBytes, QuantizeNatural,
+                                  TileRef<RefQ5_1>};
+constexpr Int8Kernels kRefIQ4_NL = {"iq4_nl int8 scalar", 4, 4, NaturalActBytes,
+                                    QuantizeNatural, TileRef<RefIQ4_NL>};
 
 }  // namespace
 
@@ -90,6 +135,10 @@ const Int8Kernels* Int8KernelsRef(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ8_0: return &kRefQ8_0;
     case GgmlType::kQ4_0: return &kRefQ4_0;
+    case GgmlType::kQ4_1: return &kRefQ4_1;
+    case GgmlType::kQ5_0: return &kRefQ5_0;
+    case GgmlType::kQ5_1: return &kRefQ5_1;
+    case GgmlType::kIQ4_NL: return &kRefIQ4_NL;
     default: return nullptr;
   }
 }

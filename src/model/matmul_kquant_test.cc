@@ -1,7 +1,7 @@
-// The K-quant int8 kernels (Q4_K, Q6_K): every ISA's kernels against a float64 product of the
-// blocks decoded from ggml's layout definition, within the activation-rounding bound, and the
-// SIMD kernels against the scalar _ref. Blocks are random bytes (every byte pattern is a valid
-// block) with finite f16 scales.
+// The int8 kernels of the weights-module types (Q4_K, Q6_K, Q4_1, Q5_0, Q5_1, IQ4_NL): every
+// ISA's kernels against a float64 product of the decoded blocks, within the activation-rounding
+// bound, and the SIMD kernels against the scalar _ref. Blocks are random bytes (every byte
+// pattern is a valid block) with finite f16 scales.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -60,9 +60,13 @@ void Decode(GgmlType type, const uint8_t* blk, double* out, double* absw) {
   }
 }
 
+// Random blocks of any weights-module type: random bytes, then finite f16 scales (and mins)
+// at the type's offsets. deq from the weights module's reference dequantizer; absw: |x| plus
+// the block's min term (the K-quants: |scale term| + |min term| from Decode).
 KMatrix RandomKMatrix(GgmlType type, uint32_t n_in, uint32_t n_out, uint64_t seed) {
-  const size_t bb = type == GgmlType::kQ4_K ? kQ4KBytes : kQ6KBytes;
-  const size_t nb = n_in / kQK;
+  const auto t = static_cast<uint32_t>(type);
+  const size_t bv = WeightBlockValues(t), bb = WeightRowBytes(t, bv).value();
+  const size_t nb = n_in / bv;
   KMatrix m;
   m.bytes.resize(bb * nb * n_out);
   std::mt19937_64 rng(seed);
@@ -70,15 +74,33 @@ KMatrix RandomKMatrix(GgmlType type, uint32_t n_in, uint32_t n_out, uint64_t see
   for (auto& b : m.bytes) b = static_cast<uint8_t>(rng());
   m.deq.resize(size_t(n_in) * n_out);
   m.absw.resize(size_t(n_in) * n_out);
+  std::vector<float> row(bv);
   for (size_t i = 0; i < nb * n_out; ++i) {
     uint8_t* blk = m.bytes.data() + i * bb;
-    if (type == GgmlType::kQ4_K) {
-      PutHalf(blk + kQ4KD, ud(rng));
-      PutHalf(blk + kQ4KDmin, ud(rng));
-    } else {
-      PutHalf(blk + kQ6KD, ud(rng) * 0.1f);
+    float min = 0.0f;
+    switch (type) {
+      case GgmlType::kQ4_K:
+        PutHalf(blk + kQ4KD, ud(rng));
+        PutHalf(blk + kQ4KDmin, ud(rng));
+        break;
+      case GgmlType::kQ6_K: PutHalf(blk + kQ6KD, ud(rng) * 0.1f); break;
+      case GgmlType::kQ4_1:
+      case GgmlType::kQ5_1:  // d | m | ...
+        PutHalf(blk, ud(rng));
+        min = -ud(rng) * 8;
+        PutHalf(blk + 2, min);
+        break;
+      default: PutHalf(blk, ud(rng)); break;  // d first: q5_0, iq4_nl, iq4_xs
     }
-    Decode(type, blk, m.deq.data() + i * kQK, m.absw.data() + i * kQK);
+    if (type == GgmlType::kQ4_K || type == GgmlType::kQ6_K) {
+      Decode(type, blk, m.deq.data() + i * bv, m.absw.data() + i * bv);
+    } else {
+      EXPECT_TRUE(DequantizeWeightRowsRef(t, blk, 1, bv, row.data()).ok());
+      for (size_t v = 0; v < bv; ++v) {
+        m.deq[i * bv + v] = row[v];
+        m.absw[i * bv + v] = std::fabs(row[v]) + std::fabs(min);
+      }
+    }
   }
   m.w.type = static_cast<uint32_t>(type);
   m.w.n_in = n_in;
@@ -103,6 +125,7 @@ TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
   std::normal_distribution<float> nd;
   uint64_t seed = 1;
   for (uint32_t n_in : {256u, 512u, 1024u}) {
+    if (n_in % WeightBlockValues(static_cast<uint32_t>(type)) != 0) continue;
     for (uint32_t n_out : {1u, 6u, 37u}) {
       const KMatrix m = RandomKMatrix(type, n_in, n_out, ++seed);
       for (size_t n_tok : {1, 3, 4, 9, 70}) {
@@ -162,6 +185,7 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
   const KMatrix m = RandomKMatrix(type, 1024, 23, 77);
   std::vector<float> deq(m.deq.size());
   ASSERT_TRUE(DequantizeWeightRowsRef(m.w.type, m.w.data, m.w.n_out, m.w.n_in, deq.data()).ok());
+  ASSERT_NE(FindInt8Kernels(m.w.type, Isa::kScalar), nullptr);
   for (size_t i = 0; i < deq.size(); ++i) {
     ASSERT_EQ(static_cast<double>(deq[i]), static_cast<double>(static_cast<float>(m.deq[i])))
         << "value " << i;
@@ -202,7 +226,9 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,
-                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ6_K),
+                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
+                                           GgmlType::kQ5_0, GgmlType::kQ5_1,
+                                           GgmlType::kIQ4_NL),
                          [](const auto& info) {
                            return std::string(GgmlTypeName(static_cast<uint32_t>(info.param)));
                          });
