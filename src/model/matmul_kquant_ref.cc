@@ -101,10 +101,39 @@ void TileQ6_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size
   }
 }
 
+void TileIQ4_XSRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                   size_t nt, size_t K, float* y, size_t ldy) {
+  for (size_t t = 0; t < nt; ++t) {
+    const uint8_t* a = act + t * stride;
+    const int8_t* c = ActCodes(a);
+    const float* dx = ActScales(a, K);
+    for (size_t r = 0; r < nr; ++r) {
+      float acc = 0.0f;
+      for (size_t i = 0; i < K / kQK; ++i) {
+        weights::BlockIQ4_XS blk;
+        std::memcpy(&blk, rows[r] + i * sizeof(blk), sizeof(blk));
+        const float d = F16ToF32(blk.d);
+        for (int ib = 0; ib < 8; ++ib) {
+          int32_t dot = 0;
+          for (size_t l = 0; l < 32; ++l) {
+            const uint8_t byte = blk.qs[16 * ib + (l & 15)];
+            dot += weights::kIq4NlValues[l < 16 ? byte & 15 : byte >> 4] * c[kQK * i + 32 * ib + l];
+          }
+          const float sc = d * static_cast<float>(weights::IQ4XSScale(blk, ib) - 32);
+          acc += static_cast<float>(dot) * (sc * dx[8 * i + ib]);
+        }
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
 constexpr Int8Kernels kRefQ4_K = {"q4_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
                                   TileQ4_KRef};
 constexpr Int8Kernels kRefQ6_K = {"q6_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
                                   TileQ6_KRef};
+constexpr Int8Kernels kRefIQ4_XS = {"iq4_xs int8 scalar", 4, 4, KActBytes, QuantizeKAct,
+                                    TileIQ4_XSRef};
 
 }  // namespace
 
@@ -112,6 +141,7 @@ const Int8Kernels* Int8KernelsRefKQuant(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_K: return &kRefQ4_K;
     case GgmlType::kQ6_K: return &kRefQ6_K;
+    case GgmlType::kIQ4_XS: return &kRefIQ4_XS;
     default: return nullptr;
   }
 }

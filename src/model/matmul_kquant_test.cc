@@ -228,7 +228,7 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
 INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,
                          ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1,
-                                           GgmlType::kIQ4_NL),
+                                           GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
                          [](const auto& info) {
                            return std::string(GgmlTypeName(static_cast<uint32_t>(info.param)));
                          });
