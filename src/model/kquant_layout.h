@@ -24,6 +24,12 @@ constexpr size_t kQ4KD = offsetof(BlockQ4_K, d), kQ4KDmin = offsetof(BlockQ4_K, 
 constexpr size_t kQ6KQl = offsetof(BlockQ6_K, ql), kQ6KQh = offsetof(BlockQ6_K, qh),
                  kQ6KScales = offsetof(BlockQ6_K, scales), kQ6KD = offsetof(BlockQ6_K, d),
                  kQ6KBytes = weights::BlockTraits<GgmlType::kQ6_K>::kBlockBytes;
+// Q5_K: d f16 | dmin f16 | scales [12] | qh [32] | qs [128]
+using weights::BlockQ5_K;
+constexpr size_t kQ5KD = offsetof(BlockQ5_K, d), kQ5KDmin = offsetof(BlockQ5_K, dmin),
+                 kQ5KScales = offsetof(BlockQ5_K, scales), kQ5KQh = offsetof(BlockQ5_K, qh),
+                 kQ5KQs = offsetof(BlockQ5_K, qs),
+                 kQ5KBytes = weights::BlockTraits<GgmlType::kQ5_K>::kBlockBytes;
 // The SIMD kernels load 32-byte qs rows and 64-byte ql halves at these offsets.
 static_assert(kQ4KQs == 16 && kQ4KBytes == 144 && kQ6KQh == 128 && kQ6KD == 208 &&
               kQ6KBytes == 210, "K-quant layouts the int8 kernels were written for");

@@ -48,10 +48,15 @@ MM_VNNI_INL __m512i LaneIdx(int shift, int base) {
                           _mm512_set1_epi32(base));
 }
 
-template <size_t NT>
-MM_VNNI void TileQ4_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                      size_t K, float* y, size_t ldy) {
+// Q4_K (kFive false) and Q5_K: the same, plus the 5th bit of value 64 k + 32 h + l from bit
+// 2 k + h of qh[l], moved to bit 4.
+template <bool kFive, size_t NT>
+MM_VNNI void TileQ45_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                       size_t K, float* y, size_t ldy) {
   constexpr size_t R = 4;
+  constexpr size_t kBytes = kFive ? kQ5KBytes : kQ4KBytes;
+  constexpr size_t kD = kFive ? kQ5KD : kQ4KD, kDmin = kFive ? kQ5KDmin : kQ4KDmin;
+  constexpr size_t kScales = kFive ? kQ5KScales : kQ4KScales, kQs = kFive ? kQ5KQs : kQ4KQs;
   const __m512i idx[4] = {LaneIdx(3, 0), LaneIdx(3, 2), LaneIdx(3, 4), LaneIdx(3, 6)};
   const __m256i m4 = _mm256_set1_epi8(15);
   const int8_t* codes[NT];
@@ -69,8 +74,8 @@ MM_VNNI void TileQ4_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
   for (size_t i = 0; i < K / kQK; ++i) {
     __m512 dsc[R];
     for (size_t r = 0; r < R; ++r) {
-      const uint8_t* blk = rows[r] + i * kQ4KBytes;
-      const uint8_t* q = blk + kQ4KScales;
+      const uint8_t* blk = rows[r] + i * kBytes;
+      const uint8_t* q = blk + kScales;
       const uint32_t a0 = Load32(q), a1 = Load32(q + 4), a2 = Load32(q + 8);
       const uint32_t sc_lo = a0 & 0x3f3f3f3f, m_lo = a1 & 0x3f3f3f3f;
       const uint32_t sc_hi = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
@@ -78,10 +83,10 @@ MM_VNNI void TileQ4_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
       const __m128i sm = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
                                         static_cast<int>(m_lo), static_cast<int>(m_hi));
       const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));  // sc 0..7, m 0..7
-      dsc[r] = _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kQ4KD)));
+      dsc[r] = _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kD)));
       // Mins: lanes 8..15 of f times dmin, moved to lanes 0..7, the rest 0.
       const __m512 dm = _mm512_maskz_permutexvar_ps(
-          0xff, LaneIdx(0, 8), _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kQ4KDmin))));
+          0xff, LaneIdx(0, 8), _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kDmin))));
       for (size_t t = 0; t < NT; ++t) {
         const __m512 x8 = _mm512_maskz_loadu_ps(0xff, xs[t] + 8 * i);
         acc[r][t] = _mm512_fnmadd_ps(dm, x8, acc[r][t]);
@@ -91,10 +96,19 @@ MM_VNNI void TileQ4_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
       __m512i w[R];
       __m512 sk[R];
       for (size_t r = 0; r < R; ++r) {
-        const __m256i v = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(rows[r] + i * kQ4KBytes + kQ4KQs + 32 * k));
-        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
-                                  _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+        const uint8_t* blk = rows[r] + i * kBytes;
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * k));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (kFive) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ5KQh));
+          const __m256i b16 = _mm256_set1_epi8(16);
+          // bit 2k of each byte to bit 4 (lo), bit 2k + 1 to bit 4 (hi)
+          lo = _mm256_or_si256(lo, _mm256_and_si256(
+                                       _mm256_sll_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(static_cast<int>(2 * k))), _mm_cvtsi32_si128(4)), b16));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(
+                                       _mm256_sll_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(static_cast<int>(2 * k + 1))), _mm_cvtsi32_si128(4)), b16));
+        }
+        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         sk[r] = _mm512_permutexvar_ps(idx[k], dsc[r]);
       }
       for (size_t t = 0; t < NT; ++t) {
@@ -256,13 +270,26 @@ MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* ac
       default: return NAME<4>(rows, nr, act, stride, K, y, ldy);                             \
     }                                                                                        \
   }
+template <size_t NT>
+MM_VNNI void TileQ4_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ45_K<false, NT>(rows, nr, act, stride, K, y, ldy);
+}
+template <size_t NT>
+MM_VNNI void TileQ5_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ45_K<true, NT>(rows, nr, act, stride, K, y, ldy);
+}
 KVTIER_TILE_SWITCH(TileQ4_K)
+KVTIER_TILE_SWITCH(TileQ5_K)
 KVTIER_TILE_SWITCH(TileQ6_K)
 KVTIER_TILE_SWITCH(TileIQ4_XS)
 #undef KVTIER_TILE_SWITCH
 
 constexpr Int8Kernels kQ4_K = {"q4_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ4_KAny};
+constexpr Int8Kernels kQ5_K = {"q5_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ5_KAny};
 constexpr Int8Kernels kQ6_K = {"q6_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ6_KAny};
 constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
@@ -273,6 +300,7 @@ constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, KActBytes, Quan
 const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_K: return &kQ4_K;
+    case GgmlType::kQ5_K: return &kQ5_K;
     case GgmlType::kQ6_K: return &kQ6_K;
     case GgmlType::kIQ4_XS: return &kIQ4_XS;
     default: return nullptr;

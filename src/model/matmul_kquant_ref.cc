@@ -45,8 +45,13 @@ uint16_t Load16(const uint8_t* p) {
   return v;
 }
 
-void TileQ4_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                 size_t nt, size_t K, float* y, size_t ldy) {
+// Q4_K (kFive false) and Q5_K (the 5th bit of value 64 c + 32 h + l: bit 2 c + h of qh[l]).
+template <bool kFive>
+void TileQ45_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                  size_t nt, size_t K, float* y, size_t ldy) {
+  constexpr size_t kBytes = kFive ? kQ5KBytes : kQ4KBytes;
+  constexpr size_t kD = kFive ? kQ5KD : kQ4KD, kDmin = kFive ? kQ5KDmin : kQ4KDmin;
+  constexpr size_t kScales = kFive ? kQ5KScales : kQ4KScales, kQs = kFive ? kQ5KQs : kQ4KQs;
   for (size_t t = 0; t < nt; ++t) {
     const uint8_t* a = act + t * stride;
     const int8_t* c = ActCodes(a);
@@ -55,16 +60,18 @@ void TileQ4_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size
     for (size_t r = 0; r < nr; ++r) {
       float acc = 0.0f, macc = 0.0f;
       for (size_t i = 0; i < K / kQK; ++i) {
-        const uint8_t* blk = rows[r] + i * kQ4KBytes;
-        const float d = F16ToF32(Load16(blk + kQ4KD)), dmin = F16ToF32(Load16(blk + kQ4KDmin));
-        const uint8_t* qs = blk + kQ4KQs;
+        const uint8_t* blk = rows[r] + i * kBytes;
+        const float d = F16ToF32(Load16(blk + kD)), dmin = F16ToF32(Load16(blk + kDmin));
+        const uint8_t* qs = blk + kQs;
         for (size_t j = 0; j < 8; ++j) {
           uint8_t sc, m;
-          Q4KScaleMin(blk + kQ4KScales, j, &sc, &m);
+          Q4KScaleMin(blk + kScales, j, &sc, &m);
           int32_t dot = 0;
           for (size_t l = 0; l < 32; ++l) {
             const uint8_t byte = qs[32 * (j / 2) + l];
-            dot += ((j & 1) ? byte >> 4 : byte & 15) * c[kQK * i + 32 * j + l];
+            int32_t q = (j & 1) ? byte >> 4 : byte & 15;
+            if constexpr (kFive) q |= ((blk[kQ5KQh + l] >> j) & 1) << 4;
+            dot += q * c[kQK * i + 32 * j + l];
           }
           const size_t b = 8 * i + j;
           acc += static_cast<float>(dot) * (d * sc * dx[b]);
@@ -129,7 +136,9 @@ void TileIQ4_XSRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, si
 }
 
 constexpr Int8Kernels kRefQ4_K = {"q4_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
-                                  TileQ4_KRef};
+                                  TileQ45_KRef<false>};
+constexpr Int8Kernels kRefQ5_K = {"q5_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
+                                  TileQ45_KRef<true>};
 constexpr Int8Kernels kRefQ6_K = {"q6_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
                                   TileQ6_KRef};
 constexpr Int8Kernels kRefIQ4_XS = {"iq4_xs int8 scalar", 4, 4, KActBytes, QuantizeKAct,
@@ -140,6 +149,7 @@ constexpr Int8Kernels kRefIQ4_XS = {"iq4_xs int8 scalar", 4, 4, KActBytes, Quant
 const Int8Kernels* Int8KernelsRefKQuant(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_K: return &kRefQ4_K;
+    case GgmlType::kQ5_K: return &kRefQ5_K;
     case GgmlType::kQ6_K: return &kRefQ6_K;
     case GgmlType::kIQ4_XS: return &kRefIQ4_XS;
     default: return nullptr;

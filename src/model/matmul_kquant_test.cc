@@ -80,6 +80,7 @@ KMatrix RandomKMatrix(GgmlType type, uint32_t n_in, uint32_t n_out, uint64_t see
     float min = 0.0f;
     switch (type) {
       case GgmlType::kQ4_K:
+      case GgmlType::kQ5_K:  // d | dmin | ...
         PutHalf(blk + kQ4KD, ud(rng));
         PutHalf(blk + kQ4KDmin, ud(rng));
         break;
@@ -226,7 +227,7 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,
-                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
+                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1,
                                            GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
                          [](const auto& info) {
