@@ -30,6 +30,26 @@ constexpr size_t kQ5KD = offsetof(BlockQ5_K, d), kQ5KDmin = offsetof(BlockQ5_K, 
                  kQ5KScales = offsetof(BlockQ5_K, scales), kQ5KQh = offsetof(BlockQ5_K, qh),
                  kQ5KQs = offsetof(BlockQ5_K, qs),
                  kQ5KBytes = weights::BlockTraits<GgmlType::kQ5_K>::kBlockBytes;
+// Q3_K: hmask [32] | qs [64] | scales [12] | d f16;  Q2_K: scales [16] | qs [64] | d | dmin
+using weights::BlockQ2_K;
+using weights::BlockQ3_K;
+constexpr size_t kQ3KHmask = offsetof(BlockQ3_K, hmask), kQ3KQs = offsetof(BlockQ3_K, qs),
+                 kQ3KScales = offsetof(BlockQ3_K, scales), kQ3KD = offsetof(BlockQ3_K, d),
+                 kQ3KBytes = weights::BlockTraits<GgmlType::kQ3_K>::kBlockBytes;
+constexpr size_t kQ2KScales = offsetof(BlockQ2_K, scales), kQ2KQs = offsetof(BlockQ2_K, qs),
+                 kQ2KD = offsetof(BlockQ2_K, d), kQ2KDmin = offsetof(BlockQ2_K, dmin),
+                 kQ2KBytes = weights::BlockTraits<GgmlType::kQ2_K>::kBlockBytes;
+
+// The 2-bit code (0..3) of value v of a Q2_K / Q3_K block's qs: in half n = v / 128, field
+// s = (v % 128) / 32 (bits 2s, 2s + 1) of qs[32 n + v % 32].
+inline int32_t Q2Code(const uint8_t* qs, size_t v) {
+  return (qs[32 * (v / 128) + v % 32] >> (2 * ((v % 128) / 32))) & 3;
+}
+// Q3_K's high bit of value v: bit 4 n + s of hmask[v % 32] (n, s as above).
+inline int32_t Q3HighBit(const uint8_t* hmask, size_t v) {
+  return (hmask[v % 32] >> (4 * (v / 128) + (v % 128) / 32)) & 1;
+}
+
 // The SIMD kernels load 32-byte qs rows and 64-byte ql halves at these offsets.
 static_assert(kQ4KQs == 16 && kQ4KBytes == 144 && kQ6KQh == 128 && kQ6KD == 208 &&
               kQ6KBytes == 210, "K-quant layouts the int8 kernels were written for");

@@ -260,6 +260,98 @@ MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* ac
   }
 }
 
+// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step;
+// Q3_K adds its hmask bit as 4 (offset 4: lanes start at init6 / 8 = -4 x their 4 codes).
+// Scales per 16 values (lane / 4). Q2_K's mins: -dmin m_g d_x (sum of the lane's 4 codes) =
+// (dmin m_g / 32) d_x init6.
+template <bool kThree, size_t NT>
+MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                       size_t K, float* y, size_t ldy) {
+  constexpr size_t R = 4;
+  constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
+  constexpr size_t kQs = kThree ? kQ3KQs : kQ2KQs;
+  const __m512i idx[4] = {LaneIdx(2, 0), LaneIdx(2, 4), LaneIdx(2, 8), LaneIdx(2, 12)};
+  const __m256i m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  const int8_t* codes[NT];
+  const float* dxv[NT];
+  const int32_t* init[NT];
+  for (size_t t = 0; t < NT; ++t) {
+    codes[t] = ActCodes(act + t * stride);
+    dxv[t] = KActDxv(act + t * stride, K);
+    init[t] = KActInit6(act + t * stride, K);
+  }
+  __m512 acc[R][NT];
+  for (auto& a : acc) {
+    for (auto& v : a) v = _mm512_setzero_ps();
+  }
+  for (size_t i = 0; i < K / kQK; ++i) {
+    __m512 dsc[R], dmn[R];
+    for (size_t r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + i * kBytes;
+      if constexpr (kThree) {
+        alignas(16) int8_t sc[16];
+        weights::UnpackQ3KScales(blk + kQ3KScales, sc);
+        dsc[r] = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))),
+            _mm512_set1_ps(Half(blk + kQ3KD)));
+      } else {
+        const __m512i sc = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));
+        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))),
+                               _mm512_set1_ps(Half(blk + kQ2KD)));
+        dmn[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)),
+                               _mm512_set1_ps(Half(blk + kQ2KDmin) * (1.0f / 32.0f)));
+      }
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      const size_t n = j / 2, s0 = 2 * (j % 2);
+      __m512i w[R];
+      __m512 sk[R], mk[R];
+      for (size_t r = 0; r < R; ++r) {
+        const uint8_t* blk = rows[r] + i * kBytes;
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n));
+        __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0))), m2);
+        __m256i hi = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0 + 2))), m2);
+        if constexpr (kThree) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask));
+          const int b = static_cast<int>(4 * n + s0);
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b)), m1), 2));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b + 1)), m1), 2));
+        }
+        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        sk[r] = _mm512_permutexvar_ps(idx[j], dsc[r]);
+        if constexpr (!kThree) mk[r] = _mm512_permutexvar_ps(idx[j], dmn[r]);
+      }
+      for (size_t t = 0; t < NT; ++t) {
+        const size_t s = 4 * i + j;
+        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
+        const __m512i i6 = _mm512_loadu_si512(init[t] + 16 * s);
+        const __m512i i0 = kThree ? _mm512_srai_epi32(i6, 3) : _mm512_setzero_si512();
+        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
+        const __m512 l6 = kThree ? dx : _mm512_mul_ps(_mm512_cvtepi32_ps(i6), dx);
+        for (size_t r = 0; r < R; ++r) {
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
+          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
+          if constexpr (!kThree) acc[r][t] = _mm512_fmadd_ps(mk[r], l6, acc[r][t]);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+template <size_t NT>
+MM_VNNI void TileQ2_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ23_K<false, NT>(rows, nr, act, stride, K, y, ldy);
+}
+template <size_t NT>
+MM_VNNI void TileQ3_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ23_K<true, NT>(rows, nr, act, stride, K, y, ldy);
+}
+
 #define KVTIER_TILE_SWITCH(NAME)                                                             \
   void NAME##Any(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,   \
                  size_t nt, size_t K, float* y, size_t ldy) {                                \
@@ -280,6 +372,8 @@ MM_VNNI void TileQ5_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
                       size_t K, float* y, size_t ldy) {
   TileQ45_K<true, NT>(rows, nr, act, stride, K, y, ldy);
 }
+KVTIER_TILE_SWITCH(TileQ2_K)
+KVTIER_TILE_SWITCH(TileQ3_K)
 KVTIER_TILE_SWITCH(TileQ4_K)
 KVTIER_TILE_SWITCH(TileQ5_K)
 KVTIER_TILE_SWITCH(TileQ6_K)
@@ -288,6 +382,10 @@ KVTIER_TILE_SWITCH(TileIQ4_XS)
 
 constexpr Int8Kernels kQ4_K = {"q4_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ4_KAny};
+constexpr Int8Kernels kQ2_K = {"q2_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ2_KAny};
+constexpr Int8Kernels kQ3_K = {"q3_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ3_KAny};
 constexpr Int8Kernels kQ5_K = {"q5_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ5_KAny};
 constexpr Int8Kernels kQ6_K = {"q6_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
@@ -300,6 +398,8 @@ constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, KActBytes, Quan
 const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_K: return &kQ4_K;
+    case GgmlType::kQ2_K: return &kQ2_K;
+    case GgmlType::kQ3_K: return &kQ3_K;
     case GgmlType::kQ5_K: return &kQ5_K;
     case GgmlType::kQ6_K: return &kQ6_K;
     case GgmlType::kIQ4_XS: return &kIQ4_XS;

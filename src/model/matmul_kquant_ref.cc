@@ -135,6 +135,51 @@ void TileIQ4_XSRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, si
   }
 }
 
+// Q2_K (kThree false: x = d (sc & 15) q - dmin (sc >> 4)) and Q3_K (x = d sc (q + 4 h - 4)),
+// both with a scale per 16 values.
+template <bool kThree>
+void TileQ23_KRef(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                  size_t nt, size_t K, float* y, size_t ldy) {
+  constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
+  for (size_t t = 0; t < nt; ++t) {
+    const uint8_t* a = act + t * stride;
+    const int8_t* c = ActCodes(a);
+    const float* dx = ActScales(a, K);
+    for (size_t r = 0; r < nr; ++r) {
+      float acc = 0.0f;
+      for (size_t i = 0; i < K / kQK; ++i) {
+        const uint8_t* blk = rows[r] + i * kBytes;
+        int8_t sc3[16];
+        if constexpr (kThree) weights::UnpackQ3KScales(blk + kQ3KScales, sc3);
+        const float d = F16ToF32(Load16(blk + (kThree ? kQ3KD : kQ2KD)));
+        const float dmin = kThree ? 0.0f : F16ToF32(Load16(blk + kQ2KDmin));
+        for (size_t g = 0; g < 16; ++g) {
+          int32_t dot = 0, csum = 0;
+          for (size_t v = 16 * g; v < 16 * g + 16; ++v) {
+            int32_t q = Q2Code(blk + (kThree ? kQ3KQs : kQ2KQs), v);
+            if constexpr (kThree) q += 4 * Q3HighBit(blk + kQ3KHmask, v) - 4;
+            dot += q * c[kQK * i + v];
+            csum += c[kQK * i + v];
+          }
+          const float dxb = dx[(kQK * i + 16 * g) / 32];
+          if constexpr (kThree) {
+            acc += static_cast<float>(dot) * (d * sc3[g] * dxb);
+          } else {
+            const uint8_t sc = blk[kQ2KScales + g];
+            acc += static_cast<float>(dot) * (d * (sc & 15) * dxb);
+            acc -= dmin * (sc >> 4) * (dxb * static_cast<float>(csum));
+          }
+        }
+      }
+      y[t * ldy + r] = acc;
+    }
+  }
+}
+
+constexpr Int8Kernels kRefQ2_K = {"q2_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
+                                  TileQ23_KRef<false>};
+constexpr Int8Kernels kRefQ3_K = {"q3_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
+                                  TileQ23_KRef<true>};
 constexpr Int8Kernels kRefQ4_K = {"q4_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
                                   TileQ45_KRef<false>};
 constexpr Int8Kernels kRefQ5_K = {"q5_K int8 scalar", 4, 4, KActBytes, QuantizeKAct,
@@ -148,6 +193,8 @@ constexpr Int8Kernels kRefIQ4_XS = {"iq4_xs int8 scalar", 4, 4, KActBytes, Quant
 
 const Int8Kernels* Int8KernelsRefKQuant(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ2_K: return &kRefQ2_K;
+    case GgmlType::kQ3_K: return &kRefQ3_K;
     case GgmlType::kQ4_K: return &kRefQ4_K;
     case GgmlType::kQ5_K: return &kRefQ5_K;
     case GgmlType::kQ6_K: return &kRefQ6_K;

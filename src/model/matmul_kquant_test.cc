@@ -85,6 +85,13 @@ KMatrix RandomKMatrix(GgmlType type, uint32_t n_in, uint32_t n_out, uint64_t see
         PutHalf(blk + kQ4KDmin, ud(rng));
         break;
       case GgmlType::kQ6_K: PutHalf(blk + kQ6KD, ud(rng) * 0.1f); break;
+      case GgmlType::kQ3_K: PutHalf(blk + kQ3KD, ud(rng)); break;
+      case GgmlType::kQ2_K:
+        PutHalf(blk + kQ2KD, ud(rng));
+        min = ud(rng);
+        PutHalf(blk + kQ2KDmin, min);
+        min *= 15;  // the largest min term
+        break;
       case GgmlType::kQ4_1:
       case GgmlType::kQ5_1:  // d | m | ...
         PutHalf(blk, ud(rng));
@@ -227,7 +234,7 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,
-                         ::testing::Values(GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
+                         ::testing::Values(GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1,
                                            GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
                          [](const auto& info) {
