@@ -10,6 +10,7 @@
 #include "kvtier/gguf.h"
 #include "kvtier/quant.h"
 #include "kvtier/model.h"
+#include "kvtier/weights.h"
 
 namespace kvtier::cli {
 
@@ -22,20 +23,19 @@ Result<ModelCheck> CheckModel(const std::string& path) {
     c.name = t.name;
     c.type = GgmlTypeName(t.type);
     c.values = t.n_values;
-    Result<Format> fmt = WeightRowFormat(t.type);
     const uint64_t width = t.shape.empty() ? 1 : t.shape[0];
-    if (!fmt.ok() || width == 0 || fmt->CheckHeadDim(width).code() != StatusCode::kOk) {
+    const Result<size_t> row_bytes = WeightRowBytes(t.type, width);
+    if (!row_bytes.ok()) {
       c.skipped = true;
       ++out.skipped;
       out.tensors.push_back(std::move(c));
       continue;
     }
     const uint64_t rows = t.n_values / width;
-    const size_t row_bytes = fmt->row_bytes(width);
     row.resize(width);
     for (uint64_t r = 0; r < rows; ++r) {
-      KVTIER_RETURN_IF_ERROR(DequantizeRows(*fmt, t.data + r * row_bytes, 1, width, DType::kF32,
-                                            row.data()));
+      KVTIER_RETURN_IF_ERROR(
+          DequantizeWeightRows(t.type, t.data + r * *row_bytes, 1, width, row.data()));
       for (uint64_t i = 0; i < width; ++i) {
         uint32_t bits;
         std::memcpy(&bits, &row[i], sizeof bits);

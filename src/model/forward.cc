@@ -10,6 +10,7 @@
 #include "kvtier/thread_pool.h"
 #include "kvtier/attention.h"
 #include "kvtier/quant.h"
+#include "kvtier/weights.h"
 #include "model/matmul.h"
 #include "model/model_internal.h"
 #include "model/ops.h"
@@ -115,14 +116,13 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     v_pad.assign(B * max_n * Hkv * D, 0.0f);
   }
 
-  auto fmt = model::WeightRowFormat(tok_embd_.type);
-  if (!fmt.ok()) return fmt.status();
   {
     size_t t = 0;
     for (size_t i = 0; i < B; ++i) {
       for (int32_t id : tokens[i]) {
-        KVTIER_RETURN_IF_ERROR(DequantizeRows(*fmt, tok_embd_.data + size_t(id) * tok_embd_.row_bytes,
-                                              1, E, DType::kF32, x.data() + t * E));
+        KVTIER_RETURN_IF_ERROR(DequantizeWeightRows(
+            tok_embd_.type, tok_embd_.data + size_t(id) * tok_embd_.row_bytes, 1, E,
+            x.data() + t * E));
         ++t;
       }
     }

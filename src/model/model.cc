@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "kvtier/weights.h"
 #include "model/matmul.h"
 #include "model/model_internal.h"
 
@@ -183,22 +184,27 @@ Result<WeightMatrix> ModelBinder::Matrix(const std::string& name, uint32_t n_in,
                                    ShapeString(t->shape) + ", expected [" +
                                    std::to_string(n_in) + ", " + std::to_string(n_out) + "]");
   }
-  auto fmt = model::WeightRowFormat(t->type);
-  if (!fmt.ok()) {
+  if (Status st = CheckWeightType(t->type); !st.ok()) {
     return Status::Unimplemented(f_.path() + ": unsupported tensor type " +
-                                 GgmlTypeName(t->type) + " in tensor " + name +
-                                 " (supported: f32, f16, bf16, q8_0, q4_0)");
+                                 GgmlTypeName(t->type) + " in tensor " + name + ": " +
+                                 st.message());
+  }
+  const Result<size_t> row_bytes = WeightRowBytes(t->type, n_in);
+  if (!row_bytes.ok()) {
+    return Status::InvalidArgument(f_.path() + ": tensor " + name + ": " +
+                                   row_bytes.status().message());
   }
   WeightMatrix w;
   w.type = t->type;
   w.n_in = n_in;
   w.n_out = n_out;
-  w.row_bytes = t->n_bytes / n_out;
+  w.row_bytes = *row_bytes;
   w.data = t->data;
-  if (w.row_bytes != fmt->row_bytes(n_in)) {
+  if (t->n_bytes != *row_bytes * n_out) {
     return Status::Corruption(f_.path() + ": tensor " + name + " holds " +
-                              std::to_string(t->n_bytes) + " bytes, not a whole number of " +
-                              fmt->name() + " rows");
+                              std::to_string(t->n_bytes) + " bytes, not " +
+                              std::to_string(n_out) + " rows of " + std::to_string(*row_bytes) +
+                              " bytes of " + GgmlTypeName(t->type));
   }
   *bytes_ += t->n_bytes;
   return w;

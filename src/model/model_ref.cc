@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kvtier/quant.h"
+#include "kvtier/weights.h"
 #include "model/matmul.h"
 
 namespace kvtier::model {
@@ -17,11 +18,10 @@ using Vec = std::vector<double>;
 Result<Vec> Dense(const GgufFile& f, const std::string& name, size_t* n_in, size_t* n_out) {
   const GgufTensor* t = f.FindTensor(name);
   if (t == nullptr) return Status::NotFound("reference: no tensor " + name);
-  KVTIER_ASSIGN_OR_RETURN(const Format fmt, WeightRowFormat(t->type));
   *n_in = t->shape[0];
   *n_out = t->shape.size() > 1 ? t->shape[1] : 1;
   std::vector<float> tmp(*n_in * *n_out);
-  KVTIER_RETURN_IF_ERROR(DequantizeRowsRef(fmt, t->data, *n_out, *n_in, DType::kF32, tmp.data()));
+  KVTIER_RETURN_IF_ERROR(DequantizeWeightRowsRef(t->type, t->data, *n_out, *n_in, tmp.data()));
   return Vec(tmp.begin(), tmp.end());
 }
 

@@ -3,6 +3,7 @@
 // per-type code. Stateless; thread-safe.
 #include "kvtier/weights.h"
 
+#include <cmath>
 #include <string>
 
 #include "kvtier/format.h"
@@ -108,6 +109,13 @@ Status QuantizeWeightRows(uint32_t ggml_type, const float* src, size_t n_rows, s
                           uint8_t* dst) {
   KVTIER_ASSIGN_OR_RETURN(const size_t row_bytes, WeightRowBytes(ggml_type, n));
   const WeightTypeTraits* t = weights::FindWeightType(ggml_type);
+  for (size_t i = 0; i < n_rows * n; ++i) {
+    if (!std::isfinite(src[i])) {
+      return Status::InvalidArgument("cannot quantize to " + std::string(t->name) +
+                                     ": value " + std::to_string(i % n) + " of row " +
+                                     std::to_string(i / n) + " is " + std::to_string(src[i]));
+    }
+  }
   if (t->decoder == Decoder::kQuantFormat) {
     return QuantizeRows(weights::QuantFormatOf(t->type), DType::kF32, src, n_rows, n, dst);
   }
