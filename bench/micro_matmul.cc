@@ -5,6 +5,7 @@
 //   weight_GB/s   weight bytes / matmul time
 //   floor_GB/s    weight bytes / read-probe time
 //   x_floor       matmul time / read-probe time (1.0 = bandwidth-bound)
+//   x_floor_cpu   the same in thread CPU time (KVTIER_BENCH_THREADS=1 only)
 //   GFLOP/s       2 * n_in * n_out * n_tok / matmul time
 // Threads: KVTIER_BENCH_THREADS (default 2). KVTIER_MATMUL_PATH: auto (default), float,
 // int8-scalar, int8-avx2, int8-avx512 (model::MatMulForcePath). The weights are seeded random values quantized
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -71,6 +73,12 @@ void FillRandom(float* v, size_t n, uint64_t seed) {
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     v[i] = static_cast<float>(static_cast<int32_t>(s >> 32)) * (1.0f / 2147483648.0f);
   }
+}
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 // Reads every byte of [p, p + n) on the pool's threads (64 KiB chunks) and returns a checksum.
@@ -144,17 +152,22 @@ void BM_MatMul(benchmark::State& state) {
   FillRandom(x.data(), x.size(), 7);
   ThreadPool& pool = Pool();
   using Clock = std::chrono::steady_clock;
-  double t_mm = 0.0, t_floor = 0.0;
+  double t_mm = 0.0, t_floor = 0.0, c_mm = 0.0, c_floor = 0.0;
   for (auto _ : state) {
+    const double c0 = ThreadCpuSeconds();
     auto t0 = Clock::now();
     benchmark::DoNotOptimize(ReadProbe(w.get(), bytes, pool));
     auto t1 = Clock::now();
+    const double c1 = ThreadCpuSeconds();
     if (!model::MatMul(m, x.data(), n_tok, y.data(), &pool).ok()) {
       state.SkipWithError("MatMul failed");
       return;
     }
     benchmark::DoNotOptimize(y.data());
     auto t2 = Clock::now();
+    const double c2 = ThreadCpuSeconds();
+    c_floor += c1 - c0;
+    c_mm += c2 - c1;
     const double mm = std::chrono::duration<double>(t2 - t1).count();
     t_mm += mm;
     t_floor += std::chrono::duration<double>(t1 - t0).count();
@@ -164,6 +177,9 @@ void BM_MatMul(benchmark::State& state) {
   state.counters["weight_GB/s"] = bytes * it / t_mm * 1e-9;
   state.counters["floor_GB/s"] = bytes * it / t_floor * 1e-9;
   state.counters["x_floor"] = t_mm / t_floor;
+  // One thread: the same ratio in this thread's CPU time, which time slices lost to other
+  // processes on a loaded machine do not inflate.
+  if (pool.num_threads() == 1) state.counters["x_floor_cpu"] = c_mm / c_floor;
   state.counters["GFLOP/s"] = 2.0 * shape.n_in * shape.n_out * n_tok * it / t_mm * 1e-9;
   state.SetLabel(GgmlTypeName(type) + " " + std::to_string(shape.n_in) + "x" +
                  std::to_string(shape.n_out) + " n_tok " + std::to_string(n_tok) + " " +
