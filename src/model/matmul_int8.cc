@@ -57,7 +57,10 @@ const Int8Kernels* FindInt8Kernels(uint32_t ggml_type, Isa isa) {
       const Int8Kernels* k = Int8KernelsAvx512(ggml_type);
       return k != nullptr ? k : Int8KernelsAvx512KQuant(ggml_type);
     }
-    case Isa::kAvx2: return Int8KernelsAvx2(ggml_type);
+    case Isa::kAvx2: {
+      const Int8Kernels* k = Int8KernelsAvx2(ggml_type);
+      return k != nullptr ? k : Int8KernelsAvx2KQuant(ggml_type);
+    }
     default: {
       const Int8Kernels* k = Int8KernelsRef(ggml_type);
       return k != nullptr ? k : Int8KernelsRefKQuant(ggml_type);

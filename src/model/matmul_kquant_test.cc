@@ -125,8 +125,8 @@ TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
   const Int8Kernels* ref = FindInt8Kernels(static_cast<uint32_t>(type), Isa::kScalar);
   ASSERT_NE(ref, nullptr);
   std::vector<const Int8Kernels*> kernels = {ref};
-  if (const auto* k = FindInt8Kernels(static_cast<uint32_t>(type), Isa::kAvx512Vnni)) {
-    kernels.push_back(k);
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni}) {
+    if (const auto* k = FindInt8Kernels(static_cast<uint32_t>(type), isa)) kernels.push_back(k);
   }
   ThreadPool pool(3);
   std::mt19937_64 rng(5);
