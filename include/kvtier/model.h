@@ -4,7 +4,7 @@
 // Model runtime: a decoder-only transformer (llama, qwen2, qwen3) loaded from GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
-// Weights stay in the file's mapping and in its type (f32, f16, bf16, q8_0, q4_0): nothing is
+// Weights stay in the file's mapping and in its type (any type of kvtier/weights.h): nothing is
 // dequantized up front. A Model is immutable after Load(); Forward() may run from several
 // threads at once on distinct caches (each call uses its own scratch).
 #pragma once
@@ -105,7 +105,8 @@ class Model {
 };
 
 // The KV-row Format that decodes rows of this ggml weight type (byte-identical layouts: f32,
-// f16, bf16, q8_0, q4_0), or Unimplemented naming the type. Thread-safe (a pure function).
+// f16, bf16, q8_0, q4_0), or Unimplemented naming the type; the other weight types decode
+// through kvtier/weights.h (DequantizeWeightRows). Thread-safe (a pure function).
 Result<Format> WeightRowFormat(uint32_t ggml_type);
 
 }  // namespace kvtier

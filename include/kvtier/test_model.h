@@ -40,7 +40,9 @@ struct TestModelConfig {
   uint32_t ctx = 40960;
   double rope_theta = 1000000.0;
   double rms_eps = 1e-6;
-  GgmlType weight_type = GgmlType::kF16;  // f32, f16, bf16, q8_0, q4_0
+  // f32, f16, bf16, q8_0, q4_0 (make-test-model's names), or any other type of
+  // kvtier/weights.h (q4_K, iq4_xs, ...; every weight quantized by kvtier's quantizers).
+  GgmlType weight_type = GgmlType::kF16;
   bool tied = true;  // no output.weight: the output projection is token_embd
   uint64_t seed = 0;
   // Fillers as user-defined tokens (rendered as their text) rather than control tokens

@@ -11,7 +11,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "kvtier/status.h"
 
@@ -42,5 +45,44 @@ Status DequantizeWeightRowsRef(uint32_t ggml_type, const uint8_t* src, size_t n_
 //   src [n_rows][n] f32, dst [n_rows][WeightRowBytes(type, n)]
 Status QuantizeWeightRows(uint32_t ggml_type, const float* src, size_t n_rows, size_t n,
                           uint8_t* dst);
+
+}  // namespace kvtier
+
+// ---------------------------------------------------------------- whole models
+
+namespace kvtier {
+
+class GgufFile;    // kvtier/gguf.h
+class ThreadPool;  // kvtier/thread_pool.h
+
+// "74 tensors: f32 17, q4_K 48, q6_K 9" (types in ggml id order), for load-time logs.
+std::string DescribeTensorTypes(const GgufFile& f);
+
+// Quantization presets (llama.cpp's file types; case-insensitive): Q4_K_M, Q5_K_M, Q3_K_M,
+// Q6_K, IQ4_XS, Q4_1, Q5_0, Q5_1, IQ4_NL, Q8_0, Q4_0, F16. "Help" lists them.
+std::string QuantizePresetsHelp();
+// OK for a preset name QuantizeModelFile accepts; InvalidArgument listing them otherwise.
+Status CheckQuantizePreset(std::string_view preset);
+
+// The ggml type each tensor of `f` gets under `preset`, in tensor order, following
+// llama.cpp's per-tensor rules (src/llama-quant.cpp at 3f545be, no importance matrix): 1-D
+// tensors and norms stay as they are; the output head (token_embd when there is no
+// output.weight) takes q6_K; attn_v / ffn_down take more bits in the layers llama.cpp
+// picks; a type whose block does not divide the row falls back as llama.cpp does
+// (q4_K -> q5_0, q5_K -> q5_1, q6_K -> q8_0, q2_K / q3_K -> q4_0, iq4_xs -> iq4_nl, then f16).
+Result<std::vector<uint32_t>> ChooseTensorTypes(const GgufFile& f, std::string_view preset);
+
+struct QuantizeModelReport {
+  std::map<uint32_t, int> type_counts;  // ggml type -> tensors written in it
+  int fallbacks = 0;                    // tensors whose row length forced a fallback type
+  uint64_t in_bytes = 0, out_bytes = 0;
+};
+
+// Quantizes a GGUF model to `preset` and writes `out` crash-safely (temporary file, fsync,
+// rename: an existing `out` is intact until the new file is complete). Tensors of any
+// decodable type are decoded to f32 first. Metadata is copied; general.file_type is set to
+// the preset's llama.cpp file type. pool may be null (one thread).
+Result<QuantizeModelReport> QuantizeModelFile(const std::string& in, const std::string& out,
+                                              std::string_view preset, ThreadPool* pool);
 
 }  // namespace kvtier

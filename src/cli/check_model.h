@@ -1,6 +1,6 @@
 // `kvtier check-model --model FILE [--json]`: scans every weight tensor of a GGUF model for
 // non-finite values (NaN, +-Inf), dequantizing each row of the formats the runtime reads
-// (f32, f16, bf16, q8_0, q4_0; other types are listed as skipped). Exit status 1 and one line
+// (every type of kvtier/weights.h; other types are listed as skipped). Exit status 1 and one line
 // per damaged tensor (its name, NaN and Inf counts, the first bad index) when any is found.
 // One of kvtier's user commands (commands.h). Thread-compatible; CheckModel is a pure
 // function of the file.

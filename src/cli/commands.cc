@@ -15,6 +15,7 @@
 #include "cli/check_model.h"
 #include "cli/generate.h"
 #include "cli/make_test_model.h"
+#include "cli/quantize_cmd.h"
 #include "cli/serve.h"
 #include "cli/tokenize.h"
 #include "kvtier/format.h"
@@ -37,7 +38,8 @@ void AddSamplingFlags(CLI::App& s, SamplingParams* p) {
 
 std::vector<Command> UserCommands() {
   return {ServeCommand(),      GenerateCommand(), ChatCommand(),          TokenizeCommand(),
-          PerplexityCommand(), CacheDirCommand(), MakeTestModelCommand(), CheckModelCommand()};
+          PerplexityCommand(), CacheDirCommand(), MakeTestModelCommand(), CheckModelCommand(),
+          QuantizeCommand()};
 }
 
 Command ServeCommand() {
@@ -259,7 +261,9 @@ Command MakeTestModelCommand() {
     m.add_option("--vocab", c.vocab, "Vocabulary size (at least 259)")->capture_default_str();
     m.add_option("--ctx", c.ctx, "Context length")->capture_default_str();
     m.add_option("--rope-theta", c.rope_theta, "RoPE base frequency")->capture_default_str();
-    m.add_option("--weight-type", f->weight_type, "f16, bf16, f32, q8_0 or q4_0")
+    m.add_option("--weight-type", f->weight_type,
+                 "f16, bf16, f32, q8_0, q4_0 or a quantization preset (Q4_K_M, Q5_K_M, "
+                 "Q3_K_M, Q6_K, IQ4_XS, Q4_1, Q5_0, ...)")
         ->capture_default_str();
     m.add_flag("--tied", c.tied, "Output projection shares token_embd (default)");
     m.add_flag("--no-tied", f->no_tied, "Write a separate output.weight");

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "kvtier/weights.h"
 #include "kvtier/thread_pool.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
@@ -68,6 +69,8 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
   const Model& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
+  std::fprintf(stderr, "kvtier generate: %s: %s\n", m.gguf().path().c_str(),
+               DescribeTensorTypes(m.gguf()).c_str());
   std::string text = c.prompt;
   if (c.chat) {
     std::string warning;

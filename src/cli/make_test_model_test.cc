@@ -44,14 +44,50 @@ TEST(MakeTestModelBinary, WritesAModelAndRejectsBadFlags) {
   std::filesystem::remove(path);
 
   out.clear();
-  EXPECT_EQ(RunKvtier("make-test-model --out " + path + " --weight-type q5_0", &out), 2);
-  EXPECT_NE(out.find("--weight-type: expected f32, f16, bf16, q8_0 or q4_0, got 'q5_0'"),
+  EXPECT_EQ(RunKvtier("make-test-model --out " + path + " --weight-type q9_0", &out), 2);
+  EXPECT_NE(out.find("--weight-type: expected f32, f16, bf16, q8_0, q4_0 or a quantization "
+                     "preset (Q4_K_M, "),
             std::string::npos)
       << out;
+  EXPECT_NE(out.find("got 'q9_0'"), std::string::npos) << out;
   out.clear();
   EXPECT_EQ(RunKvtier("make-test-model --out " + path + " --heads 16 --kv-heads 5", &out), 2);
   EXPECT_NE(out.find("--kv-heads: 5 does not divide --heads 16"), std::string::npos) << out;
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// A preset goes through kvtier's quantizer with llama.cpp's per-tensor choices.
+TEST(MakeTestModel, WritesQuantizationPresets) {
+  MakeTestModelFlags f;
+  f.out = ::testing::TempDir() + "/kvtier_mtm_preset_" + std::to_string(getpid()) + ".gguf";
+  f.config.arch = "llama";
+  f.config.hidden = 256;
+  f.config.layers = 2;
+  f.config.heads = 2;
+  f.config.kv_heads = 1;
+  f.config.ffn = 512;
+  f.config.vocab = 300;
+  f.config.ctx = 64;
+  for (const char* preset : {"Q4_K_M", "iq4_xs", "Q5_0"}) {
+    f.weight_type = preset;
+    std::ostringstream out;
+    ASSERT_TRUE(RunMakeTestModel(f, out).ok()) << preset;
+    EXPECT_NE(out.str().find(std::string(preset) + " weights ("), std::string::npos) << out.str();
+    auto g = GgufFile::Open(f.out);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    const GgufTensor* q = (*g)->FindTensor("blk.0.attn_q.weight");
+    const GgufTensor* emb = (*g)->FindTensor("token_embd.weight");
+    ASSERT_NE(q, nullptr);
+    ASSERT_NE(emb, nullptr);
+    const std::string p = preset;
+    const GgmlType want_q = p == "Q4_K_M" ? GgmlType::kQ4_K
+                            : p == "iq4_xs" ? GgmlType::kIQ4_XS
+                                            : GgmlType::kQ5_0;
+    EXPECT_EQ(q->type, static_cast<uint32_t>(want_q)) << preset;
+    EXPECT_EQ(emb->type, static_cast<uint32_t>(GgmlType::kQ6_K)) << preset;  // tied output head
+    EXPECT_EQ((*g)->FindTensor("blk.0.attn_norm.weight")->type, 0u);  // norms stay f32
+  }
+  std::filesystem::remove(f.out);
 }
 
 TEST(MakeTestModel, RunReportsWhatItWrote) {

@@ -21,6 +21,7 @@
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/server.h"
+#include "kvtier/weights.h"
 #include "kvtier/ssd_tier.h"
 
 namespace kvtier::cli {
@@ -83,6 +84,7 @@ Status RunServe(const ServeConfig& c) {
 
   const std::string path = c.model.empty() ? DefaultModelPath() : c.model;
   KVTIER_ASSIGN_OR_RETURN(LoadedModel m, LoadModel(path));
+  LogLine("weights file=" + path + " " + DescribeTensorTypes(m.model->gguf()));
   const ModelConfig& mc = m.model->config();
   const uint32_t context = c.max_model_len > 0 ? c.max_model_len
                                                : (mc.n_ctx_train > 0 ? mc.n_ctx_train : 2048);

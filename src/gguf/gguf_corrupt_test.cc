@@ -171,6 +171,19 @@ TEST(GgufCorrupt, TensorInfo) {
                "section (67 bytes from byte 96)"});
   ExpectError(OneTensor({32, 2}, 8, ~0ull << 5, 68), StatusCode::kCorruption,
               {"tensor 0 'w' offset at byte 57", "runs past the end"});
+  // K-quant / IQ4 tensors (issue 30): a row that is not whole super-blocks, a truncated tensor.
+  EXPECT_TRUE(Parse(OneTensor({256, 2}, 12, 0, 288).b).ok());
+  ExpectError(OneTensor({384, 2}, 12, 0, 288), StatusCode::kCorruption,
+              {"tensor 0 'w' dim 0 at byte 37: expected a multiple of the q4_K block size 256, "
+               "got 384"});
+  ExpectError(OneTensor({256, 2}, 12, 0, 287), StatusCode::kCorruption,
+              {"tensor 0 'w' offset at byte 57: data [0, +288) runs past the end of the data "
+               "section (287 bytes from byte 96)"});
+  ExpectError(OneTensor({512, 3}, 23, 0, 815), StatusCode::kCorruption,
+              {"tensor 0 'w' offset at byte 57: data [0, +816) runs past the end"});
+  ExpectError(OneTensor({48, 1}, 20, 0, 36), StatusCode::kCorruption,
+              {"tensor 0 'w' dim 0 at byte 37: expected a multiple of the iq4_nl block size 32, "
+               "got 48"});
   Img five;
   five.Header(1, 0).Str("w").U32(5);
   for (int i = 0; i < 5; ++i) five.U64(1);

@@ -31,6 +31,15 @@ std::vector<std::vector<uint8_t>> Seeds() {
   EXPECT_TRUE(w.AddTensor("blk.0.attn_norm.weight", GgmlType::kF16, {4}, f16).ok());
   EXPECT_TRUE(w.AddTensor("output.weight", GgmlType::kQ6_K, {256}, q6k).ok());
   seeds.push_back(w.Serialize());
+  // Every other K-quant / IQ4 / legacy weight type (issue 30), one or two blocks each.
+  for (GgmlType t : {GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K,
+                     GgmlType::kIQ4_XS, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                     GgmlType::kIQ4_NL, GgmlType::kIQ2_XXS, GgmlType::kMXFP4}) {
+    const GgmlTypeInfo* info = FindGgmlType(static_cast<uint32_t>(t));
+    std::vector<uint8_t> b(2 * info->block_bytes, static_cast<uint8_t>(info->block_bytes));
+    EXPECT_TRUE(w.AddTensor("t." + std::string(info->name), t, {info->block_values, 2}, b).ok());
+  }
+  seeds.push_back(w.Serialize());
   w.set_alignment(8);
   seeds.push_back(w.Serialize());
   return seeds;

@@ -1,4 +1,4 @@
-// Matrix products with a weight matrix in its file type (f32, f16, bf16, q8_0, q4_0):
+// Matrix products with a weight matrix in its file type (any type of kvtier/weights.h):
 //   y[t][o] = sum_k x[t][k] * W[o][k]
 // Two families of kernels, chosen per call from the weight type and the CPU (a table lookup):
 // - int8 (quantized weights with an int8 kernel on this CPU, matmul_int8.h): the activations

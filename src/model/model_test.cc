@@ -112,6 +112,42 @@ INSTANTIATE_TEST_SUITE_P(
              "_" + info.param.kv.name();
     });
 
+// K-quant / IQ4 / legacy weights (rows of 256 values): the forward pass equals the float64
+// reference over the same blocks.
+TEST(Forward, WeightsTypesMatchFloat64Reference) {
+  for (GgmlType wtype : {GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kIQ4_XS, GgmlType::kQ3_K,
+                         GgmlType::kQ5_1}) {
+    TinySpec spec;
+    spec.arch = "qwen3";
+    spec.wtype = wtype;
+    spec.n_embd = 256;
+    spec.n_ff = 512;
+    spec.tied = true;
+    auto tm = MakeTinyModel(spec);
+    ASSERT_TRUE(tm.ok()) << tm.status().ToString();
+    const Model& m = *tm->model;
+    const auto tokens = Tokens(19, m.config().n_vocab, 4);
+    std::vector<double> want;
+    ASSERT_TRUE(
+        model::ForwardRef(*tm->file, m.config(), tokens, Format::F32(), Format::F32(), &want).ok());
+    ThreadPool tp(2);
+    // The float kernels (1e-4), then the default: the int8 kernels' activation rounding
+    // (matmul.h) gives 0.79e-2 .. 0.96e-2 on these logits (2e-2 allowed).
+    for (auto path : {model::MatMulPath::kFloat, model::MatMulPath::kAuto}) {
+      ASSERT_TRUE(model::MatMulForcePath(path));
+      const double tol = path == model::MatMulPath::kFloat ? 1e-4 : 2e-2;
+      const auto got = Prefill(m, PoolFor(m, Format::F32(), Format::F32()), tokens, &tp);
+      const size_t V = m.config().n_vocab;
+      for (size_t t = 0; t < tokens.size(); ++t) {
+        EXPECT_LT(RelError(got.data() + t * V, want.data() + t * V, V), tol) << GgmlTypeName(static_cast<uint32_t>(wtype)) << " position " << t
+                          << " matmul "
+                          << model::MatMulKernelName(static_cast<uint32_t>(wtype), tokens.size());
+      }
+    }
+    ASSERT_TRUE(model::MatMulForcePath(model::MatMulPath::kAuto));
+  }
+}
+
 TEST(Forward, DecodeOneByOneEqualsPrefill) {
   TinySpec spec;
   spec.arch = "qwen3";

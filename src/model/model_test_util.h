@@ -11,6 +11,7 @@
 #include "kvtier/quant.h"
 #include "model/matmul.h"
 #include "kvtier/test_model.h"
+#include "kvtier/weights.h"
 
 namespace kvtier::testing {
 
@@ -58,9 +59,8 @@ inline GgufWriter TinyModelWriter(const TinySpec& s) {
       (void)w.AddTensor(name, GgmlType::kQ8_1, shape, std::move(b));
       return;
     }
-    const Format f = model::WeightRowFormat(static_cast<uint32_t>(t)).value();
-    std::vector<uint8_t> b(f.row_bytes(n_in) * n_out);
-    (void)QuantizeRows(f, DType::kF32, v.data(), n_out, n_in, b.data());
+    std::vector<uint8_t> b(WeightRowBytes(static_cast<uint32_t>(t), n_in).value() * n_out);
+    (void)QuantizeWeightRows(static_cast<uint32_t>(t), v.data(), n_out, n_in, b.data());
     (void)w.AddTensor(name, t, shape, std::move(b));
   };
   const uint32_t E = s.n_embd, D = s.head_dim, H = s.n_heads, Hkv = s.n_kv_heads, F = s.n_ff;

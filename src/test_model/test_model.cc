@@ -3,6 +3,7 @@
 //
 // Ownership: BuildTestModel returns a writer owning every tensor's bytes.
 // Thread safety: pure functions; thread-safe.
+#include "kvtier/weights.h"
 #include "kvtier/test_model.h"
 
 #include <algorithm>
@@ -94,9 +95,10 @@ Result<std::vector<uint8_t>> MakeTensor(std::string_view name, GgmlType type, ui
                                                                     : Format::Q4_0(),
                                             DType::kF32, scratch.data(), n_rows, ne0, dst));
         break;
-      default:
-        return Status::InvalidArgument(std::string("test models cannot store ") +
-                                       GgmlTypeName(static_cast<uint32_t>(type)));
+      default:  // a src/weights type (q4_K, iq4_xs, ...): kvtier's own quantizers
+        KVTIER_RETURN_IF_ERROR(
+            QuantizeWeightRows(static_cast<uint32_t>(type), scratch.data(), n_rows, ne0, dst));
+        break;
     }
   }
   return out;
@@ -109,6 +111,16 @@ uint32_t FileType(GgmlType t) {  // llama.cpp's llama_ftype
     case GgmlType::kQ4_0: return 2;
     case GgmlType::kQ8_0: return 7;
     case GgmlType::kBF16: return 32;
+    case GgmlType::kQ4_1: return 3;
+    case GgmlType::kQ5_0: return 8;
+    case GgmlType::kQ5_1: return 9;
+    case GgmlType::kQ2_K: return 10;
+    case GgmlType::kQ3_K: return 11;  // Q3_K_S: all q3_K
+    case GgmlType::kQ4_K: return 14;  // Q4_K_S
+    case GgmlType::kQ5_K: return 16;  // Q5_K_S
+    case GgmlType::kQ6_K: return 18;
+    case GgmlType::kIQ4_NL: return 25;
+    case GgmlType::kIQ4_XS: return 30;
     default: return 0;
   }
 }
@@ -200,7 +212,7 @@ Status ValidateTestModelConfig(const TestModelConfig& c) {
     return Status::InvalidArgument("rms_eps: expected a positive number");
   }
   const GgmlTypeInfo* wt = FindGgmlType(static_cast<uint32_t>(c.weight_type));
-  if (wt == nullptr || !ParseTestModelWeightType(wt->name).ok()) {
+  if (wt == nullptr || !CheckWeightType(static_cast<uint32_t>(c.weight_type)).ok()) {
     return Status::InvalidArgument("--weight-type: expected f32, f16, bf16, q8_0 or q4_0");
   }
   if (wt->block_values > 1) {
@@ -279,7 +291,7 @@ void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* out) {
   w.SetString("general.architecture", a);
   w.SetString("general.name", c.name.empty() ? std::string("kvtier-test-") + a : c.name);
   w.SetUint32("general.file_type", FileType(c.weight_type));
-  if (c.weight_type == GgmlType::kQ8_0 || c.weight_type == GgmlType::kQ4_0) {
+  if (WeightBlockValues(static_cast<uint32_t>(c.weight_type)) > 1) {
     w.SetUint32("general.quantization_version", 2);
   }
   w.SetUint32(a + ".vocab_size", c.vocab);

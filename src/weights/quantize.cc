@@ -26,8 +26,19 @@ namespace {
 constexpr int kSteps = 12;          // candidate scales either side of the first guess
 constexpr float kStepFrac = 0.08f;  // spacing of the candidates, in code units
 
-int Nint(float v) { return static_cast<int>(std::lrint(v)); }
-int Clamp(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
+// Round to nearest (ties to even) for |v| < 2^22: adding 1.5 * 2^23 leaves the integer in
+// the low mantissa bits. Callers clamp v to their code range first (NaN-free inputs).
+inline int Nint(float v) {
+  const float f = v + 12582912.0f;
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+inline int Clamp(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
+// Nearest integer code in [lo, hi] of v (v clamped in float first, so huge v cannot overflow).
+inline int Code(float v, int lo, int hi) {
+  return Nint(std::min(static_cast<float>(hi), std::max(static_cast<float>(lo), v)));
+}
 
 // ---------------------------------------------------------------- affine groups
 
@@ -36,7 +47,7 @@ double AffineCodes(const float* x, int n, int nmax, float a, float b, uint8_t* L
   double err = 0.0;
   const float ia = a > 0.0f ? 1.0f / a : 0.0f;
   for (int i = 0; i < n; ++i) {
-    const int l = a > 0.0f ? Clamp(Nint((x[i] - b) * ia), 0, nmax) : 0;
+    const int l = a > 0.0f ? Code((x[i] - b) * ia, 0, nmax) : 0;
     L[i] = static_cast<uint8_t>(l);
     const double e = double(a) * l + b - x[i];
     err += e * e;
@@ -59,20 +70,24 @@ double FitAffine(const float* x, int n, int nmax, bool nonpos_b, float* a_out, f
     *b_out = lo;
     return AffineCodes(x, n, nmax, 0.0f, lo, L);
   }
-  uint8_t trial[kQK];
   double best = AffineCodes(x, n, nmax, (hi - lo) / nmax, lo, L);  // plain min/max
   *a_out = (hi - lo) / nmax;
   *b_out = lo;
+  double sx = 0, sxx = 0;
+  for (int i = 0; i < n; ++i) {
+    sx += x[i];
+    sxx += double(x[i]) * x[i];
+  }
+  double best_fit = std::numeric_limits<double>::infinity();
+  float best_a = 0, best_b = 0;
   for (int k = -kSteps; k <= kSteps; ++k) {
     const float iscale = (nmax + kStepFrac * k) / (hi - lo);
     if (iscale <= 0.0f) continue;
-    double sl = 0, sll = 0, sx = 0, sxl = 0;
+    double sl = 0, sll = 0, sxl = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = Clamp(Nint((x[i] - lo) * iscale), 0, nmax);
-      trial[i] = static_cast<uint8_t>(l);
+      const int l = Code((x[i] - lo) * iscale, 0, nmax);
       sl += l;
       sll += double(l) * l;
-      sx += x[i];
       sxl += double(x[i]) * l;
     }
     const double det = n * sll - sl * sl;
@@ -84,12 +99,22 @@ double FitAffine(const float* x, int n, int nmax, bool nonpos_b, float* a_out, f
       a = sxl / sll;
     }
     if (a <= 0) continue;
-    // Re-choose the codes for the fitted line (one refinement), then score.
-    const double err = AffineCodes(x, n, nmax, float(a), float(b), trial);
+    // Squared error of these codes on the fitted line, from the sums.
+    const double err = a * a * sll + 2 * a * b * sl + n * b * b - 2 * a * sxl - 2 * b * sx + sxx;
+    if (err < best_fit) {
+      best_fit = err;
+      best_a = float(a);
+      best_b = float(b);
+    }
+  }
+  if (best_fit < std::numeric_limits<double>::infinity()) {
+    // Re-choose the codes for the best line; keep it if it beats plain min/max.
+    uint8_t trial[kQK];
+    const double err = AffineCodes(x, n, nmax, best_a, best_b, trial);
     if (err < best) {
       best = err;
-      *a_out = float(a);
-      *b_out = float(b);
+      *a_out = best_a;
+      *b_out = best_b;
       std::memcpy(L, trial, n);
     }
   }
@@ -103,7 +128,7 @@ double SymCodes(const float* x, int n, int lo, int hi, float a, int8_t* L) {
   double err = 0.0;
   const float ia = a != 0.0f ? 1.0f / a : 0.0f;
   for (int i = 0; i < n; ++i) {
-    const int l = Clamp(Nint(x[i] * ia), lo, hi);
+    const int l = Code(x[i] * ia, lo, hi);
     L[i] = static_cast<int8_t>(l);
     const double e = double(a) * l - x[i];
     err += e * e;
@@ -120,8 +145,10 @@ double FitSym(const float* x, int n, int lo, int hi, float* a_out, int8_t* L) {
   *a_out = 0.0f;
   double best = SymCodes(x, n, lo, hi, 0.0f, L);
   if (mx == 0.0f) return best;
-  int8_t trial[kQK];
-  // The largest magnitude maps to the negative end (lo) or to the positive end (hi).
+  // The largest magnitude maps to the negative end (lo) or to the positive end (hi); the
+  // error of a candidate's codes with their least-squares scale is sxx - sxl^2 / sll.
+  double best_gain = 0;
+  float best_a = 0;
   for (const int end : {lo, hi}) {
     for (int k = -kSteps; k <= kSteps; ++k) {
       const float target = static_cast<float>(end) + (end < 0 ? -1.0f : 1.0f) * kStepFrac * k;
@@ -129,19 +156,25 @@ double FitSym(const float* x, int n, int lo, int hi, float* a_out, int8_t* L) {
       const float iscale = target / mx;
       double sll = 0, sxl = 0;
       for (int i = 0; i < n; ++i) {
-        const int l = Clamp(Nint(x[i] * iscale), lo, hi);
-        trial[i] = static_cast<int8_t>(l);
+        const int l = Code(x[i] * iscale, lo, hi);
         sll += double(l) * l;
         sxl += double(x[i]) * l;
       }
       if (sll <= 0) continue;
-      const float a = float(sxl / sll);
-      const double err = SymCodes(x, n, lo, hi, a, trial);
-      if (err < best) {
-        best = err;
-        *a_out = a;
-        std::memcpy(L, trial, n);
+      const double gain = sxl * sxl / sll;
+      if (gain > best_gain) {
+        best_gain = gain;
+        best_a = float(sxl / sll);
       }
+    }
+  }
+  if (best_gain > 0) {
+    int8_t trial[kQK];
+    const double err = SymCodes(x, n, lo, hi, best_a, trial);
+    if (err < best) {
+      best = err;
+      *a_out = best_a;
+      std::memcpy(L, trial, n);
     }
   }
   return best;
@@ -149,17 +182,15 @@ double FitSym(const float* x, int n, int lo, int hi, float* a_out, int8_t* L) {
 
 // ---------------------------------------------------------------- iq4 codebook groups
 
-int NearestIQ4(float v) {  // index of the codebook value nearest v
-  int best = 0;
-  float bd = std::fabs(v - kIq4NlValues[0]);
-  for (int i = 1; i < 16; ++i) {
-    const float dd = std::fabs(v - kIq4NlValues[i]);
-    if (dd < bd) {
-      bd = dd;
-      best = i;
-    }
-  }
-  return best;
+// Midpoints between consecutive codebook values: value v's nearest index is the number of
+// midpoints below it (ties to the lower value).
+constexpr float kIq4Mid[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                               7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+
+inline int NearestIQ4(float v) {  // branch-free: the codes' order is data-dependent
+  int i = 0;
+  for (float m : kIq4Mid) i += v > m ? 1 : 0;
+  return i;
 }
 
 double IQ4Codes(const float* x, int n, float a, uint8_t* L) {
@@ -183,26 +214,33 @@ double FitIQ4(const float* x, int n, float* a_out, uint8_t* L) {
   *a_out = 0.0f;
   double best = IQ4Codes(x, n, 0.0f, L);
   if (mx == 0.0f) return best;
-  uint8_t trial[kQK];
+  double best_gain = 0;
+  float best_a = 0;
   for (const float end : {-127.0f, 113.0f}) {
-    for (int k = -2 * kSteps; k <= kSteps; ++k) {
-      const float target = end + (end < 0 ? -1.0f : 1.0f) * 0.5f * k;
-      const float a0 = mx / target;
-      IQ4Codes(x, n, a0, trial);
+    for (int k = -kSteps / 2; k <= kSteps / 2; ++k) {
+      const float target = end + (end < 0 ? -1.0f : 1.0f) * 1.5f * k;
+      const float ia = target / mx;
       double svv = 0, sxv = 0;
       for (int i = 0; i < n; ++i) {
-        const double v = kIq4NlValues[trial[i]];
+        const double v = kIq4NlValues[NearestIQ4(x[i] * ia)];
         svv += v * v;
         sxv += x[i] * v;
       }
       if (svv <= 0) continue;
-      const float a = float(sxv / svv);
-      const double err = IQ4Codes(x, n, a, trial);
-      if (err < best) {
-        best = err;
-        *a_out = a;
-        std::memcpy(L, trial, n);
+      const double gain = sxv * sxv / svv;  // error = sxx - gain at the best scale
+      if (gain > best_gain) {
+        best_gain = gain;
+        best_a = float(sxv / svv);
       }
+    }
+  }
+  if (best_gain > 0) {
+    uint8_t trial[kQK];
+    const double err = IQ4Codes(x, n, best_a, trial);
+    if (err < best) {
+      best = err;
+      *a_out = best_a;
+      std::memcpy(L, trial, n);
     }
   }
   return best;
