@@ -2,7 +2,8 @@
 //   y[t][o] = sum_k x[t][k] * W[o][k]
 // Two families of kernels, chosen per call from the weight type and the CPU (a table lookup):
 // - int8 (quantized weights with an int8 kernel on this CPU, matmul_int8.h): the activations
-//   are quantized once per call to int8 blocks of 32 (ggml's q8_0 rule) and multiplied by the
+//   are quantized once per call to int8 (one scale per 32 values, ggml's q8_0 rule; per 256
+//   for the K-quant / iq4_xs super-blocks, as ggml's q8_K) and multiplied by the
 //   weight blocks with integer dot products (AVX-512 VNNI or AVX2). Each product of a weight
 //   block and an activation block is off by at most (d_x / 2) * sum |w| over the block
 //   (rounding of the activation codes), plus f32 rounding.

@@ -62,8 +62,9 @@ inline const int32_t* ActSums(const uint8_t* act, size_t K) {
 void RunInt8(const Int8Kernels& k, const WeightMatrix& w, const float* x, size_t n_tok,
              float* y, ThreadPool* pool);
 
-// The K-quant activation layout (256-value super-blocks), per token, K a multiple of 256: the
-// natural layout, then what the VNNI K-quant kernels read:
+// The K-quant activation layout (256-value super-blocks), per token, K a multiple of 256: one
+// scale per 256 values (ggml's q8_K rounding) stored per 32-value block in the natural
+// layout, then what the VNNI K-quant kernels read:
 //   natural [NaturalActBytes(K)] | dxv [K / 64][16] f32 (lane / 8 -> block) |
 //   xs [K / 32] f32 (d * sum of the block's codes) | init6 [K / 4] int32 (-32 * each 4 codes)
 size_t KActBytes(size_t K);

@@ -5,8 +5,10 @@
 //         x = d * sc_j * q - dmin * m_j for sub-block j of 32.
 //   Q6_K: ql [128] | qh [64] | scales [16] int8 | d f16; x = d * sc_(v / 16) * (q - 32) with q
 //         the 4 low bits from ql and 2 high bits from qh (kquant_layout.h).
-// Activations are int8 per 32 values (as for q8_0), so a sub-block's product is
-// d_w-terms x d_x x (exact integer sum). Stateless; thread-safe.
+// Activations are int8 with one scale per 256 values (q8_K's rounding), stored per 32-value
+// block, so a sub-block's product is d_w-terms x d_x x (exact integer sum). Stateless; thread-safe.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "base/half.h"
@@ -20,8 +22,28 @@ size_t KActBytes(size_t K) {  // natural | dxv (K bytes) | xs (K / 8 bytes) | in
   return (NaturalActBytes(K) + K + K / 8 + K + 63) / 64 * 64;
 }
 
+// One scale per 256 values (ggml's q8_K activations for K-quant and iq4_xs weights, so
+// that kvtier rounds the activations as llama.cpp does: perplexity parity), stored per
+// 32-value block as the natural layout wants.
 void QuantizeKAct(const float* x, size_t K, uint8_t* act) {
-  QuantizeNatural(x, K, act);
+  auto* codes = reinterpret_cast<int8_t*>(act);
+  auto* dd = reinterpret_cast<float*>(act + K);
+  auto* ss = reinterpret_cast<int32_t*>(act + K + 4 * (K / 32));
+  for (size_t i = 0; i < K / kQK; ++i) {
+    float amax = 0.0f;
+    for (size_t v = 0; v < kQK; ++v) amax = std::max(amax, std::fabs(x[kQK * i + v]));
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (size_t b = 8 * i; b < 8 * i + 8; ++b) {
+      int32_t sum = 0;
+      for (size_t l = 0; l < 32; ++l) {
+        const auto q = static_cast<int32_t>(std::nearbyint(x[32 * b + l] * id));
+        codes[32 * b + l] = static_cast<int8_t>(q);
+        sum += q;
+      }
+      dd[b] = amax / 127.0f;
+      ss[b] = sum;
+    }
+  }
   const int8_t* c = ActCodes(act);
   const float* d = ActScales(act, K);
   const int32_t* sums = ActSums(act, K);

@@ -120,6 +120,9 @@ KMatrix RandomKMatrix(GgmlType type, uint32_t n_in, uint32_t n_out, uint64_t see
 
 class KQuantInt8Test : public ::testing::TestWithParam<GgmlType> {};
 
+// Values sharing one activation scale: 256 for the super-block types (q8_K-style), else 32.
+size_t ActGroup(GgmlType type) { return WeightBlockValues(static_cast<uint32_t>(type)) == 256 ? 256 : 32; }
+
 TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
   const GgmlType type = GetParam();
   const Int8Kernels* ref = FindInt8Kernels(static_cast<uint32_t>(type), Isa::kScalar);
@@ -139,7 +142,8 @@ TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
       for (size_t n_tok : {1, 3, 4, 9, 70}) {
         std::vector<float> x(n_tok * n_in);
         for (float& v : x) v = nd(rng);
-        // float64 product and the bound: (d_x / 2) * sum |w| per 32-value block, plus f32
+        // float64 product and the bound: (d_x / 2) * sum |w| per 32-value block (d_x from the
+        // amax of the activation group: 256 values for super-block types), plus f32
         // rounding (1e-6 of sum |w x|).
         std::vector<double> want(n_tok * n_out), bound(n_tok * n_out), terms(n_tok * n_out);
         for (size_t t = 0; t < n_tok; ++t) {
@@ -147,7 +151,8 @@ TEST_P(KQuantInt8Test, WithinActivationRoundingOfFloat64AndEqualsScalar) {
             double s = 0, b = 0, tm = 0;
             for (size_t blk = 0; blk < n_in / 32; ++blk) {
               float amax = 0;
-              for (size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[t * n_in + 32 * blk + i]));
+              const size_t g0 = 32 * blk / ActGroup(type) * ActGroup(type);
+              for (size_t i = g0; i < g0 + ActGroup(type); ++i) amax = std::max(amax, std::fabs(x[t * n_in + i]));
               double wsum = 0;
               for (size_t i = 0; i < 32; ++i) {
                 const size_t k = 32 * blk + i;
@@ -216,8 +221,11 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
           for (size_t b = 0; b < 1024 / 32; ++b) {
             float amax = 0;
             double wsum = 0;
+            const size_t g0 = 32 * b / ActGroup(type) * ActGroup(type);
+            for (size_t i = g0; i < g0 + ActGroup(type); ++i) {
+              amax = std::max(amax, std::fabs(x[t * 1024 + i]));
+            }
             for (size_t i = 0; i < 32; ++i) {
-              amax = std::max(amax, std::fabs(x[t * 1024 + 32 * b + i]));
               wsum += std::fabs(m.deq[o * 1024 + 32 * b + i]);
               tm += m.absw[o * 1024 + 32 * b + i] * std::fabs(x[t * 1024 + 32 * b + i]);
             }
