@@ -1,6 +1,7 @@
 // Integer matrix products on quantized weights (internal to src/model): the activations are
 // quantized once per call to int8 blocks of 32 values (scale amax / 127, codes round(x / d),
-// ggml's q8_0 rule) in the layout the weight type and the instruction set want, and each
+// ggml's q8_0 rule; for the 256-value super-block types the amax of 256 values, as q8_K) in
+// the layout the weight type and the instruction set want, and each
 // weight block is multiplied by its activation block with integer dot products (AVX-512 VNNI
 // vpdpbusd, AVX2 vpmaddubsw), one float multiply-add per block pair. No f32 decode of weights.
 //
