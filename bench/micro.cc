@@ -20,6 +20,7 @@ void RegisterMicroAttention();
 void RegisterMicroPrefix();
 void RegisterMicroSsd();
 void RegisterMicroDashboard();
+void RegisterMicroMatmul();
 }  // namespace kvtier::bench
 
 namespace kvtier::cli {
@@ -87,6 +88,10 @@ std::vector<Command> MicroCommands() {
             "The status page's server time (GET /, /dashboard.json) with 1,000 and 10,000 "
             "cached prefixes",
             bench::RegisterMicroDashboard),
+      Micro("micro-matmul",
+            "Weight matrix products per type on Qwen3-0.6B shapes, decode and prefill, against "
+            "a read of the same bytes (KVTIER_BENCH_THREADS, default 2)",
+            bench::RegisterMicroMatmul),
   };
 }
 

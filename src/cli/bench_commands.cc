@@ -143,6 +143,10 @@ std::vector<Command> BenchCommands() {
     s.add_option("--repeats", c->repeats, "Repeats; the median counts")->capture_default_str();
     s.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
     s.add_option("--seed", c->seed, "Seed of the filler K/V and tokens")->capture_default_str();
+    s.add_option("--matmul", c->matmul,
+                 "Matmul kernels for quantized weights: auto, float, int8-scalar, int8-avx2, "
+                 "int8-avx512")
+        ->capture_default_str();
     s.add_flag("--json", *json, "Print one JSON object");
     return [c, json] {
       return Report("model", RunBenchModel(*c, ProgressBar("config")), *json,

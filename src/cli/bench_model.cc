@@ -50,6 +50,25 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
   KVTIER_RETURN_IF_ERROR(CheckRange("--decode", c.decode, 1, 1 << 16));
   KVTIER_RETURN_IF_ERROR(CheckRange("--repeats", c.repeats, 1, 1000));
   KVTIER_RETURN_IF_ERROR(CheckRange("--threads", c.threads, 0, 1024));
+  {
+    static const std::pair<const char*, model::MatMulPath> kPaths[] = {
+        {"auto", model::MatMulPath::kAuto}, {"float", model::MatMulPath::kFloat},
+        {"int8-scalar", model::MatMulPath::kInt8Scalar},
+        {"int8-avx2", model::MatMulPath::kInt8Avx2},
+        {"int8-avx512", model::MatMulPath::kInt8Avx512}};
+    bool found = false;
+    for (const auto& [name, path] : kPaths) {
+      if (c.matmul != name) continue;
+      found = true;
+      if (!model::MatMulForcePath(path)) {
+        return Status::InvalidArgument("--matmul " + c.matmul + ": this CPU cannot run it");
+      }
+    }
+    if (!found) {
+      return Status::InvalidArgument("--matmul: expected auto, float, int8-scalar, int8-avx2 or "
+                                     "int8-avx512, got '" + c.matmul + "'");
+    }
+  }
   KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
   const Model& m = *lm.model;
   const ModelConfig& mc = m.config();
@@ -59,7 +78,8 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
   r.arch = std::string(ModelArchName(mc.arch));
   r.weight_bytes = m.weight_bytes();
   r.threads = pool.num_threads();
-  r.matmul_target = model::MatMulTargetName();
+  r.matmul_target = std::string(model::MatMulTargetName()) + ", " + c.matmul + " (q8_0: " +
+                    model::MatMulKernelName(static_cast<uint32_t>(GgmlType::kQ8_0), 1) + ")";
   const int total = static_cast<int>(kv_types.size() * depths.size());
   int step = 0;
   std::mt19937 tok_rng(static_cast<uint32_t>(c.seed));

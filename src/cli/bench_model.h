@@ -26,6 +26,7 @@ struct BenchModelConfig {
   int repeats = 3;
   int threads = 2;
   uint64_t seed = 0;
+  std::string matmul = "auto";  // model::MatMulPath: auto, float, int8-scalar / -avx2 / -avx512
 };
 
 struct BenchModelRow {

@@ -6,6 +6,7 @@
 #include "hwy/highway.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <optional>
 #include <type_traits>
@@ -15,6 +16,7 @@
 #include "kvtier/quant.h"
 #include "kvtier/weights.h"
 #include "model/matmul.h"
+#include "model/matmul_int8.h"
 #include "quant/format_traits.h"
 #include "quant/quant_simd.h"
 #include "simd/reduce-inl.h"
@@ -191,6 +193,11 @@ void DecodePath(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
       const size_t o0 = g * 4, nr = std::min<size_t>(4, w.n_out - o0);
       const uint8_t* rows[4];
       for (size_t r = 0; r < 4; ++r) rows[r] = w.data + (o0 + (r < nr ? r : 0)) * w.row_bytes;
+      if (g + 1 < g1) {  // the next group's rows, while this one runs (decode streams DRAM)
+        const uint8_t* next = w.data + (o0 + 4) * w.row_bytes;
+        const size_t n = std::min<size_t>(4, w.n_out - o0 - 4) * w.row_bytes;
+        for (size_t b = 0; b < n; b += 64) __builtin_prefetch(next + b);
+      }
       RunRowTile<W>(n_tok, rows, x, w.n_in, 0, w.n_in, y + o0, w.n_out, nr, false);
     }
   };
@@ -315,12 +322,63 @@ static Status CheckMatrix(const WeightMatrix& w, std::optional<Format>* f) {
   return Status::OK();
 }
 
+namespace {
+
+std::atomic<MatMulPath> g_path{MatMulPath::kAuto};
+
+// The int8 kernels MatMul uses for this type under the current path, or null (float).
+const int8::Int8Kernels* Int8For(uint32_t type) {
+  switch (g_path.load(std::memory_order_relaxed)) {
+    case MatMulPath::kFloat: return nullptr;
+    case MatMulPath::kInt8Scalar: return int8::FindInt8Kernels(type, int8::Isa::kScalar);
+    case MatMulPath::kInt8Avx2: return int8::FindInt8Kernels(type, int8::Isa::kAvx2);
+    case MatMulPath::kInt8Avx512: return int8::FindInt8Kernels(type, int8::Isa::kAvx512Vnni);
+    case MatMulPath::kAuto: break;
+  }
+  const int8::Isa best = int8::DetectIsa();
+  if (best == int8::Isa::kScalar) return nullptr;  // the float path's SIMD is faster
+  if (const auto* k = int8::FindInt8Kernels(type, best)) return k;
+  return best == int8::Isa::kAvx512Vnni ? int8::FindInt8Kernels(type, int8::Isa::kAvx2) : nullptr;
+}
+
+}  // namespace
+
 Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, ThreadPool* pool) {
   std::optional<Format> f;
   KVTIER_RETURN_IF_ERROR(CheckMatrix(w, &f));
   if (n_tok == 0 || w.n_out == 0) return Status::OK();
+  if (const int8::Int8Kernels* k = Int8For(w.type)) {
+    int8::RunInt8(*k, w, x, n_tok, y, pool);
+    return Status::OK();
+  }
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, f, x, n_tok, y, pool);
   return Status::OK();
+}
+
+bool MatMulForcePath(MatMulPath p) {
+  const int8::Isa best = int8::DetectIsa();
+  if ((p == MatMulPath::kInt8Avx2 && best == int8::Isa::kScalar) ||
+      (p == MatMulPath::kInt8Avx512 && best != int8::Isa::kAvx512Vnni)) {
+    return false;
+  }
+  g_path.store(p, std::memory_order_relaxed);
+  return true;
+}
+
+std::vector<MatMulPath> MatMulAvailablePaths() {
+  std::vector<MatMulPath> v = {MatMulPath::kAuto, MatMulPath::kFloat, MatMulPath::kInt8Scalar};
+  const int8::Isa best = int8::DetectIsa();
+  if (best != int8::Isa::kScalar) v.push_back(MatMulPath::kInt8Avx2);
+  if (best == int8::Isa::kAvx512Vnni) v.push_back(MatMulPath::kInt8Avx512);
+  return v;
+}
+
+std::string MatMulKernelName(uint32_t ggml_type, size_t n_tok) {
+  if (const int8::Int8Kernels* k = Int8For(ggml_type)) {
+    return std::string(k->name) + (n_tok <= 2 * k->tile_tok ? " decode" : " prefill");
+  }
+  return GgmlTypeName(ggml_type) + " float " + MatMulTargetName() +
+         (n_tok <= 4 ? " decode" : " tiles");
 }
 
 Status MatMulRef(const WeightMatrix& w, const float* x, size_t n_tok, double* y) {

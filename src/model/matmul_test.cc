@@ -1,4 +1,4 @@
-// MatMul (both paths, every weight type, with and without threads) against the float64
+// MatMul's float kernels (both paths, every weight type, with and without threads) against the float64
 // reference on random weights and activations.
 #include "model/matmul.h"
 
@@ -50,6 +50,7 @@ TEST_P(MatMulTest, MatchesFloat64Reference) {
   std::vector<uint32_t> n_ins = {64, 96, 320};
   if (plain) n_ins.push_back(70);  // a tail shorter than a vector
   ThreadPool pool(3);
+  ASSERT_TRUE(MatMulForcePath(MatMulPath::kFloat));  // the int8 path: matmul_int8_test.cc
   for (long long target : QuantAvailableSimdTargets()) {  // every compiled SIMD target
   ASSERT_TRUE(QuantForceSimdTarget(target));
   uint64_t seed = 1;
@@ -73,6 +74,7 @@ TEST_P(MatMulTest, MatchesFloat64Reference) {
   }
   }
   ASSERT_TRUE(QuantForceSimdTarget(0));
+  ASSERT_TRUE(MatMulForcePath(MatMulPath::kAuto));
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, MatMulTest,

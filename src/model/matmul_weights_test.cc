@@ -22,6 +22,7 @@ TEST(MatMulWeights, EveryWeightsTypeMatchesFloat64Reference) {
                             GgmlType::kQ4_K,  GgmlType::kQ5_K, GgmlType::kQ6_K,
                             GgmlType::kIQ4_XS};
   ThreadPool pool(3);
+  ASSERT_TRUE(MatMulForcePath(MatMulPath::kFloat));  // the int8 kernels: matmul_kquant_test.cc
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 0.5f);
   for (GgmlType type : types) {
@@ -55,6 +56,7 @@ TEST(MatMulWeights, EveryWeightsTypeMatchesFloat64Reference) {
       }
     }
   }
+  ASSERT_TRUE(MatMulForcePath(MatMulPath::kAuto));
 }
 
 }  // namespace

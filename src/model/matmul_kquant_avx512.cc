@@ -1,0 +1,416 @@
+// AVX-512 VNNI int8 kernels of the K-quants (Q4_K, Q6_K) over the K-quant activation layout
+// (matmul_int8.h, per 32 values an int8 scale like q8_0). One vpdpbusd per 64 values:
+//   Q4_K: the qs bytes of sub-blocks 2k, 2k+1 split into [low nibbles | high nibbles] = the
+//         64 values in order (unsigned 0..15); per-lane scale d * sc_j * d_x; the mins enter
+//         once per super-block as lanes 0-7 of -(dmin * m_j) * (d_x * sum of codes).
+//   Q6_K: [ql & 15 | ql >> 4] with qh's 2-bit pairs shifted to bits 4-5 (unsigned 0..63);
+//         each lane starts at -32 * (its 4 activation codes) (init6), so it ends at the exact
+//         signed sum; per-lane scale d * sc_g (g = 16-value group) * d_x.
+// Block layouts: kquant_layout.h. Compiled with a target attribute; run only where
+// DetectIsa() found AVX-512 VNNI. Stateless; thread-safe.
+#include "kvtier/gguf.h"
+#include "model/kquant_layout.h"
+#include "model/matmul_int8.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstring>
+
+#define MM_VNNI \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define MM_VNNI_INL inline __attribute__((always_inline)) MM_VNNI
+
+namespace kvtier::model::int8 {
+namespace {
+
+MM_VNNI_INL float Half(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+MM_VNNI_INL uint32_t Load32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Lane index vectors: lane -> lane / 8 + base (Q4_K sub-blocks), lane / 4 + base (Q6_K groups).
+MM_VNNI_INL __m512i LaneIdx(int shift, int base) {
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return _mm512_add_epi32(_mm512_srli_epi32(iota, static_cast<unsigned>(shift)),
+                          _mm512_set1_epi32(base));
+}
+
+// Q4_K (kFive false) and Q5_K: the same, plus the 5th bit of value 64 k + 32 h + l from bit
+// 2 k + h of qh[l], moved to bit 4.
+template <bool kFive, size_t NT>
+MM_VNNI void TileQ45_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                       size_t K, float* y, size_t ldy) {
+  constexpr size_t R = 4;
+  constexpr size_t kBytes = kFive ? kQ5KBytes : kQ4KBytes;
+  constexpr size_t kD = kFive ? kQ5KD : kQ4KD, kDmin = kFive ? kQ5KDmin : kQ4KDmin;
+  constexpr size_t kScales = kFive ? kQ5KScales : kQ4KScales, kQs = kFive ? kQ5KQs : kQ4KQs;
+  const __m512i idx[4] = {LaneIdx(3, 0), LaneIdx(3, 2), LaneIdx(3, 4), LaneIdx(3, 6)};
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const int8_t* codes[NT];
+  const float* dxv[NT];
+  const float* xs[NT];
+  for (size_t t = 0; t < NT; ++t) {
+    codes[t] = ActCodes(act + t * stride);
+    dxv[t] = KActDxv(act + t * stride, K);
+    xs[t] = KActXs(act + t * stride, K);
+  }
+  __m512 acc[R][NT];
+  for (auto& a : acc) {
+    for (auto& v : a) v = _mm512_setzero_ps();
+  }
+  for (size_t i = 0; i < K / kQK; ++i) {
+    __m512 dsc[R];
+    for (size_t r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + i * kBytes;
+      const uint8_t* q = blk + kScales;
+      const uint32_t a0 = Load32(q), a1 = Load32(q + 4), a2 = Load32(q + 8);
+      const uint32_t sc_lo = a0 & 0x3f3f3f3f, m_lo = a1 & 0x3f3f3f3f;
+      const uint32_t sc_hi = (a2 & 0x0f0f0f0f) | (((a0 >> 6) & 0x03030303) << 4);
+      const uint32_t m_hi = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
+      const __m128i sm = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
+                                        static_cast<int>(m_lo), static_cast<int>(m_hi));
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));  // sc 0..7, m 0..7
+      dsc[r] = _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kD)));
+      // Mins: lanes 8..15 of f times dmin, moved to lanes 0..7, the rest 0.
+      const __m512 dm = _mm512_maskz_permutexvar_ps(
+          0xff, LaneIdx(0, 8), _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kDmin))));
+      for (size_t t = 0; t < NT; ++t) {
+        const __m512 x8 = _mm512_maskz_loadu_ps(0xff, xs[t] + 8 * i);
+        acc[r][t] = _mm512_fnmadd_ps(dm, x8, acc[r][t]);
+      }
+    }
+    for (size_t k = 0; k < 4; ++k) {
+      __m512i w[R];
+      __m512 sk[R];
+      for (size_t r = 0; r < R; ++r) {
+        const uint8_t* blk = rows[r] + i * kBytes;
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * k));
+        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        if constexpr (kFive) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ5KQh));
+          const __m256i b16 = _mm256_set1_epi8(16);
+          // bit 2k of each byte to bit 4 (lo), bit 2k + 1 to bit 4 (hi)
+          lo = _mm256_or_si256(lo, _mm256_and_si256(
+                                       _mm256_sll_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(static_cast<int>(2 * k))), _mm_cvtsi32_si128(4)), b16));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(
+                                       _mm256_sll_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(static_cast<int>(2 * k + 1))), _mm_cvtsi32_si128(4)), b16));
+        }
+        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        sk[r] = _mm512_permutexvar_ps(idx[k], dsc[r]);
+      }
+      for (size_t t = 0; t < NT; ++t) {
+        const __m512i q = _mm512_load_si512(codes[t] + kQK * i + 64 * k);
+        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * (4 * i + k));
+        for (size_t r = 0; r < R; ++r) {
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], q));
+          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+template <size_t NT>
+MM_VNNI void TileQ6_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  constexpr size_t R = 4;
+  const __m512i idx[4] = {LaneIdx(2, 0), LaneIdx(2, 4), LaneIdx(2, 8), LaneIdx(2, 12)};
+  const __m512i m4 = _mm512_set1_epi8(15), m2 = _mm512_set1_epi8(3);
+  const int8_t* codes[NT];
+  const float* dxv[NT];
+  const int32_t* init[NT];
+  for (size_t t = 0; t < NT; ++t) {
+    codes[t] = ActCodes(act + t * stride);
+    dxv[t] = KActDxv(act + t * stride, K);
+    init[t] = KActInit6(act + t * stride, K);
+  }
+  __m512 acc[R][NT];
+  for (auto& a : acc) {
+    for (auto& v : a) v = _mm512_setzero_ps();
+  }
+  for (size_t i = 0; i < K / kQK; ++i) {
+    __m512 dsc[R];
+    for (size_t r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + i * kQ6KBytes;
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ6KScales));
+      dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)),
+                             _mm512_set1_ps(Half(blk + kQ6KD)));
+    }
+    for (size_t n = 0; n < 2; ++n) {
+      __m512i L[R], Hz[R];
+      for (size_t r = 0; r < R; ++r) {
+        const uint8_t* blk = rows[r] + i * kQ6KBytes;
+        L[r] = _mm512_loadu_si512(blk + kQ6KQl + 64 * n);
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ6KQh + 32 * n));
+        Hz[r] = _mm512_inserti64x4(_mm512_castsi256_si512(h), _mm256_srli_epi16(h, 2), 1);
+      }
+      for (size_t half = 0; half < 2; ++half) {
+        const size_t j = 2 * n + half;  // 64-value step within the super-block
+        const size_t s = 4 * i + j;     // step within the row
+        __m512i w[R];
+        __m512 sk[R];
+        for (size_t r = 0; r < R; ++r) {
+          const __m512i lo = half == 0 ? _mm512_and_si512(L[r], m4)
+                                       : _mm512_and_si512(_mm512_srli_epi16(L[r], 4), m4);
+          const __m512i hb = half == 0 ? _mm512_and_si512(Hz[r], m2)
+                                       : _mm512_and_si512(_mm512_srli_epi16(Hz[r], 4), m2);
+          w[r] = _mm512_or_si512(lo, _mm512_slli_epi16(hb, 4));
+          sk[r] = _mm512_permutexvar_ps(idx[j], dsc[r]);
+        }
+        for (size_t t = 0; t < NT; ++t) {
+          const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
+          const __m512i i0 = _mm512_loadu_si512(init[t] + 16 * s);
+          const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
+          for (size_t r = 0; r < R; ++r) {
+            const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
+            acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
+          }
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+// IQ4_XS: sub-block ib's 16 qs bytes [16 ib ..] hold values 0-15 (low) and 16-31 (high);
+// two sub-blocks per step, reordered to value order, through the codebook + 128; each lane
+// starts at -128 * its 4 codes (init6 x 4); per-lane scale d * (ls - 32) * d_x.
+template <size_t NT>
+MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                        size_t K, float* y, size_t ldy) {
+  constexpr size_t R = 4;
+  constexpr size_t kBytes = sizeof(weights::BlockIQ4_XS);
+  const __m512i idx[4] = {LaneIdx(3, 0), LaneIdx(3, 2), LaneIdx(3, 4), LaneIdx(3, 6)};
+  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(
+      1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+      static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
+      static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
+  const int8_t* codes[NT];
+  const float* dxv[NT];
+  const int32_t* init[NT];
+  for (size_t t = 0; t < NT; ++t) {
+    codes[t] = ActCodes(act + t * stride);
+    dxv[t] = KActDxv(act + t * stride, K);
+    init[t] = KActInit6(act + t * stride, K);
+  }
+  __m512 acc[R][NT];
+  for (auto& a : acc) {
+    for (auto& v : a) v = _mm512_setzero_ps();
+  }
+  for (size_t i = 0; i < K / kQK; ++i) {
+    __m512 dsc[R];
+    for (size_t r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + i * kBytes;
+      const uint32_t sl = Load32(blk + offsetof(weights::BlockIQ4_XS, scales_l));
+      uint16_t sh;
+      std::memcpy(&sh, blk + offsetof(weights::BlockIQ4_XS, scales_h), 2);
+      alignas(32) int32_t ls[8];
+      for (int ib = 0; ib < 8; ++ib) {
+        ls[ib] = static_cast<int32_t>(((sl >> (4 * ib)) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+      }
+      dsc[r] = _mm512_castps256_ps512(_mm256_mul_ps(
+          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls))),
+          _mm256_set1_ps(Half(blk + offsetof(weights::BlockIQ4_XS, d)))));
+    }
+    for (size_t k = 0; k < 4; ++k) {
+      __m512i w[R];
+      __m512 sk[R];
+      for (size_t r = 0; r < R; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+            rows[r] + i * kBytes + offsetof(weights::BlockIQ4_XS, qs) + 32 * k));
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
+                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
+        // [lo sb0, lo sb1, hi sb0, hi sb1] -> [lo sb0, hi sb0, lo sb1, hi sb1]
+        w[r] = _mm512_shuffle_epi8(tbl, _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
+        sk[r] = _mm512_permutexvar_ps(idx[k], dsc[r]);
+      }
+      for (size_t t = 0; t < NT; ++t) {
+        const size_t s = 4 * i + k;
+        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
+        const __m512i i0 = _mm512_slli_epi32(_mm512_loadu_si512(init[t] + 16 * s), 2);
+        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
+        for (size_t r = 0; r < R; ++r) {
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
+          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step;
+// Q3_K adds its hmask bit as 4 (offset 4: lanes start at init6 / 8 = -4 x their 4 codes).
+// Scales per 16 values (lane / 4). Q2_K's mins: -dmin m_g d_x (sum of the lane's 4 codes) =
+// (dmin m_g / 32) d_x init6.
+template <bool kThree, size_t NT>
+MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                       size_t K, float* y, size_t ldy) {
+  constexpr size_t R = 4;
+  constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
+  constexpr size_t kQs = kThree ? kQ3KQs : kQ2KQs;
+  const __m512i idx[4] = {LaneIdx(2, 0), LaneIdx(2, 4), LaneIdx(2, 8), LaneIdx(2, 12)};
+  const __m256i m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  const int8_t* codes[NT];
+  const float* dxv[NT];
+  const int32_t* init[NT];
+  for (size_t t = 0; t < NT; ++t) {
+    codes[t] = ActCodes(act + t * stride);
+    dxv[t] = KActDxv(act + t * stride, K);
+    init[t] = KActInit6(act + t * stride, K);
+  }
+  __m512 acc[R][NT];
+  for (auto& a : acc) {
+    for (auto& v : a) v = _mm512_setzero_ps();
+  }
+  for (size_t i = 0; i < K / kQK; ++i) {
+    __m512 dsc[R], dmn[R];
+    for (size_t r = 0; r < R; ++r) {
+      const uint8_t* blk = rows[r] + i * kBytes;
+      if constexpr (kThree) {
+        alignas(16) int8_t sc[16];
+        weights::UnpackQ3KScales(blk + kQ3KScales, sc);
+        dsc[r] = _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))),
+            _mm512_set1_ps(Half(blk + kQ3KD)));
+      } else {
+        const __m512i sc = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));
+        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))),
+                               _mm512_set1_ps(Half(blk + kQ2KD)));
+        dmn[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)),
+                               _mm512_set1_ps(Half(blk + kQ2KDmin) * (1.0f / 32.0f)));
+      }
+    }
+    for (size_t j = 0; j < 4; ++j) {
+      const size_t n = j / 2, s0 = 2 * (j % 2);
+      __m512i w[R];
+      __m512 sk[R], mk[R];
+      for (size_t r = 0; r < R; ++r) {
+        const uint8_t* blk = rows[r] + i * kBytes;
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n));
+        __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0))), m2);
+        __m256i hi = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0 + 2))), m2);
+        if constexpr (kThree) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask));
+          const int b = static_cast<int>(4 * n + s0);
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b)), m1), 2));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b + 1)), m1), 2));
+        }
+        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        sk[r] = _mm512_permutexvar_ps(idx[j], dsc[r]);
+        if constexpr (!kThree) mk[r] = _mm512_permutexvar_ps(idx[j], dmn[r]);
+      }
+      for (size_t t = 0; t < NT; ++t) {
+        const size_t s = 4 * i + j;
+        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
+        const __m512i i6 = _mm512_loadu_si512(init[t] + 16 * s);
+        const __m512i i0 = kThree ? _mm512_srai_epi32(i6, 3) : _mm512_setzero_si512();
+        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
+        const __m512 l6 = kThree ? dx : _mm512_mul_ps(_mm512_cvtepi32_ps(i6), dx);
+        for (size_t r = 0; r < R; ++r) {
+          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
+          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
+          if constexpr (!kThree) acc[r][t] = _mm512_fmadd_ps(mk[r], l6, acc[r][t]);
+        }
+      }
+    }
+  }
+  for (size_t t = 0; t < NT; ++t) {
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+template <size_t NT>
+MM_VNNI void TileQ2_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ23_K<false, NT>(rows, nr, act, stride, K, y, ldy);
+}
+template <size_t NT>
+MM_VNNI void TileQ3_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ23_K<true, NT>(rows, nr, act, stride, K, y, ldy);
+}
+
+#define KVTIER_TILE_SWITCH(NAME)                                                             \
+  void NAME##Any(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,   \
+                 size_t nt, size_t K, float* y, size_t ldy) {                                \
+    switch (nt) {                                                                            \
+      case 1: return NAME<1>(rows, nr, act, stride, K, y, ldy);                              \
+      case 2: return NAME<2>(rows, nr, act, stride, K, y, ldy);                              \
+      case 3: return NAME<3>(rows, nr, act, stride, K, y, ldy);                              \
+      default: return NAME<4>(rows, nr, act, stride, K, y, ldy);                             \
+    }                                                                                        \
+  }
+template <size_t NT>
+MM_VNNI void TileQ4_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ45_K<false, NT>(rows, nr, act, stride, K, y, ldy);
+}
+template <size_t NT>
+MM_VNNI void TileQ5_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
+                      size_t K, float* y, size_t ldy) {
+  TileQ45_K<true, NT>(rows, nr, act, stride, K, y, ldy);
+}
+KVTIER_TILE_SWITCH(TileQ2_K)
+KVTIER_TILE_SWITCH(TileQ3_K)
+KVTIER_TILE_SWITCH(TileQ4_K)
+KVTIER_TILE_SWITCH(TileQ5_K)
+KVTIER_TILE_SWITCH(TileQ6_K)
+KVTIER_TILE_SWITCH(TileIQ4_XS)
+#undef KVTIER_TILE_SWITCH
+
+constexpr Int8Kernels kQ4_K = {"q4_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ4_KAny};
+constexpr Int8Kernels kQ2_K = {"q2_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ2_KAny};
+constexpr Int8Kernels kQ3_K = {"q3_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ3_KAny};
+constexpr Int8Kernels kQ5_K = {"q5_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ5_KAny};
+constexpr Int8Kernels kQ6_K = {"q6_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                               TileQ6_KAny};
+constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
+                                 TileIQ4_XSAny};
+
+}  // namespace
+
+const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type) {
+  switch (static_cast<GgmlType>(ggml_type)) {
+    case GgmlType::kQ4_K: return &kQ4_K;
+    case GgmlType::kQ2_K: return &kQ2_K;
+    case GgmlType::kQ3_K: return &kQ3_K;
+    case GgmlType::kQ5_K: return &kQ5_K;
+    case GgmlType::kQ6_K: return &kQ6_K;
+    case GgmlType::kIQ4_XS: return &kIQ4_XS;
+    default: return nullptr;
+  }
+}
+
+}  // namespace kvtier::model::int8
+
+#else
+namespace kvtier::model::int8 {
+const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t) { return nullptr; }
+}  // namespace kvtier::model::int8
+#endif
