@@ -1,7 +1,8 @@
 // Module model (src/model, kvtier_model; order and include rule: docs/architecture.md) owns the
 // model runtime (weights, matmul, forward pass, sampler).
 //
-// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3) loaded from
+// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3; qwen35 loads,
+// but its forward pass is only the float64 reference yet) loaded from
 // GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
@@ -28,7 +29,14 @@ namespace kvtier {
 
 class ThreadPool;  // kvtier/thread_pool.h
 
-enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2, kPhi3 = 3, kGemma3 = 4 };
+enum class ModelArch : uint8_t {
+  kLlama = 0,
+  kQwen2 = 1,
+  kQwen3 = 2,
+  kPhi3 = 3,
+  kGemma3 = 4,
+  kQwen35 = 5,
+};
 std::string_view ModelArchName(ModelArch a);
 
 // The feed-forward activation of the gated FFN: silu(gate) * up, or gelu(gate) * up (GeGLU,
@@ -63,6 +71,16 @@ struct ModelConfig {
   float final_softcap = 0.0f;   // logits = cap * tanh(logits / cap); 0 = off
   bool post_norms = false;      // gemma3: RMSNorm on the attention and FFN outputs too
   FfnActivation ffn_act = FfnActivation::kSilu;
+  // qwen35 (hybrid): layer l is Gated DeltaNet unless (l + 1) % full_attn_interval == 0; the
+  // full-attention layers' attn_q holds a query and a gate per head (output * sigmoid(gate)).
+  uint32_t full_attn_interval = 0;  // 0 = not a hybrid model
+  uint32_t ssm_conv_kernel = 0;     // causal conv taps over the projected q|k|v
+  uint32_t ssm_state = 0;           // head dim of the delta-rule q, k and v (state_size)
+  uint32_t ssm_k_heads = 0;         // q/k heads (group_count); v head h uses k head h % this
+  uint32_t ssm_v_heads = 0;         // v heads (time_step_rank)
+  bool recurrent_layer(uint32_t l) const {
+    return full_attn_interval > 0 && (l + 1) % full_attn_interval != 0;
+  }
 
   KvShape kv_shape() const;  // n_layers, n_kv_heads, head_dim
   // Layer l's attention window in tokens (0 = global: the whole context).
@@ -108,6 +126,7 @@ class Model {
   Model() = default;
   struct Layer;
   Status Bind();
+  Status BindQwen35();  // arch_qwen35.cc
 
   ModelConfig cfg_;
   std::shared_ptr<const GgufFile> file_;

@@ -235,7 +235,7 @@ TEST(TestModel, RejectsBadShapesNamingTheFlag) {
   EXPECT_TRUE(ValidateTestModelConfig(TestModelConfig{}).ok());  // Qwen3-0.6B shape
   TestModelConfig bad = c;
   bad.arch = "gpt2";
-  expect(bad, "--arch: expected llama, qwen2, qwen3, phi3 or gemma3, got 'gpt2'");
+  expect(bad, "--arch: expected llama, qwen2, qwen3, phi3, gemma3 or qwen35, got 'gpt2'");
   bad = c;
   bad.hidden = 0;
   expect(bad, "--hidden: expected 1..65536, got 0");
