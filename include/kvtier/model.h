@@ -96,6 +96,18 @@ struct WeightMatrix {
   const uint8_t* data = nullptr;  // [n_out][row_bytes]
 };
 
+// One sequence's state for a hybrid (qwen35) model, filled by Model::ForwardSequence: per Gated
+// DeltaNet layer the causal-conv window (the last conv_kernel - 1 projected q|k|v rows) and the
+// delta-rule state; per full-attention layer its K and V rows (f32, unquantized). Owned by the
+// caller; one thread at a time. Construct empty (the zero state of a new sequence); copy it to
+// fork a sequence.
+struct HybridSeqState {
+  uint32_t n_past = 0;                     // tokens already run
+  std::vector<std::vector<float>> conv;    // per layer [conv_kernel - 1][conv_dim] or empty
+  std::vector<std::vector<float>> delta;   // per layer [v_heads][ssm_state][ssm_state] or empty
+  std::vector<std::vector<float>> k, v;    // per layer [n_past][n_kv_heads][head_dim] or empty
+};
+
 class Model {
  public:
   // Loads and validates a GGUF model: architecture, every hyper-parameter, every tensor's name,
@@ -121,6 +133,12 @@ class Model {
   // point some layers may hold the new tokens, and the caller should discard the cache.
   Status Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                  bool all_logits, float* logits, ThreadPool* pool) const;
+
+  // qwen35 only (forward_deltanet.cc): runs one sequence's new tokens from `state` (prefill or
+  // decode, any chunking) and advances it. logits: [tokens, n_vocab] when all_logits, else
+  // [1, n_vocab]. Bad input changes nothing; other models get InvalidArgument.
+  Status ForwardSequence(HybridSeqState* state, std::span<const int32_t> tokens, bool all_logits,
+                         float* logits, ThreadPool* pool) const;
 
  private:
   Model() = default;

@@ -109,6 +109,102 @@ double MaxAbsDiff(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() ? m : INFINITY;
 }
 
+// A small copy of the shape (loads are fast; the fingerprint reads every weight byte).
+TestModelConfig SmallQwen35() {
+  TestModelConfig c = Qwen35Config();
+  c.hidden = 64;
+  c.head_dim = 16;
+  c.ffn = 128;
+  return c;
+}
+
+// kvtier's f32 single-sequence forward against llama.cpp: one prefill, one token at a time
+// (the conv window and delta state carried across calls), and uneven chunks; and against the
+// float64 reference. Bound: see testdata/README.md.
+TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
+  const Golden g = ReadGolden("qwen35_logits.txt");
+  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const Model& model = *m->model;
+  const size_t V = g.vocab, T = g.tokens.size();
+  std::vector<double> ref;
+  ASSERT_TRUE(model::ForwardQwen35Ref(*m->file, model.config(), g.tokens, &ref).ok());
+
+  std::vector<float> prefill(T * V);
+  HybridSeqState s1;
+  Status s = model.ForwardSequence(&s1, g.tokens, true, prefill.data(), nullptr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(s1.n_past, T);
+
+  std::vector<float> decode(T * V);
+  HybridSeqState s2;
+  for (size_t t = 0; t < T; ++t) {
+    s = model.ForwardSequence(&s2, std::span<const int32_t>(&g.tokens[t], 1), false,
+                              decode.data() + t * V, nullptr);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+
+  std::vector<float> chunked(T * V);  // chunks of 5, 1, 11, 7 tokens
+  HybridSeqState s3;
+  size_t at = 0;
+  for (size_t n : {5, 1, 11, 7}) {
+    s = model.ForwardSequence(&s3, std::span<const int32_t>(g.tokens).subspan(at, n), true,
+                              chunked.data() + at * V, nullptr);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    at += n;
+  }
+  ASSERT_EQ(at, T);
+
+  auto diff = [](const std::vector<float>& a, const std::vector<double>& b) {
+    return MaxAbsDiff(std::vector<double>(a.begin(), a.end()), b);
+  };
+  const double d_prefill = diff(prefill, g.logits), d_decode = diff(decode, g.logits);
+  const double d_chunk = diff(chunked, g.logits), d_ref = diff(prefill, ref);
+  std::printf("qwen35 vs llama.cpp: prefill %.3g, decode %.3g, chunks %.3g; vs float64 %.3g\n",
+              d_prefill, d_decode, d_chunk, d_ref);
+  EXPECT_LT(d_prefill, 5e-5);
+  EXPECT_LT(d_decode, 5e-5);
+  EXPECT_LT(d_chunk, 5e-5);
+  EXPECT_LT(d_ref, 5e-5);
+}
+
+// A state that forgets (zeroed delta state or conv window between calls) misses llama.cpp by
+// far more than the bound: the recurrence really carries the sequence.
+TEST(Qwen35, LosingTheStateIsDetected) {
+  const Golden g = ReadGolden("qwen35_logits.txt");
+  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  ASSERT_TRUE(m.ok());
+  const size_t V = g.vocab, T = g.tokens.size();
+  for (int which = 0; which < 2; ++which) {
+    HybridSeqState st;
+    std::vector<float> logits(T * V);
+    for (size_t t = 0; t < T; ++t) {
+      ASSERT_TRUE(m->model->ForwardSequence(&st, std::span<const int32_t>(&g.tokens[t], 1),
+                                            false, logits.data() + t * V, nullptr).ok());
+      for (size_t l = 0; l < st.conv.size(); ++l) {
+        auto& v = which == 0 ? st.delta[l] : st.conv[l];
+        std::fill(v.begin(), v.end(), 0.0f);
+      }
+    }
+    const double d = MaxAbsDiff(std::vector<double>(logits.begin(), logits.end()), g.logits);
+    EXPECT_GT(d, 20 * 5e-5) << (which == 0 ? "delta state" : "conv window");
+  }
+}
+
+TEST(Qwen35, ForwardSequenceBadInput) {
+  auto m = LoadWriter(*BuildTestModel(SmallQwen35()));
+  ASSERT_TRUE(m.ok());
+  HybridSeqState st;
+  std::vector<float> logits(300);
+  const std::vector<int32_t> bad = {1, 300};
+  const Status s = m->model->ForwardSequence(&st, bad, false, logits.data(), nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("token 1 has id 300"), std::string::npos) << s.ToString();
+  EXPECT_EQ(st.n_past, 0u);
+  EXPECT_FALSE(m->model->ForwardSequence(&st, {}, false, logits.data(), nullptr).ok());
+}
+
+
 TEST(Qwen35, ConfigAndLayerPattern) {
   auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -153,15 +249,6 @@ TEST(Qwen35, ReferenceIsCausal) {
   ASSERT_TRUE(model::ForwardQwen35Ref(*m->file, m->model->config(), head, &part).ok());
   full.resize(part.size());
   EXPECT_LT(MaxAbsDiff(full, part), 1e-12);
-}
-
-// A small copy of the shape (loads are fast; the fingerprint reads every weight byte).
-TestModelConfig SmallQwen35() {
-  TestModelConfig c = Qwen35Config();
-  c.hidden = 64;
-  c.head_dim = 16;
-  c.ffn = 128;
-  return c;
 }
 
 TEST(Qwen35, MissingTensorOrKeyNamesIt) {
