@@ -166,6 +166,13 @@ TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
   EXPECT_LT(d_decode, 5e-5);
   EXPECT_LT(d_chunk, 5e-5);
   EXPECT_LT(d_ref, 5e-5);
+  // llama.cpp decoding one token per llama_decode (its autoregressive path, 1.6e-5 from its own
+  // prefill) against kvtier's token-by-token decode.
+  const Golden gd = ReadGolden("qwen35_decode_logits.txt");
+  ASSERT_EQ(gd.tokens, g.tokens);
+  const double d_llama_decode = diff(decode, gd.logits);
+  std::printf("qwen35 decode vs llama.cpp decode: %.3g\n", d_llama_decode);
+  EXPECT_LT(d_llama_decode, 5e-5);
 }
 
 // A state that forgets (zeroed delta state or conv window between calls) misses llama.cpp by
