@@ -1,8 +1,8 @@
 // Module model (src/model, kvtier_model; order and include rule: docs/architecture.md) owns the
 // model runtime (weights, matmul, forward pass, sampler).
 //
-// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3; qwen35 loads,
-// but its forward pass is only the float64 reference yet) loaded from
+// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3; the hybrid
+// qwen35 runs one sequence at a time through ForwardSequence, not Forward) loaded from
 // GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
