@@ -1,7 +1,8 @@
 // Module model (src/model, kvtier_model; order and include rule: docs/architecture.md) owns the
 // model runtime (weights, matmul, forward pass, sampler).
 //
-// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3) loaded from
+// Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3; the hybrid
+// qwen35 runs one sequence at a time through ForwardSequence, not Forward) loaded from
 // GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
@@ -28,7 +29,14 @@ namespace kvtier {
 
 class ThreadPool;  // kvtier/thread_pool.h
 
-enum class ModelArch : uint8_t { kLlama = 0, kQwen2 = 1, kQwen3 = 2, kPhi3 = 3, kGemma3 = 4 };
+enum class ModelArch : uint8_t {
+  kLlama = 0,
+  kQwen2 = 1,
+  kQwen3 = 2,
+  kPhi3 = 3,
+  kGemma3 = 4,
+  kQwen35 = 5,
+};
 std::string_view ModelArchName(ModelArch a);
 
 // The feed-forward activation of the gated FFN: silu(gate) * up, or gelu(gate) * up (GeGLU,
@@ -63,6 +71,16 @@ struct ModelConfig {
   float final_softcap = 0.0f;   // logits = cap * tanh(logits / cap); 0 = off
   bool post_norms = false;      // gemma3: RMSNorm on the attention and FFN outputs too
   FfnActivation ffn_act = FfnActivation::kSilu;
+  // qwen35 (hybrid): layer l is Gated DeltaNet unless (l + 1) % full_attn_interval == 0; the
+  // full-attention layers' attn_q holds a query and a gate per head (output * sigmoid(gate)).
+  uint32_t full_attn_interval = 0;  // 0 = not a hybrid model
+  uint32_t ssm_conv_kernel = 0;     // causal conv taps over the projected q|k|v
+  uint32_t ssm_state = 0;           // head dim of the delta-rule q, k and v (state_size)
+  uint32_t ssm_k_heads = 0;         // q/k heads (group_count); v head h uses k head h % this
+  uint32_t ssm_v_heads = 0;         // v heads (time_step_rank)
+  bool recurrent_layer(uint32_t l) const {
+    return full_attn_interval > 0 && (l + 1) % full_attn_interval != 0;
+  }
 
   KvShape kv_shape() const;  // n_layers, n_kv_heads, head_dim
   // Layer l's attention window in tokens (0 = global: the whole context).
@@ -76,6 +94,18 @@ struct WeightMatrix {
   uint32_t n_out = 0;
   size_t row_bytes = 0;
   const uint8_t* data = nullptr;  // [n_out][row_bytes]
+};
+
+// One sequence's state for a hybrid (qwen35) model, filled by Model::ForwardSequence: per Gated
+// DeltaNet layer the causal-conv window (the last conv_kernel - 1 projected q|k|v rows) and the
+// delta-rule state; per full-attention layer its K and V rows (f32, unquantized). Owned by the
+// caller; one thread at a time. Construct empty (the zero state of a new sequence); copy it to
+// fork a sequence.
+struct HybridSeqState {
+  uint32_t n_past = 0;                     // tokens already run
+  std::vector<std::vector<float>> conv;    // per layer [conv_kernel - 1][conv_dim] or empty
+  std::vector<std::vector<float>> delta;   // per layer [v_heads][ssm_state][ssm_state] or empty
+  std::vector<std::vector<float>> k, v;    // per layer [n_past][n_kv_heads][head_dim] or empty
 };
 
 class Model {
@@ -104,10 +134,17 @@ class Model {
   Status Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                  bool all_logits, float* logits, ThreadPool* pool) const;
 
+  // qwen35 only (forward_deltanet.cc): runs one sequence's new tokens from `state` (prefill or
+  // decode, any chunking) and advances it. logits: [tokens, n_vocab] when all_logits, else
+  // [1, n_vocab]. Bad input changes nothing; other models get InvalidArgument.
+  Status ForwardSequence(HybridSeqState* state, std::span<const int32_t> tokens, bool all_logits,
+                         float* logits, ThreadPool* pool) const;
+
  private:
   Model() = default;
   struct Layer;
   Status Bind();
+  Status BindQwen35();  // arch_qwen35.cc
 
   ModelConfig cfg_;
   std::shared_ptr<const GgufFile> file_;

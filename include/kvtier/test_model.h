@@ -30,7 +30,8 @@ namespace kvtier {
 
 // Defaults: Qwen3-0.6B's shape.
 struct TestModelConfig {
-  std::string arch = "qwen3";  // llama, qwen2, qwen3, phi3 (heads x head_dim = hidden), gemma3
+  std::string arch = "qwen3";  // llama, qwen2, qwen3, phi3 (heads x head_dim = hidden), gemma3,
+                               // qwen35
   std::string name;            // general.name; empty: "kvtier-test-<arch>"
   uint32_t hidden = 1024;
   uint32_t layers = 28;
@@ -58,6 +59,10 @@ struct TestModelConfig {
   uint32_t swa_period = 6;
   double rope_theta_swa = 10000.0;
   double final_softcap = 0.0;
+  // qwen35 only: layer l is full attention when (l + 1) % full_attn_interval == 0, else Gated
+  // DeltaNet with a causal conv of ssm_conv_kernel taps.
+  uint32_t full_attn_interval = 4;
+  uint32_t ssm_conv_kernel = 4;
 };
 
 // "f16" -> kF16; the weight types make-test-model writes (f32, f16, bf16, q8_0, q4_0).

@@ -21,24 +21,32 @@
 namespace kvtier::cli {
 namespace {
 
+// One forward call for row 0: through `cache`, or for a hybrid model (qwen35, `hybrid` not
+// null) through its single-sequence state.
+Status Step(const Model& m, BatchCache& cache, HybridSeqState* hybrid,
+            std::span<const int32_t> tokens, bool all, float* logits, ThreadPool* pool) {
+  if (hybrid != nullptr) return m.ForwardSequence(hybrid, tokens, all, logits, pool);
+  std::span<const int32_t> rows[1] = {tokens};
+  return m.Forward(cache, rows, all, logits, pool);
+}
+
 // Runs `tokens` through row 0 of `cache` in steps of `step`; logits of the last token, or of
 // every token when `all` (then [tokens.size(), n_vocab]).
 Status Feed(const Model& m, BatchCache& cache, std::span<const int32_t> tokens, uint32_t step,
-            bool all, std::vector<float>* logits, ThreadPool* pool) {
+            bool all, std::vector<float>* logits, ThreadPool* pool,
+            HybridSeqState* hybrid = nullptr) {
   const size_t V = m.config().n_vocab;
   logits->resize((all ? tokens.size() : 1) * V);
   for (size_t i = 0; i < tokens.size(); i += step) {
     const size_t n = std::min<size_t>(step, tokens.size() - i);
-    std::span<const int32_t> rows[1] = {tokens.subspan(i, n)};
+    const std::span<const int32_t> chunk = tokens.subspan(i, n);
     const bool last = i + n == tokens.size();
     float* dst = all ? logits->data() + i * V : logits->data();
-    if (all) {
-      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, true, dst, pool));
-    } else if (last) {
-      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, dst, pool));
+    if (all || last) {
+      KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, chunk, all, dst, pool));
     } else {
       std::vector<float> scratch(V);
-      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, scratch.data(), pool));
+      KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, chunk, false, scratch.data(), pool));
     }
   }
   return Status::OK();
@@ -93,11 +101,15 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   BatchCache cache(pool);
   KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
 
+  // qwen35 runs one sequence through Model::ForwardSequence (its state, not the KV cache).
+  HybridSeqState hybrid_state;
+  HybridSeqState* hybrid = m.config().arch == ModelArch::kQwen35 ? &hybrid_state : nullptr;
   GenerateStats st;
   st.prompt_tokens = static_cast<uint32_t>(prompt.size());
   std::vector<float> logits;
   Timer timer;
-  KVTIER_RETURN_IF_ERROR(Feed(m, cache, prompt, c.prefill_step, false, &logits, &threads));
+  KVTIER_RETURN_IF_ERROR(
+      Feed(m, cache, prompt, c.prefill_step, false, &logits, &threads, hybrid));
   st.prefill_ms = timer.Millis();
   Sampler sampler(c.sampling);
   StreamDecoder decoder(tok);
@@ -112,8 +124,8 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
     out << decoder.Push(next) << std::flush;
     ++st.generated_tokens;
     if (i + 1 == c.max_tokens) break;
-    std::span<const int32_t> rows[1] = {std::span<const int32_t>(&next, 1)};
-    KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &threads));
+    KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, std::span<const int32_t>(&next, 1), false,
+                                logits.data(), &threads));
   }
   out << decoder.Flush() << std::flush;
   st.decode_ms = timer.Millis();

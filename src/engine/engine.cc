@@ -392,6 +392,12 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, EngineOptions options) {
   if (options.pool == nullptr) return Status::InvalidArgument("engine: no KV pool");
+  if (model.config().arch == ModelArch::kQwen35) {
+    return Status::Unimplemented(
+        "engine: qwen35 (hybrid Gated DeltaNet) models are not supported by the engine yet "
+        "(batched decode and recurrent-state snapshots are to come; Model::ForwardSequence runs "
+        "one sequence); the engine runs llama, qwen2, qwen3, phi3, gemma3");
+  }
   if (!(options.pool->shape() == model.config().kv_shape())) {
     return Status::InvalidArgument("engine: the pool's KV shape " +
                                    options.pool->shape().ToString() + " is not the model's " +

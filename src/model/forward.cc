@@ -92,6 +92,12 @@ Status NonFinite(const std::string& where) {
 
 Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                       bool all_logits, float* logits, ThreadPool* pool) const {
+  if (cfg_.arch == ModelArch::kQwen35) {
+    return Status::Unimplemented(
+        "forward: qwen35 (hybrid Gated DeltaNet) models load, but the batched forward pass and "
+        "its recurrent-state cache are not implemented yet (supported for serving: llama, "
+        "qwen2, qwen3, phi3, gemma3)");
+  }
   KVTIER_RETURN_IF_ERROR(CheckCall(cfg_, cache, tokens));
   const ModelConfig& c = cfg_;
   const size_t B = tokens.size();

@@ -16,6 +16,7 @@ std::string_view ModelArchName(ModelArch a) {
     case ModelArch::kQwen3: return "qwen3";
     case ModelArch::kPhi3: return "phi3";
     case ModelArch::kGemma3: return "gemma3";
+    case ModelArch::kQwen35: return "qwen35";
   }
   return "unknown";
 }
@@ -94,6 +95,12 @@ ModelFingerprint Fingerprint(const ModelConfig& c, const GgufFile& f) {
                      FloatBits(c.rms_eps), uint32_t{c.qk_norm}, uint32_t{c.qkv_bias}}) {
     h.U32(v);
   }
+  if (c.arch == ModelArch::kQwen35) {
+    for (uint32_t v : {c.full_attn_interval, c.ssm_conv_kernel, c.ssm_state, c.ssm_k_heads,
+                       c.ssm_v_heads}) {
+      h.U32(v);
+    }
+  }
   if (c.arch == ModelArch::kPhi3 || c.arch == ModelArch::kGemma3) {  // older keys stay as they were
     for (uint32_t v : {c.sliding_window, c.swa_period, FloatBits(c.rope_theta_swa),
                        FloatBits(c.attn_scale), FloatBits(c.embd_scale), uint32_t{c.post_norms},
@@ -135,6 +142,10 @@ Result<ModelConfig> ReadConfig(const GgufFile& f) {
     c.arch = ModelArch::kPhi3;
   } else if (*arch == "gemma3") {
     c.arch = ModelArch::kGemma3;
+  } else if (*arch == "qwen35") {
+    c.arch = ModelArch::kQwen35;
+    c.rope_neox = true;  // text positions: llama.cpp's interleaved M-RoPE = NeoX on rope_dims
+    c.qk_norm = true;
   } else {
     return Status::Unimplemented(f.path() + ": architecture '" + *arch + "' is not supported " +
                                  "(supported: " + std::string(model::kSupportedArchs) + ")");
@@ -184,6 +195,7 @@ Result<ModelConfig> ReadConfig(const GgufFile& f) {
     }
   }
   KVTIER_RETURN_IF_ERROR(model::ReadFamilyConfig(f, *arch, &c));
+  if (c.arch == ModelArch::kQwen35) KVTIER_RETURN_IF_ERROR(model::ReadQwen35Config(f, &c));
   return c;
 }
 
@@ -287,6 +299,7 @@ Status Model::Bind() {
   KVTIER_ASSIGN_OR_RETURN(rope_freq_factors_, b.Vector("rope_freqs.weight", cfg_.rope_dims / 2,
                                                        true));
   layers_.resize(cfg_.n_layers);
+  if (cfg_.arch == ModelArch::kQwen35) return BindQwen35();
   for (uint32_t l = 0; l < cfg_.n_layers; ++l) {
     Layer& L = layers_[l];
     const std::string p = "blk." + std::to_string(l) + ".";

@@ -29,6 +29,14 @@ struct Model::Layer {
   WeightMatrix down;                 // [n_embd][n_ff]
   const float* attn_post_norm = nullptr;  // gemma3: [n_embd] on the attention output, or null
   const float* ffn_post_norm = nullptr;   // gemma3: [n_embd] on the FFN output, or null
+  // qwen35 Gated DeltaNet layers (wqkv: [2 k_dim + v_dim][n_embd], rows q, k, v):
+  WeightMatrix ssm_gate;                  // attn_gate (z): [v_dim][n_embd]
+  const float* ssm_conv = nullptr;        // [conv_dim][conv_kernel]
+  const float* ssm_dt_bias = nullptr;     // [v_heads]
+  const float* ssm_a = nullptr;           // [v_heads], -exp(A_log)
+  WeightMatrix ssm_beta, ssm_alpha;       // [v_heads][n_embd]
+  const float* ssm_norm = nullptr;        // [ssm_state]
+  WeightMatrix ssm_out;                   // [n_embd][v_dim]
 };
 
 // Looks tensors up by name and checks shape and type; adds their sizes to *bytes.
@@ -48,12 +56,16 @@ class ModelBinder {
 namespace model {
 
 // The architectures Model::Load accepts, for error messages.
-inline constexpr const char* kSupportedArchs = "llama, qwen2, qwen3, phi3, gemma3";
+inline constexpr const char* kSupportedArchs = "llama, qwen2, qwen3, phi3, gemma3, qwen35";
 
 // The keys and conventions of the newer families (arch.cc): phi3 (NeoX RoPE; llama.cpp runs it
 // without its sliding window, and so does kvtier) and gemma3 (window layers, their RoPE base,
 // QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap). No-op for llama / qwen*.
 Status ReadFamilyConfig(const GgufFile& f, const std::string& arch, ModelConfig* c);
+
+// qwen35's keys (arch_qwen35.cc): the full-attention interval, ssm.* sizes, the RoPE sections;
+// a missing or inconsistent key fails naming it.
+Status ReadQwen35Config(const GgufFile& f, ModelConfig* c);
 
 }  // namespace model
 

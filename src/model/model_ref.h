@@ -20,4 +20,10 @@ namespace kvtier::model {
 Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32_t> tokens,
                   const Format& k_format, const Format& v_format, std::vector<double>* logits);
 
+// qwen35 (qwen35_ref.cc): Gated DeltaNet layers from a zero state and gated full-attention
+// layers over float64 K/V.
+//   logits [tokens.size(), n_vocab] (every position)
+Status ForwardQwen35Ref(const GgufFile& f, const ModelConfig& c, std::span<const int32_t> tokens,
+                        std::vector<double>* logits);
+
 }  // namespace kvtier::model

@@ -56,8 +56,8 @@ uint64_t TensorBytes(GgmlType type, uint64_t n_values) {
   return n_values / t->block_values * t->block_bytes;
 }
 
-// A [ne0, rows] tensor (ggml order) of `type`: random normal(0, std) rows, or all `fill` when
-// std is 0.
+// A [ne0, rows] tensor (ggml order) of `type`: random normal(fill, std) rows, or all `fill`
+// when std is 0.
 Result<std::vector<uint8_t>> MakeTensor(std::string_view name, GgmlType type, uint64_t ne0,
                                         uint64_t rows, float std, float fill, uint64_t seed) {
   Rng rng{seed ^ HashName(name)};
@@ -71,6 +71,9 @@ Result<std::vector<uint8_t>> MakeTensor(std::string_view name, GgmlType type, ui
     const size_t n = n_rows * ne0;
     if (std != 0.0f) {
       FillNormal(&rng, std, scratch.data(), n);
+      if (fill != 0.0f) {  // normal(fill, std): qwen35's ssm_a must stay negative
+        for (size_t i = 0; i < n; ++i) scratch[i] += fill;
+      }
     } else {
       std::fill(scratch.begin(), scratch.begin() + static_cast<ptrdiff_t>(n), fill);
     }
@@ -138,6 +141,41 @@ struct TensorSpec {
   float std, fill;
 };
 
+// qwen35 (llama.cpp's src/models/qwen35.cpp): every full_attn_interval-th layer is gated full
+// attention (attn_q holds query then gate per head), the others Gated DeltaNet with
+// state_size = head_dim, group_count (k heads) = kv_heads, time_step_rank (v heads) = heads.
+// post_attention_norm is the norm before the FFN (no ffn_norm).
+void Qwen35LayerTensors(const TestModelConfig& c, uint32_t l, std::vector<TensorSpec>* out) {
+  std::vector<TensorSpec>& t = *out;
+  const float kStd = c.weight_std;
+  const uint64_t q = uint64_t{c.heads} * c.head_dim, kv = uint64_t{c.kv_heads} * c.head_dim;
+  const std::string p = std::string("blk.") + std::to_string(l) + ".";
+  t.push_back({p + "attn_norm.weight", c.hidden, 1, false, 0, 1.0f});
+  if ((l + 1) % c.full_attn_interval == 0) {
+    t.push_back({p + "attn_q.weight", c.hidden, 2 * q, true, kStd, 0});
+    t.push_back({p + "attn_k.weight", c.hidden, kv, true, kStd, 0});
+    t.push_back({p + "attn_v.weight", c.hidden, kv, true, kStd, 0});
+    t.push_back({p + "attn_q_norm.weight", c.head_dim, 1, false, 0, 1.0f});
+    t.push_back({p + "attn_k_norm.weight", c.head_dim, 1, false, 0, 1.0f});
+    t.push_back({p + "attn_output.weight", q, c.hidden, true, kStd, 0});
+  } else {
+    const uint64_t key_dim = kv, value_dim = q, conv_dim = 2 * key_dim + value_dim;
+    t.push_back({p + "attn_qkv.weight", c.hidden, conv_dim, true, kStd, 0});
+    t.push_back({p + "attn_gate.weight", c.hidden, value_dim, true, kStd, 0});
+    t.push_back({p + "ssm_conv1d.weight", c.ssm_conv_kernel, conv_dim, false, 0.3f, 0});
+    t.push_back({p + "ssm_dt.bias", c.heads, 1, false, 0.5f, 0});
+    t.push_back({p + "ssm_a", c.heads, 1, false, 0.2f, -0.7f});  // -exp(A_log) < 0
+    t.push_back({p + "ssm_beta.weight", c.hidden, c.heads, true, kStd, 0});
+    t.push_back({p + "ssm_alpha.weight", c.hidden, c.heads, true, kStd, 0});
+    t.push_back({p + "ssm_norm.weight", c.head_dim, 1, false, 0, 1.0f});
+    t.push_back({p + "ssm_out.weight", value_dim, c.hidden, true, kStd, 0});
+  }
+  t.push_back({p + "post_attention_norm.weight", c.hidden, 1, false, 0, 1.0f});
+  t.push_back({p + "ffn_gate.weight", c.hidden, c.ffn, true, kStd, 0});
+  t.push_back({p + "ffn_up.weight", c.hidden, c.ffn, true, kStd, 0});
+  t.push_back({p + "ffn_down.weight", c.ffn, c.hidden, true, kStd, 0});
+}
+
 std::vector<TensorSpec> Tensors(const TestModelConfig& c) {
   const uint64_t q = uint64_t{c.heads} * c.head_dim, kv = uint64_t{c.kv_heads} * c.head_dim;
   const float kStd = c.weight_std;
@@ -146,6 +184,10 @@ std::vector<TensorSpec> Tensors(const TestModelConfig& c) {
   t.push_back({"token_embd.weight", c.hidden, c.vocab, true, kStd, 0});
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string p = std::string("blk.") + std::to_string(l) + ".";
+    if (c.arch == "qwen35") {
+      Qwen35LayerTensors(c, l, &t);
+      continue;
+    }
     t.push_back({p + "attn_norm.weight", c.hidden, 1, false, 0, 1.0f});
     if (phi3) {
       t.push_back({p + "attn_qkv.weight", c.hidden, q + 2 * kv, true, kStd, 0});
@@ -198,10 +240,15 @@ Result<GgmlType> ParseTestModelWeightType(std::string_view name) {
 
 Status ValidateTestModelConfig(const TestModelConfig& c) {
   if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" &&
-      c.arch != "gemma3") {
+      c.arch != "gemma3" && c.arch != "qwen35") {
     return Status::InvalidArgument(
-        std::string("--arch: expected llama, qwen2, qwen3, phi3 or gemma3, got '") + c.arch +
-        "'");
+        std::string("--arch: expected llama, qwen2, qwen3, phi3, gemma3 or qwen35, got '") +
+        c.arch + "'");
+  }
+  if (c.arch == "qwen35" && (c.head_dim % 8 != 0 || c.full_attn_interval == 0 ||
+                             c.ssm_conv_kernel < 2 || c.ssm_conv_kernel > 16)) {
+    return Status::InvalidArgument("qwen35: --head-dim must be a multiple of 8 (rotary quarter "
+                                   "in sections), full_attn_interval >= 1, conv kernel 2..16");
   }
   if (c.arch == "phi3" && uint64_t{c.heads} * c.head_dim != c.hidden) {
     return Status::InvalidArgument("--heads x --head-dim: phi3 needs " +
@@ -332,7 +379,17 @@ void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* out) {
   w.SetUint32(a + ".attention.head_count_kv", c.kv_heads);
   w.SetUint32(a + ".attention.key_length", c.head_dim);
   w.SetUint32(a + ".attention.value_length", c.head_dim);
-  w.SetUint32(a + ".rope.dimension_count", c.head_dim);
+  w.SetUint32(a + ".rope.dimension_count", a == "qwen35" ? c.head_dim / 4 : c.head_dim);
+  if (a == "qwen35") {  // partial rotary (a quarter), text-only multi-section RoPE
+    const int32_t half = static_cast<int32_t>(c.head_dim / 8), third = half / 3;
+    w.SetInt32Array(a + ".rope.dimension_sections", {half - 2 * third, third, third, 0});
+    w.SetUint32(a + ".full_attention_interval", c.full_attn_interval);
+    w.SetUint32(a + ".ssm.conv_kernel", c.ssm_conv_kernel);
+    w.SetUint32(a + ".ssm.state_size", c.head_dim);
+    w.SetUint32(a + ".ssm.group_count", c.kv_heads);
+    w.SetUint32(a + ".ssm.time_step_rank", c.heads);
+    w.SetUint32(a + ".ssm.inner_size", c.heads * c.head_dim);
+  }
   w.SetFloat32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps));
   if (a == "gemma3" && c.sliding_window > 0) {

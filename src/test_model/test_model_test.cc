@@ -235,7 +235,7 @@ TEST(TestModel, RejectsBadShapesNamingTheFlag) {
   EXPECT_TRUE(ValidateTestModelConfig(TestModelConfig{}).ok());  // Qwen3-0.6B shape
   TestModelConfig bad = c;
   bad.arch = "gpt2";
-  expect(bad, "--arch: expected llama, qwen2, qwen3, phi3 or gemma3, got 'gpt2'");
+  expect(bad, "--arch: expected llama, qwen2, qwen3, phi3, gemma3 or qwen35, got 'gpt2'");
   bad = c;
   bad.hidden = 0;
   expect(bad, "--hidden: expected 1..65536, got 0");
@@ -261,6 +261,60 @@ TEST(TestModel, RejectsBadShapesNamingTheFlag) {
   bad.ffn = 1u << 20;
   bad.layers = 1024;
   expect(bad, "bytes of weights; the limit is");
+}
+
+}  // namespace
+}  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// qwen35: the ssm / RoPE-section keys llama.cpp's loader requires, DeltaNet tensors on layers
+// 0-2 and gated attention on layer 3, ssm_a negative (-exp(A_log)), and the head_dim check.
+TEST(TestModel, Qwen35KeysAndTensors) {
+  TestModelConfig c;
+  c.arch = "qwen35";
+  c.hidden = 64;
+  c.layers = 4;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 16;
+  c.ffn = 128;
+  c.vocab = 300;
+  c.ctx = 256;
+  c.weight_type = GgmlType::kF32;
+  auto w = BuildTestModel(c);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const std::vector<uint8_t> bytes = w->Serialize();
+  auto f = GgufFile::FromMemory(bytes, "q35");
+  ASSERT_TRUE(f.ok());
+  const GgufFile& g = **f;
+  EXPECT_EQ(*g.GetUint("qwen35.ssm.conv_kernel"), 4u);
+  EXPECT_EQ(*g.GetUint("qwen35.ssm.state_size"), 16u);
+  EXPECT_EQ(*g.GetUint("qwen35.ssm.group_count"), 2u);
+  EXPECT_EQ(*g.GetUint("qwen35.ssm.time_step_rank"), 4u);
+  EXPECT_EQ(*g.GetUint("qwen35.ssm.inner_size"), 64u);
+  EXPECT_EQ(*g.GetUint("qwen35.full_attention_interval"), 4u);
+  EXPECT_EQ(*g.GetUint("qwen35.rope.dimension_count"), 4u);
+  EXPECT_EQ(*g.GetIntArray("qwen35.rope.dimension_sections"), (std::vector<int64_t>{2, 0, 0, 0}));
+  for (int l = 0; l < 3; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const GgufTensor* qkv = g.FindTensor(p + "attn_qkv.weight");
+    ASSERT_NE(qkv, nullptr);
+    EXPECT_EQ(qkv->shape, (std::vector<uint64_t>{64, 2 * 32 + 64}));
+    const GgufTensor* a = g.FindTensor(p + "ssm_a");
+    ASSERT_NE(a, nullptr);
+    const float* av = reinterpret_cast<const float*>(a->data);
+    for (int h = 0; h < 4; ++h) EXPECT_LT(av[h], 0.0f) << l << " " << h;
+    EXPECT_EQ(g.FindTensor(p + "attn_q.weight"), nullptr);
+    EXPECT_EQ(g.FindTensor(p + "ffn_norm.weight"), nullptr);
+  }
+  const GgufTensor* q = g.FindTensor("blk.3.attn_q.weight");
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(q->shape, (std::vector<uint64_t>{64, 2 * 4 * 16}));  // query + gate per head
+  EXPECT_EQ(g.FindTensor("blk.3.attn_qkv.weight"), nullptr);
+  c.head_dim = 12;
+  EXPECT_NE(ValidateTestModelConfig(c).message().find("multiple of 8"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,202 @@
+// qwen35's forward pass for one sequence (Model::ForwardSequence): Gated DeltaNet layers (causal
+// conv over the projected q|k|v with its window kept in the state, SiLU, L2-normed q/k, the
+// gated delta rule per v head, gated RMSNorm, output projection) and gated full-attention
+// layers (q/k RMSNorm, NeoX RoPE on the rotary dims, causal attention over the state's K/V
+// rows, output * sigmoid(gate)); SwiGLU FFN after post_attention_norm. The facts come from
+// llama.cpp (see arch_qwen35.cc); model_ref's ForwardQwen35Ref is the float64 reference.
+// Matrix products use model::MatMul; the recurrence and attention are plain loops (O(S^2) per
+// v head and token; a SIMD version is the engine session's work).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kvtier/quant.h"
+#include "model/matmul.h"
+#include "model/model_internal.h"
+#include "model/ops.h"
+
+namespace kvtier {
+namespace {
+
+float Silu(float v) { return v / (1.0f + std::exp(-v)); }
+float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+float Softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
+
+}  // namespace
+
+Status Model::ForwardSequence(HybridSeqState* st, std::span<const int32_t> tokens,
+                              bool all_logits, float* logits, ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  if (c.arch != ModelArch::kQwen35) {
+    return Status::InvalidArgument("ForwardSequence: only hybrid (qwen35) models; " +
+                                   std::string(ModelArchName(c.arch)) + " runs through Forward");
+  }
+  if (tokens.empty()) return Status::InvalidArgument("ForwardSequence: no tokens");
+  for (size_t j = 0; j < tokens.size(); ++j) {
+    if (tokens[j] < 0 || static_cast<uint32_t>(tokens[j]) >= c.n_vocab) {
+      return Status::InvalidArgument("ForwardSequence: token " + std::to_string(j) + " has id " +
+                                     std::to_string(tokens[j]) + ", outside the vocabulary [0, " +
+                                     std::to_string(c.n_vocab) + ")");
+    }
+  }
+  const size_t L = c.n_layers;
+  if (st->conv.empty() && st->n_past == 0) {
+    st->conv.resize(L);
+    st->delta.resize(L);
+    st->k.resize(L);
+    st->v.resize(L);
+  }
+  if (st->conv.size() != L || st->delta.size() != L || st->k.size() != L || st->v.size() != L) {
+    return Status::InvalidArgument("ForwardSequence: the state has " +
+                                   std::to_string(st->conv.size()) + " layers, the model " +
+                                   std::to_string(L));
+  }
+  const size_t T = tokens.size(), E = c.n_embd, F = c.n_ff, D = c.head_dim;
+  const size_t H = c.n_heads, Hkv = c.n_kv_heads;
+  const size_t S = c.ssm_state, Hk = c.ssm_k_heads, Hv = c.ssm_v_heads;
+  const size_t K = c.ssm_conv_kernel, k_dim = Hk * S, v_dim = Hv * S, C = 2 * k_dim + v_dim;
+
+  std::vector<float> x(T * E), xb(T * E), y(T * E);  // [T, E]
+  KVTIER_ASSIGN_OR_RETURN(const Format fmt, WeightRowFormat(tok_embd_.type));
+  for (size_t t = 0; t < T; ++t) {
+    KVTIER_RETURN_IF_ERROR(DequantizeRows(fmt, tok_embd_.data + size_t(tokens[t]) *
+                                                   tok_embd_.row_bytes,
+                                          1, E, DType::kF32, x.data() + t * E));
+  }
+  std::vector<int32_t> pos(T);
+  for (size_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(st->n_past + t);
+  model::RopeParams rope;
+  rope.head_dim = c.head_dim;
+  rope.n_dims = c.rope_dims;
+  rope.theta_base = c.rope_theta;
+  rope.neox = true;
+  rope.pos_scale = c.rope_pos_scale;
+
+  std::vector<float> gate(T * F), up(T * F);  // [T, F]
+  for (size_t l = 0; l < L; ++l) {
+    const Layer& W = layers_[l];
+    model::RmsNorm(x.data(), W.attn_norm, T, E, c.rms_eps, xb.data());
+    if (c.recurrent_layer(static_cast<uint32_t>(l))) {
+      std::vector<float>& window = st->conv[l];   // [K - 1, C]
+      std::vector<float>& M = st->delta[l];       // [Hv, S, S]
+      if (window.empty()) window.assign((K - 1) * C, 0.0f);
+      if (M.empty()) M.assign(Hv * S * S, 0.0f);
+      std::vector<float> qkv((K - 1 + T) * C);                    // [K - 1 + T, C]
+      std::vector<float> z(T * v_dim), beta(T * Hv), alpha(T * Hv);
+      std::memcpy(qkv.data(), window.data(), window.size() * sizeof(float));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.wqkv, xb.data(), T, qkv.data() + (K - 1) * C, pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_gate, xb.data(), T, z.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_beta, xb.data(), T, beta.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_alpha, xb.data(), T, alpha.data(), pool));
+      std::memcpy(window.data(), qkv.data() + T * C, window.size() * sizeof(float));
+      std::vector<float> conv(T * C);  // [T, C]: causal conv, SiLU
+      for (size_t t = 0; t < T; ++t) {
+        for (size_t ch = 0; ch < C; ++ch) {
+          float s = 0.0f;
+          for (size_t j = 0; j < K; ++j) s += qkv[(t + j) * C + ch] * W.ssm_conv[ch * K + j];
+          conv[t * C + ch] = Silu(s);
+        }
+        for (size_t hd = 0; hd < 2 * Hk; ++hd) {  // L2-norm q and k heads
+          float* v = conv.data() + t * C + hd * S;
+          float ss = 0.0f;
+          for (size_t i = 0; i < S; ++i) ss += v[i] * v[i];
+          const float inv = 1.0f / std::max(std::sqrt(ss), c.rms_eps);
+          for (size_t i = 0; i < S; ++i) v[i] *= inv;
+        }
+      }
+      std::vector<float> o(T * v_dim), d(S);  // [T, Hv, S]
+      const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+      for (size_t hv = 0; hv < Hv; ++hv) {
+        float* m = M.data() + hv * S * S;  // m[j * S + i]: value dim j, key dim i
+        const size_t hk = hv % Hk;
+        for (size_t t = 0; t < T; ++t) {
+          const float* q = conv.data() + t * C + hk * S;
+          const float* k = conv.data() + t * C + k_dim + hk * S;
+          const float* v = conv.data() + t * C + 2 * k_dim + hv * S;
+          const float decay =
+              std::exp(Softplus(alpha[t * Hv + hv] + W.ssm_dt_bias[hv]) * W.ssm_a[hv]);
+          const float b = Sigmoid(beta[t * Hv + hv]);
+          for (size_t i = 0; i < S * S; ++i) m[i] *= decay;
+          for (size_t j = 0; j < S; ++j) {
+            float s = 0.0f;
+            for (size_t i = 0; i < S; ++i) s += m[j * S + i] * k[i];
+            d[j] = (v[j] - s) * b;
+          }
+          for (size_t j = 0; j < S; ++j) {
+            for (size_t i = 0; i < S; ++i) m[j * S + i] += d[j] * k[i];
+          }
+          float* out = o.data() + t * v_dim + hv * S;
+          for (size_t j = 0; j < S; ++j) {
+            float s = 0.0f;
+            for (size_t i = 0; i < S; ++i) s += m[j * S + i] * q[i];
+            out[j] = s * scale;
+          }
+        }
+      }
+      model::RmsNorm(o.data(), W.ssm_norm, T * Hv, S, c.rms_eps, o.data());
+      for (size_t i = 0; i < T * v_dim; ++i) o[i] *= Silu(z[i]);
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_out, o.data(), T, y.data(), pool));
+    } else {
+      std::vector<float> qg(T * H * 2 * D), q(T * H * D), g(T * H * D);  // [T, H, (2)D]
+      std::vector<float> k(T * Hkv * D), v(T * Hkv * D);                  // [T, Hkv, D]
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.wq, xb.data(), T, qg.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.wk, xb.data(), T, k.data(), pool));
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.wv, xb.data(), T, v.data(), pool));
+      for (size_t r = 0; r < T * H; ++r) {
+        std::memcpy(q.data() + r * D, qg.data() + r * 2 * D, D * sizeof(float));
+        std::memcpy(g.data() + r * D, qg.data() + r * 2 * D + D, D * sizeof(float));
+      }
+      model::RmsNorm(q.data(), W.q_norm, T * H, D, c.rms_eps, q.data());
+      model::RmsNorm(k.data(), W.k_norm, T * Hkv, D, c.rms_eps, k.data());
+      model::Rope(q.data(), T, H, pos, rope);
+      model::Rope(k.data(), T, Hkv, pos, rope);
+      std::vector<float>& kc = st->k[l];
+      std::vector<float>& vc = st->v[l];
+      kc.insert(kc.end(), k.begin(), k.end());
+      vc.insert(vc.end(), v.begin(), v.end());
+      std::vector<float> att(T * H * D, 0.0f), w(st->n_past + T);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      for (size_t t = 0; t < T; ++t) {
+        const size_t n_ctx = st->n_past + t + 1;
+        for (size_t hd = 0; hd < H; ++hd) {
+          const size_t kh = hd / (H / Hkv);
+          const float* qr = q.data() + (t * H + hd) * D;
+          float mx = -INFINITY;
+          for (size_t s = 0; s < n_ctx; ++s) {
+            const float* kr = kc.data() + (s * Hkv + kh) * D;
+            float dot = 0.0f;
+            for (size_t i = 0; i < D; ++i) dot += qr[i] * kr[i];
+            w[s] = dot * scale;
+            mx = std::max(mx, w[s]);
+          }
+          float sum = 0.0f;
+          for (size_t s = 0; s < n_ctx; ++s) sum += (w[s] = std::exp(w[s] - mx));
+          float* out = att.data() + (t * H + hd) * D;
+          for (size_t s = 0; s < n_ctx; ++s) {
+            const float* vr = vc.data() + (s * Hkv + kh) * D;
+            const float p = w[s] / sum;
+            for (size_t i = 0; i < D; ++i) out[i] += p * vr[i];
+          }
+          const float* gr = g.data() + (t * H + hd) * D;
+          for (size_t i = 0; i < D; ++i) out[i] *= Sigmoid(gr[i]);
+        }
+      }
+      KVTIER_RETURN_IF_ERROR(model::MatMul(W.wo, att.data(), T, y.data(), pool));
+    }
+    for (size_t i = 0; i < T * E; ++i) x[i] += y[i];
+    model::RmsNorm(x.data(), W.ffn_norm, T, E, c.rms_eps, xb.data());  // post_attention_norm
+    KVTIER_RETURN_IF_ERROR(model::MatMul(W.gate, xb.data(), T, gate.data(), pool));
+    KVTIER_RETURN_IF_ERROR(model::MatMul(W.up, xb.data(), T, up.data(), pool));
+    model::SwiGlu(gate.data(), up.data(), T * F);
+    KVTIER_RETURN_IF_ERROR(model::MatMul(W.down, gate.data(), T, y.data(), pool));
+    for (size_t i = 0; i < T * E; ++i) x[i] += y[i];
+  }
+  st->n_past += static_cast<uint32_t>(T);
+  const size_t n_out = all_logits ? T : 1;
+  const float* last = x.data() + (all_logits ? 0 : (T - 1) * E);
+  model::RmsNorm(last, output_norm_, n_out, E, c.rms_eps, xb.data());
+  return model::MatMul(output_, xb.data(), n_out, logits, pool);
+}
+
+}  // namespace kvtier
