@@ -1,5 +1,6 @@
 // OpenAI request parsing and response JSON (server/openai.h). nlohmann::json; pure functions.
 #include "server/openai.h"
+#include "server/response_format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -358,7 +359,7 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
   if (endpoint == Endpoint::kChat ? !ParseMessages(body, r, e) : !ParsePrompt(body, r, e)) {
     return false;
   }
-  if (!RefuseUnsupported(body, e)) return false;
+  if (!RefuseUnsupported(body, e) || !ParseResponseFormat(body, r, e)) return false;
   std::optional<int64_t> max_tokens;
   const char* mt_key = body.contains("max_completion_tokens") &&
                                !body["max_completion_tokens"].is_null()
