@@ -57,6 +57,9 @@ struct EngineRequest {
   SamplingParams sampling;
   uint32_t max_tokens = 16;          // >= 1
   std::vector<int32_t> stop_tokens;  // e.g. the end-of-generation ids
+  // Optional: masks each step's logits before sampling (e.g. JSON output); when its Accept
+  // reports the output complete, the request finishes with kStop.
+  std::shared_ptr<LogitConstraint> constraint;
 };
 
 struct EngineEvent {

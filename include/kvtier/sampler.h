@@ -28,6 +28,19 @@ struct SamplingParams {
   Status Validate() const;
 };
 
+// A per-request restriction of the next token (e.g. constrained JSON output). The engine calls
+// Mask on a row's logits before sampling (before penalties, temperature, top-k/top-p, greedy) and
+// Accept with the token sampled. Owned by the request (shared_ptr in EngineRequest);
+// thread-compatible: the engine calls it from its scheduler thread only.
+class LogitConstraint {
+ public:
+  virtual ~LogitConstraint() = default;
+  // Sets logits[id] (logits: [n_vocab]) to -infinity for every token not allowed next.
+  virtual void Mask(std::span<float> logits) = 0;
+  // Advances over `token`. True when the output is complete: the request ends (finish stop).
+  virtual bool Accept(int32_t token) = 0;
+};
+
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& p);

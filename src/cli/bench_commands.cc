@@ -314,6 +314,8 @@ std::vector<Command> BenchCommands() {
         ->capture_default_str();
     s.add_option("--max-tokens", c->max_tokens, "Completion tokens per request")
         ->capture_default_str();
+    s.add_option("--response-format", c->response_format,
+                 "JSON sent as every request's response_format (e.g. '{\"type\":\"json_object\"}')");
     s.add_option("--context-tokens", c->context_tokens, "two-round: round 1's prompt")
         ->capture_default_str();
     s.add_option("--batch", c->batch, "batched-histories: histories decoding together")

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
 #include <thread>
@@ -372,6 +373,10 @@ Status CheckConfig(const BenchServeConfig& c) {
   KVTIER_RETURN_IF_ERROR(CheckRange("--system-tokens", c.system_tokens, 1, kMaxTokens));
   KVTIER_RETURN_IF_ERROR(CheckRange("--turn-tokens", c.turn_tokens, 1, kMaxTokens));
   KVTIER_RETURN_IF_ERROR(CheckRange("--max-tokens", c.max_tokens, 1, kMaxTokens));
+  if (!c.response_format.empty() && !nlohmann::json::accept(c.response_format)) {
+    return Status::InvalidArgument("--response-format: expected a JSON object, got '" +
+                                   c.response_format + "'");
+  }
   KVTIER_RETURN_IF_ERROR(CheckRange("--context-tokens", c.context_tokens, 1, kMaxTokens));
   KVTIER_RETURN_IF_ERROR(CheckRange("--batch", c.batch, 1, 1024));
   KVTIER_RETURN_IF_ERROR(CheckRange("--history-tokens", c.history_tokens, 1, kMaxTokens));
@@ -466,6 +471,7 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
       }
       Endpoint ep;
       ep.api = c.api;
+      ep.response_format = c.response_format;
       ep.timeout_s = c.timeout_s;
       std::unique_ptr<ServerChild> child;
       BenchServeRun run;

@@ -59,6 +59,7 @@ struct BenchServeConfig {
   uint32_t system_tokens = 1000;         // multiturn: shared system prompt
   uint32_t turn_tokens = 64;             // user turns (multiturn, two-round, batched-histories)
   uint32_t max_tokens = 32;              // completion tokens per request
+  std::string response_format;           // --response-format JSON: sent with every request
   uint32_t context_tokens = 11000;       // two-round: round 1's prompt
   uint32_t batch = 4;                    // batched-histories: B
   uint32_t history_tokens = 4000;        // batched-histories: tokens per history
@@ -215,6 +216,7 @@ struct Endpoint {
   std::string api = "completions";
   std::string model;  // the requests' "model" (empty: left out)
   double timeout_s = 600;
+  std::string response_format;  // JSON for every request's "response_format" (empty: none)
 };
 
 struct Msg {

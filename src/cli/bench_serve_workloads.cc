@@ -88,6 +88,7 @@ BenchServeRequest Send(const Endpoint& ep, const Conversation& conv, uint32_t ma
             {"stream_options", {{"include_usage", true}}},
             {"cache_prompt", true}};
   if (!ep.model.empty()) body["model"] = ep.model;
+  if (!ep.response_format.empty()) body["response_format"] = json::parse(ep.response_format);
   if (ep.api == "chat") {
     json msgs = json::array();
     for (const Msg& m : conv) msgs.push_back({{"role", m.role}, {"content", m.content}});

@@ -281,7 +281,10 @@ void Engine::Impl::Step() {
       Store(*r, r->req.prompt, "prompt", false);
       r->prompt_stored = true;
     }
-    const int32_t token = r->sampler.Sample({logits.data() + i * V, V});
+    std::span<float> row(logits.data() + i * V, V);
+    if (r->req.constraint) r->req.constraint->Mask(row);
+    const int32_t token = r->sampler.Sample(row);
+    const bool complete = r->req.constraint && r->req.constraint->Accept(token);
     r->all.push_back(token);
     ++r->generated;
     {
@@ -291,7 +294,7 @@ void Engine::Impl::Step() {
     const bool wanted = Emit(*r, token, FinishReason::kNone);
     FinishReason why = FinishReason::kNone;
     if (std::find(r->req.stop_tokens.begin(), r->req.stop_tokens.end(), token) !=
-        r->req.stop_tokens.end()) {
+        r->req.stop_tokens.end() || complete) {
       why = FinishReason::kStop;
     } else if (r->generated >= r->req.max_tokens) {
       why = FinishReason::kLength;

@@ -5,6 +5,7 @@
 #include "kvtier/engine.h"
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <map>
@@ -109,6 +110,46 @@ TEST(Engine, ContinuousBatchingGivesEveryRequestItsSoloTokens) {
   }
   EXPECT_EQ(engine->Stats().finished, 6u);
   EXPECT_EQ(engine->Stats().preemptions, 0u);
+}
+
+// Forces a fixed token sequence (one allowed id per step) and reports completion at its end.
+class ForcedTokens : public LogitConstraint {
+ public:
+  explicit ForcedTokens(std::vector<int32_t> seq) : seq_(std::move(seq)) {}
+  void Mask(std::span<float> logits) override {
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (static_cast<int32_t>(i) != seq_[at_]) logits[i] = -INFINITY;
+    }
+  }
+  bool Accept(int32_t token) override {
+    EXPECT_EQ(token, seq_[at_]);
+    return ++at_ == seq_.size();
+  }
+
+ private:
+  std::vector<int32_t> seq_;
+  size_t at_ = 0;
+};
+
+TEST(Engine, ALogitConstraintMasksItsRowOnlyAndEndsTheRequest) {
+  EngineOptions o;
+  o.pool = Pool(4096);
+  o.threads = 2;
+  auto engine = Engine::Create(*B().model, o).value();
+  Sink sink;
+  // Tokens the model would not pick: the ids counting down from the top of the vocabulary.
+  const auto V = static_cast<int32_t>(B().model->config().n_vocab);
+  const std::vector<int32_t> forced = {V - 1, V - 2, V - 3, V - 4, V - 5};
+  for (int32_t t : Solo(Prompt(2), 5)) ASSERT_NE(t, V - 1);
+  EngineRequest constrained = Greedy(Prompt(2), 50);
+  constrained.constraint = std::make_shared<ForcedTokens>(forced);
+  const uint64_t a = engine->Submit(std::move(constrained), sink.For()).value();
+  const uint64_t b = engine->Submit(Greedy(Prompt(3), 9), sink.For()).value();
+  sink.Wait(2);
+  EXPECT_EQ(sink.tokens[a], forced);
+  EXPECT_EQ(sink.last[a].finish, FinishReason::kStop);  // complete: ends before max_tokens
+  EXPECT_EQ(sink.tokens[b], Solo(Prompt(3), 9));        // the other row of the batch: unmasked
+  EXPECT_EQ(sink.last[b].finish, FinishReason::kLength);
 }
 
 TEST(Engine, APromptSharingACachedPrefixReportsCachedTokens) {

@@ -2,6 +2,7 @@
 #include "server/openai.h"
 
 #include "server/json_body.h"
+#include "server/response_format.h"
 
 #include <algorithm>
 #include <cmath>
@@ -401,7 +402,7 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
     return false;
   }
   if (endpoint == Endpoint::kChat && !ParseChatTemplateInput(body_text, body, r, e)) return false;
-  if (!RefuseUnsupported(body, e)) return false;
+  if (!RefuseUnsupported(body, e) || !ParseResponseFormat(body, r, e)) return false;
   std::optional<int64_t> max_tokens;
   const char* mt_key = body.contains("max_completion_tokens") &&
                                !body["max_completion_tokens"].is_null()

@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "constrain/json_matcher.h"
 #include "kvtier/chat_template.h"
 #include "kvtier/sampler.h"
 
@@ -40,6 +42,8 @@ struct ApiRequest {
   std::vector<std::string> stop;      // at most 4, non-empty
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
+  // response_format json_object / json_schema (response_format.h); null: free text.
+  std::shared_ptr<const constrain::JsonGrammar> json_grammar;
 };
 
 // Parses and validates `body`. On failure returns false and fills *error (400, the field named

@@ -10,9 +10,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "constrain/token_mask.h"
 #include "kvtier/chat_template.h"
 #include "server/anthropic_serve.h"
 #include "server/dashboard.h"
@@ -66,6 +68,8 @@ struct Server::Impl {
   ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
   bool reasoning_split = false;  // the template knows <think>: split reasoning_content out
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
+  std::once_flag trie_once;          // the vocabulary trie for response_format, built on first use
+  std::shared_ptr<const constrain::VocabTrie> trie;
   uint32_t context = 0;
   uint64_t max_token_bytes = 4;  // the longest vocabulary entry's bytes (at least 4)
   int port = -1;
@@ -252,6 +256,11 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
     er.sampling.seed = seeder();
   }
   er.stop_tokens = stop_tokens;
+  if (r.json_grammar) {
+    std::call_once(trie_once, [this] { trie = constrain::VocabTrie::Build(*deps.tokenizer); });
+    er.constraint = std::make_shared<constrain::JsonConstraint>(r.json_grammar, trie,
+                                                                *deps.tokenizer, stop_tokens);
+  }
   server::CompletionInfo info;
   info.id = NextId(endpoint);
   info.created = UnixNow();
