@@ -104,6 +104,7 @@ constexpr KvCode CodeOf(const Format& f) {
     case FormatKind::kQ4_0: return KvCode::kQ4_0;
     case FormatKind::kAffine:
       return f.bits == 8 ? KvCode::kAffine8 : f.bits == 4 ? KvCode::kAffine4 : KvCode::kOther;
+    case FormatKind::kRot: return KvCode::kOther;  // generic path, in the rotated basis
   }
   return KvCode::kOther;
 }
@@ -167,12 +168,16 @@ inline constexpr FormatKindTraits kFormatKindTraits[] = {
      Q8_0Traits::kScaleOffset, Q8_0Traits::kCodesOffset, Q8_0Traits::kZeroPoint, Q8_0Traits::kNibbles},
     {FormatKind::kQ4_0, ScalePlacement::kPerBlock, Q4_0Traits::kBlockValues, Q4_0Traits::kBlockBytes,
      Q4_0Traits::kScaleOffset, Q4_0Traits::kCodesOffset, Q4_0Traits::kZeroPoint, Q4_0Traits::kNibbles},
+    // rot: 32-value blocks (fp16 scale at 0, codes at 2, codebook indices; bytes depend on bits,
+    // see quant/rot.h's RotBlockBytes).
+    {FormatKind::kRot, ScalePlacement::kPerBlock, 32, 0, 0, 2, 0, NibbleOrder::kNone},
 };
 
 constexpr const FormatKindTraits& TraitsOf(FormatKind k) { return kFormatKindTraits[static_cast<size_t>(k)]; }
 static_assert(TraitsOf(FormatKind::kQ8_0).kind == FormatKind::kQ8_0 &&
                   TraitsOf(FormatKind::kQ4_0).kind == FormatKind::kQ4_0 &&
-                  TraitsOf(FormatKind::kAffine).kind == FormatKind::kAffine,
+                  TraitsOf(FormatKind::kAffine).kind == FormatKind::kAffine &&
+                  TraitsOf(FormatKind::kRot).kind == FormatKind::kRot,
               "kFormatKindTraits is indexed by FormatKind");
 
 // ---------------------------------------------------------------- one row's geometry
