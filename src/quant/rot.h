@@ -130,15 +130,30 @@ inline void RotateRef(float* x, size_t n, uint8_t seed, bool inverse) {
 
 // ---------------------------------------------------------------- one block
 
-// Index of the level nearest to v (binary search over the midpoints; ties go up; NaN -> 0).
+// Midpoints between adjacent levels (as the quantizer compares against them).
 template <int kBits>
-inline uint32_t RotNearest(const float* levels, float v) {
-  uint32_t idx = 0;
-  for (uint32_t step = 1u << (kBits - 1); step > 0; step >>= 1) {
-    const float mid = 0.5f * (levels[idx + step - 1] + levels[idx + step]);
-    if (v >= mid) idx += step;
+struct RotMids {
+  float m[(1 << kBits) - 1];
+  constexpr RotMids() : m() {
+    for (int t = 0; t + 1 < (1 << kBits); ++t) m[t] = 0.5f * (RotLevels<kBits>()[t] + RotLevels<kBits>()[t + 1]);
   }
-  return idx;
+};
+
+// Codes of 32 values: the index of the nearest level of y[i] * inv, i.e. the number of
+// midpoints at or below it (ties go up; NaN -> 0). Branchless, threshold-major so the compiler
+// vectorizes the loop over the 32 values.
+template <int kBits>
+inline void RotCodes(const float* y, float inv, uint8_t* codes) {
+  static constexpr RotMids<kBits> kMids;
+  float v[kRotBlockValues];
+  for (size_t i = 0; i < kRotBlockValues; ++i) {
+    v[i] = y[i] * inv;
+    codes[i] = 0;
+  }
+  for (int t = 0; t + 1 < (1 << kBits); ++t) {
+    const float mid = kMids.m[t];
+    for (size_t i = 0; i < kRotBlockValues; ++i) codes[i] = static_cast<uint8_t>(codes[i] + (v[i] >= mid));
+  }
 }
 
 // 32 rotated values y -> one block (RotBlockBytes(kBits) bytes).
@@ -157,10 +172,9 @@ inline void QuantizeRotBlock(const float* y, uint8_t* block) {
   if (am > 0.0f && std::isfinite(am)) {
     d = m;
     for (int pass = 0; pass < 2; ++pass) {
-      const float inv = 1.0f / d;
+      RotCodes<kBits>(y, 1.0f / d, codes);
       float sxl = 0.0f, sll = 0.0f;
       for (size_t i = 0; i < kRotBlockValues; ++i) {
-        codes[i] = static_cast<uint8_t>(RotNearest<kBits>(L, y[i] * inv));
         sxl += y[i] * L[codes[i]];
         sll += L[codes[i]] * L[codes[i]];
       }
