@@ -15,7 +15,7 @@
 // first value of largest magnitude (sign kept), codes = nearest level of y / d0, then d = the
 // least-squares scale for those codes, codes again for y / d, d least squares again.
 // Levels: Lloyd-Max on y / d0 of Gaussian blocks of 32 with the top level fixed at 1
-// (tools: docs/formats/kv-row-formats.md says how they were fitted); MSE per unit variance
+// (docs/formats/kv-row-formats.md says how they were fitted); MSE per unit variance
 // measured on 6.4M Gaussian values: 4 bits 0.0058 (q4_0's uniform grid: 0.0074), 3 bits
 // 0.0244 (uniform 0.0304), 2 bits 0.105 (uniform 0.131).
 //
