@@ -7,6 +7,12 @@
 //   affine<bits>g<group>   MLX's affine scheme: per group a scale and a bias stored in
 //                          `scale_dtype`, codes q in [0, 2^bits-1] bit-packed, x ~ q*scale+bias.
 //   q8_0 / q4_0            ggml's 32-value blocks with an fp16 scale, byte-for-byte GGUF layout.
+//   rot<bits>s<seed>       rotated rows (issue 32): the row is multiplied by a seeded randomized
+//                          Hadamard transform (block-diagonal where head_dim is not a power of
+//                          two), then each 32-value block stores an fp16 scale and bits-wide
+//                          indices into a non-uniform codebook fitted to the rotated
+//                          distribution (bits 2, 3, 4: 2.5, 3.5, 4.5 bits per value). The seed
+//                          (0..255) names the rotation and is part of the id.
 //
 // A Format is a small value type; its id() is stable across versions and machines and is what
 // files store (docs/formats/kv-row-formats.md). Thread-safe (immutable values).
@@ -31,6 +37,7 @@ enum class FormatKind : uint8_t {
   kAffine = 3,
   kQ8_0 = 4,
   kQ4_0 = 5,
+  kRot = 6,
 };
 
 struct Format {
@@ -38,6 +45,7 @@ struct Format {
   uint8_t bits = 16;           // bits of one stored code/value (not counting scales)
   uint16_t group = 1;          // values sharing one scale (1 for plain dtypes)
   DType scale_dtype = DType::kF16;  // dtype of scales and biases; the dtype itself for plain
+  uint8_t seed = 0;            // rot: the rotation's seed (0 for every other kind)
 
   static Format F32() { return {FormatKind::kF32, 32, 1, DType::kF32}; }
   static Format F16() { return {FormatKind::kF16, 16, 1, DType::kF16}; }
@@ -51,21 +59,30 @@ struct Format {
             scale_dtype};
   }
 
+  // Rotated codebook rows (2, 3 or 4 bits; group 32, f16 scales). Unvalidated.
+  static Format Rot(int bits, int seed = 0) {
+    return {FormatKind::kRot, static_cast<uint8_t>(bits), 32, DType::kF16,
+            static_cast<uint8_t>(seed)};
+  }
+
   bool is_plain() const {
     return kind == FormatKind::kF32 || kind == FormatKind::kF16 || kind == FormatKind::kBF16;
   }
   bool is_quantized() const { return !is_plain(); }
+  // Whether rows are stored in a rotated basis (attention rotates the query and the output).
+  bool is_rotated() const { return kind == FormatKind::kRot; }
 
   // OK if this combination of kind, bits, group and scale dtype is supported.
   Status Validate() const;
   // OK if rows of `head_dim` values can be stored (head_dim > 0 and a multiple of group).
   Status CheckHeadDim(size_t head_dim) const;
 
-  // Stable numeric id: kind | bits << 8 | log2(group) << 16 | scale_dtype << 24.
+  // Stable numeric id: kind | bits << 8 | log2(group) << 16 | scale_dtype << 24; for rot the
+  // top byte is the seed instead (its scales are always f16).
   uint32_t id() const;
   static Result<Format> FromId(uint32_t id);
 
-  // Short name: "f16", "q4_0", "affine4g64" (the scale dtype is not part of it).
+  // Short name: "f16", "q4_0", "affine4g64", "rot4s0" (the scale dtype is not part of it).
   std::string name() const;
   // Name that round-trips through ParseFormat: "affine4g64:bf16" for affine, else name().
   std::string spec() const;
@@ -83,13 +100,15 @@ struct FormatDefaults {
   DType scale_dtype = DType::kF16;  // scale dtype for affine names without ":<dtype>"
 };
 
-// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "affine<bits>[g<group>][:<scale dtype>]".
+// Parses "f32", "f16", "bf16", "q8_0", "q4_0", "affine<bits>[g<group>][:<scale dtype>]",
+// "rot<bits>[s<seed>]" (seed 0 when left out).
 // Errors name the input and list every valid choice.
 Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults = {});
 
 // Text listing what ParseFormat accepts, for error messages and --help.
 std::string ValidFormatsHelp();
-// Every supported format: the plain dtypes, q8_0, q4_0, then affine bits x group x scale dtype.
+// Every supported format: the plain dtypes, q8_0, q4_0, affine bits x group x scale dtype, then
+// rot 2 / 3 / 4 bits with seed 0 and rot4 with seed 1.
 std::vector<Format> AllSupportedFormats();
 
 }  // namespace kvtier

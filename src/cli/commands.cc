@@ -221,6 +221,9 @@ Command PerplexityCommand() {
         ->capture_default_str();
     pp.add_option("--kv-type", c->kv_type, kKvTypeHelp)->capture_default_str();
     pp.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
+    pp.add_flag("--kld", c->kld,
+                "Also score each window with f16 KV: ppl_base, mean and 99% KL divergence, "
+                "same top-1 (as llama-perplexity --kl-divergence)");
     pp.add_flag("--json", *json, "Print one JSON object");
     return [c, json] {
       auto r = RunPerplexity(*c, ProgressBar("window"));

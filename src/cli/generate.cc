@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iomanip>
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -207,6 +208,34 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
   return st;
 }
 
+TokenKld KldOfLogits(const float* base, const float* l, size_t V) {
+  const size_t ib = static_cast<size_t>(std::max_element(base, base + V) - base);
+  const size_t il = static_cast<size_t>(std::max_element(l, l + V) - l);
+  const double mb = base[ib], ml = l[il];
+  double sb = 0.0, sl = 0.0;
+  for (size_t i = 0; i < V; ++i) {
+    sb += std::exp(double(base[i]) - mb);
+    sl += std::exp(double(l[i]) - ml);
+  }
+  const double lse_b = mb + std::log(sb), lse_l = ml + std::log(sl);
+  double kld = 0.0;
+  for (size_t i = 0; i < V; ++i) {
+    const double lpb = double(base[i]) - lse_b;
+    kld += std::exp(lpb) * (lpb - (double(l[i]) - lse_l));
+  }
+  return {std::max(kld, 0.0), ib == il};
+}
+
+double Percentile(const std::vector<double>& v, double f) {
+  if (v.empty()) return 0.0;
+  if (f <= 0) return v.front();
+  if (f >= 1) return v.back();
+  double p = f * double(v.size() - 1);
+  const size_t ip = static_cast<size_t>(p);
+  p -= double(ip);
+  return (1 - p) * v[ip] + p * v[std::min(ip + 1, v.size() - 1)];
+}
+
 Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
                                        const std::function<void(int, int)>& progress) {
   KVTIER_RETURN_IF_ERROR(CheckRange("--ctx", c.ctx, 16, 1 << 20));
@@ -229,13 +258,30 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
   KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type, c.ctx));
   ThreadPool threads(Threads(c.threads));
   const size_t V = m.config().n_vocab, first = c.ctx / 2;
-  double nll = 0.0, nll2 = 0.0;
-  uint64_t count = 0;
+  std::shared_ptr<BlockPool> base_pool;
+  if (c.kld) {
+    KVTIER_ASSIGN_OR_RETURN(base_pool, MakeKvPool(m.config(), "--kv-type", "f16", c.ctx));
+  }
+  double nll = 0.0, nll2 = 0.0, nll_base = 0.0, kld_sum = 0.0;
+  uint64_t count = 0, same_top1 = 0;
+  std::vector<double> klds;
   Timer timer;
-  std::vector<float> logits;
+  std::vector<float> logits, base_logits;
+  // NLL of `target` under logit row l.
+  auto nll_of = [V](const float* l, int32_t target) {
+    const float mx = *std::max_element(l, l + V);
+    double sum = 0.0;
+    for (size_t i = 0; i < V; ++i) sum += std::exp(double(l[i]) - mx);
+    return -(double(l[target]) - mx - std::log(sum));
+  };
   for (size_t w = 0; w < windows; ++w) {
     std::vector<int32_t> win(tokens.begin() + w * c.ctx, tokens.begin() + (w + 1) * c.ctx);
     if (add_bos) win[0] = tok.bos_id();
+    if (base_pool) {
+      BatchCache base(base_pool);
+      KVTIER_RETURN_IF_ERROR(base.Add(SequenceCache(base_pool)));
+      KVTIER_RETURN_IF_ERROR(Feed(m, base, win, c.batch, true, &base_logits, &threads));
+    }
     BatchCache cache(pool);
     KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
     KVTIER_RETURN_IF_ERROR(Feed(m, cache, win, c.batch, true, &logits, &threads));
@@ -243,13 +289,18 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
     for (size_t j = first; j + 1 < c.ctx; ++j) {
       const float* l = logits.data() + j * V;
       const int32_t target = tokens[w * c.ctx + j + 1];
-      const float mx = *std::max_element(l, l + V);
-      double sum = 0.0;
-      for (size_t i = 0; i < V; ++i) sum += std::exp(double(l[i]) - mx);
-      const double v = -(double(l[target]) - mx - std::log(sum));
+      const double v = nll_of(l, target);
       nll += v;
       nll2 += v * v;
       ++count;
+      if (base_pool) {
+        const float* lb = base_logits.data() + j * V;
+        nll_base += nll_of(lb, target);
+        const TokenKld k = KldOfLogits(lb, l, V);
+        kld_sum += k.kld;
+        klds.push_back(k.kld);
+        same_top1 += k.same_top1 ? 1 : 0;
+      }
     }
     if (progress) progress(static_cast<int>(w + 1), static_cast<int>(windows));
   }
@@ -264,6 +315,14 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
   r.k_format = pool->layout().k_format.name();
   r.v_format = pool->layout().v_format.name();
   r.seconds = timer.Millis() / 1000.0;
+  if (base_pool) {
+    std::sort(klds.begin(), klds.end());
+    r.has_kld = true;
+    r.ppl_base = std::exp(nll_base / double(count));
+    r.kld = kld_sum / double(count);
+    r.kld_p99 = Percentile(klds, 0.99);
+    r.same_top1 = double(same_top1) / double(count);
+  }
   return r;
 }
 
@@ -277,6 +336,12 @@ std::string FormatPerplexityJson(const PerplexityReport& r) {
   j["v_format"] = r.v_format;
   j["chunks"] = r.chunks;
   j["seconds"] = r.seconds;
+  if (r.has_kld) {
+    j["ppl_base"] = r.ppl_base;
+    j["kld"] = r.kld;
+    j["kld_p99"] = r.kld_p99;
+    j["same_top1"] = r.same_top1;
+  }
   return j.dump() + "\n";
 }
 
@@ -287,6 +352,11 @@ std::string FormatPerplexityText(const PerplexityReport& r) {
   o << "perplexity: " << r.ppl << " +/- " << r.ppl_stderr << " (" << r.tokens_scored
     << " tokens scored in " << r.chunks << " windows of " << r.ctx << ", KV K " << r.k_format
     << " / V " << r.v_format << ", " << r.seconds << " s)\n";
+  if (r.has_kld) {
+    o << "f16 KV perplexity: " << r.ppl_base << ", mean KLD " << std::setprecision(6) << r.kld
+      << ", 99% KLD " << r.kld_p99 << ", same top-1 " << std::setprecision(4)
+      << 100.0 * r.same_top1 << "%\n";
+  }
   return o.str();
 }
 

@@ -70,6 +70,7 @@ struct PerplexityConfig {
   uint32_t chunks = 0;             // 0: every whole window of the file
   std::string kv_type = "f16";
   int threads = 0;
+  bool kld = false;                // also score every window with f16 KV: ppl_base, KL divergence
 };
 
 struct PerplexityReport {
@@ -80,7 +81,23 @@ struct PerplexityReport {
   uint32_t chunks = 0;
   std::string k_format, v_format;
   double seconds = 0.0;
+  // --kld (as llama-perplexity --kl-divergence, base = the same windows with f16 KV):
+  bool has_kld = false;
+  double ppl_base = 0.0;
+  double kld = 0.0;        // mean over scored positions of KL(P_base || P)
+  double kld_p99 = 0.0;    // 99th percentile (linear interpolation between sorted values)
+  double same_top1 = 0.0;  // fraction of positions whose argmax token agrees with the base's
 };
+
+// KL(P_base || P) of the softmaxes of two logit rows of V entries (float64), and whether
+// their argmax tokens (first maximum) agree.
+struct TokenKld {
+  double kld = 0.0;
+  bool same_top1 = false;
+};
+TokenKld KldOfLogits(const float* base_logits, const float* logits, size_t V);
+// llama-perplexity's percentile: fraction f of the sorted values, interpolated linearly.
+double Percentile(const std::vector<double>& sorted, double fraction);
 
 Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
                                        const std::function<void(int, int)>& progress);

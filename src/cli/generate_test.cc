@@ -151,6 +151,89 @@ TEST_F(ModelCommands, PerplexityFollowsTheMethod) {
   }
 }
 
+// --kld: ppl_base, the mean / 99th-percentile KL divergence and same-top1 equal a direct
+// computation from the logits of the same windows fed with f16 KV and with --kv-type.
+TEST_F(ModelCommands, PerplexityKldMatchesADirectComputation) {
+  PerplexityConfig c;
+  c.model = Path("m.gguf");
+  c.file = Path("text.txt");
+  c.ctx = 64;
+  c.batch = 24;
+  c.chunks = 2;
+  c.threads = 2;
+  c.kv_type = "rot2s3";  // coarse enough that the distributions differ visibly
+  c.kld = true;
+  auto r = RunPerplexity(c, nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_TRUE(r->has_kld);
+  EXPECT_EQ(r->k_format, "rot2s3");
+
+  auto lm = LoadModel(c.model);
+  ASSERT_TRUE(lm.ok());
+  std::ifstream in(c.file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const auto tokens = lm->tokenizer->Encode(ss.str(), lm->tokenizer->add_bos_default(), false);
+  const size_t V = lm->model->config().n_vocab;
+  auto logits_of = [&](const std::vector<int32_t>& win, const char* kv) {
+    auto pool = MakeKvPool(lm->model->config(), "kv", kv, 64);
+    EXPECT_TRUE(pool.ok());
+    BatchCache cache(*pool);
+    EXPECT_TRUE(cache.Add(SequenceCache(*pool)).ok());
+    std::vector<float> logits(64 * V);
+    std::span<const int32_t> rows[1] = {win};
+    EXPECT_TRUE(lm->model->Forward(cache, rows, true, logits.data(), nullptr).ok());
+    return logits;
+  };
+  double nll_base = 0.0, kld = 0.0;
+  int n = 0, same = 0;
+  std::vector<double> all;
+  for (int w = 0; w < 2; ++w) {
+    std::vector<int32_t> win(tokens.begin() + w * 64, tokens.begin() + (w + 1) * 64);
+    if (lm->tokenizer->add_bos_default()) win[0] = lm->tokenizer->bos_id();
+    const std::vector<float> base = logits_of(win, "f16"), test = logits_of(win, "rot2s3");
+    for (int j = 32; j < 63; ++j) {
+      const float* b = base.data() + j * V;
+      const float* t = test.data() + j * V;
+      double zb = 0.0, zt = 0.0;
+      for (size_t i = 0; i < V; ++i) {
+        zb += std::exp(double(b[i]));
+        zt += std::exp(double(t[i]));
+      }
+      nll_base -= double(b[tokens[w * 64 + j + 1]]) - std::log(zb);
+      double k = 0.0;
+      for (size_t i = 0; i < V; ++i) {
+        const double pb = std::exp(double(b[i])) / zb, pt = std::exp(double(t[i])) / zt;
+        k += pb * std::log(pb / pt);
+      }
+      kld += k;
+      all.push_back(k);
+      same += std::max_element(b, b + V) - b == std::max_element(t, t + V) - t;
+      ++n;
+    }
+  }
+  std::sort(all.begin(), all.end());
+  const double p = 0.99 * (n - 1);
+  const size_t ip = static_cast<size_t>(p);
+  const double p99 = all[ip] + (p - double(ip)) * (all[ip + 1] - all[ip]);
+  EXPECT_NEAR(r->ppl_base, std::exp(nll_base / n), 1e-3 * r->ppl_base);
+  EXPECT_GT(kld / n, 1e-6);  // the formats really differ
+  EXPECT_NEAR(r->kld, kld / n, 1e-3 * kld / n + 1e-9);
+  EXPECT_NEAR(r->kld_p99, p99, 1e-3 * p99 + 1e-9);
+  EXPECT_DOUBLE_EQ(r->same_top1, double(same) / n);
+  const std::string json = FormatPerplexityJson(*r);
+  for (const char* key : {"\"ppl_base\"", "\"kld\"", "\"kld_p99\"", "\"same_top1\""}) {
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  }
+  // Against itself: no divergence, every top-1 the same.
+  c.kv_type = "f16";
+  r = RunPerplexity(c, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->kld, 0.0);
+  EXPECT_EQ(r->same_top1, 1.0);
+  EXPECT_DOUBLE_EQ(r->ppl, r->ppl_base);
+}
+
 TEST_F(ModelCommands, PerplexityNeedsTwoWindows) {
   PerplexityConfig c;
   c.model = Path("m.gguf");

@@ -15,14 +15,17 @@
 #include "kernels/dispatch.h"
 #include "kernels/job.h"
 #include "kernels/paths.h"
+#include "quant/quant_simd.h"
 
 namespace kvtier {
 namespace {
 
 constexpr uint32_t kMinSplitKeys = 512;  // a key split is never shorter than this
 
-// Combines `n` partials {m, l, acc[d]} (stride d + 2) of one query vector into out.
-void Finalize(const float* partials, size_t n, size_t d, DType out_dtype, void* out, size_t at) {
+// Combines `n` partials {m, l, acc[d]} (stride d + 2) of one query vector into out; with a
+// rotated V format (v_rot), the sum is in the rotated basis and is rotated back here, once.
+void Finalize(const float* partials, size_t n, size_t d, DType out_dtype, void* out, size_t at,
+              const Format& v_format) {
   float mx = -INFINITY;
   for (size_t s = 0; s < n; ++s) mx = std::max(mx, partials[s * (d + 2)]);
   float acc[256 + 2] = {};
@@ -37,7 +40,9 @@ void Finalize(const float* partials, size_t n, size_t d, DType out_dtype, void* 
     }
   }
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (size_t j = 0; j < d; ++j) StoreAs(out_dtype, out, at + j, acc[j] * inv);
+  for (size_t j = 0; j < d; ++j) acc[j] *= inv;
+  if (v_format.is_rotated()) simd::RotateRows(v_format.seed, acc, 1, d, /*inverse=*/true);
+  for (size_t j = 0; j < d; ++j) StoreAs(out_dtype, out, at + j, acc[j]);
 }
 
 }  // namespace
@@ -72,6 +77,14 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
   }
   job.q_first = q_first.data();
   if (total_q == 0) return Status::OK();
+  // Rotated K (quant/rot.h): q.k = (R q).(R k), so the queries are rotated once here and the
+  // kernels read the keys in their stored basis.
+  std::vector<float> q_rot;
+  if (kv.k_format.is_rotated()) {
+    q_rot.assign(q, q + total_q * params.n_heads * d);
+    simd::RotateRows(kv.k_format.seed, q_rot.data(), total_q * params.n_heads, d, false);
+    job.q = q_rot.data();
+  }
 
   // Units: decode rows (few queries) take every KV head at once, so each token's K/V (which
   // sit together in a block) is read in one pass; prefill rows are cut by KV head and query
@@ -153,7 +166,7 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
         }
         const uint32_t v = it.qv_begin + i;
         const size_t at = ((q_first[it.row] + v / G) * params.n_heads + size_t{h} * G + v % G) * d;
-        Finalize(gathered.data(), n_parts, d, params.out_dtype, out, at);
+        Finalize(gathered.data(), n_parts, d, params.out_dtype, out, at, kv.v_format);
       }
     }
   };

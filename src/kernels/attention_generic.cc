@@ -98,10 +98,10 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
                         h * kv.k_head_stride;
     const uint8_t* vp = kv.v_base + block * kv.block_stride + slot * kv.v_token_stride +
                         h * kv.v_head_stride;
-    if (!simd::DequantizeRowsStrided(kv.k_format, kp, kv.k_token_stride, nt, kD, DType::kF32,
-                                     kt) ||
-        !simd::DequantizeRowsStrided(kv.v_format, vp, kv.v_token_stride, nt, kD, DType::kF32,
-                                     vt)) {
+    // Rows in their stored basis: rotated formats stay rotated (the driver rotated the
+    // queries and rotates the outputs back).
+    if (!simd::DequantizeRowsStridedStored(kv.k_format, kp, kv.k_token_stride, nt, kD, &kt[0][0]) ||
+        !simd::DequantizeRowsStridedStored(kv.v_format, vp, kv.v_token_stride, nt, kD, &vt[0][0])) {
       return false;
     }
     for (uint32_t t = nt; t < nt_pad; ++t) std::fill(kt[t], kt[t] + kD, 0.0f);

@@ -156,6 +156,10 @@ TEST_P(AttentionTargets, MixedFormatsHeadDimsAndGqaRatios) {
       {Format::Q8_0(), Format::Q4_0()},
       {Format::F16(), Format::Affine(4, 32, DType::kBF16)},
       {Format::BF16(), Format::F32()},
+      // Rotated formats (the query and the output rotated by the driver), alone and mixed.
+      {Format::Rot(4, 1), Format::Rot(3, 0)},
+      {Format::Q8_0(), Format::Rot(4, 0)},
+      {Format::Rot(2, 9), Format::F16()},
   };
   uint64_t seed = 100;
   for (const auto& [kf, vf] : pairs) {

@@ -15,11 +15,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "hwy/highway.h"
 #include "kvtier/format.h"
 #include "quant/format_traits.h"
+#include "quant/rot.h"
 #include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -231,6 +233,75 @@ struct DecAffine {  // codes (little-endian bit stream) | scales | biases
   }
 };
 
+// rot4 blocks (quant/rot.h): f16 scale, then 32 codebook indices, value 2j in the low nibble of
+// code byte j. Values are levels[code] * d in the rotated basis (the driver rotates the
+// queries and the outputs), as quant's DequantizeRowsStridedStored gives them.
+struct DecRot4 {
+  static constexpr size_t kBlockBytes = RotBlockBytes(4);
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    const size_t N = hn::Lanes(df);
+    const size_t v0 = k * N;
+    const uint8_t* block = row + (v0 / kRotBlockValues) * kBlockBytes;
+    const size_t o = v0 % kRotBlockValues;
+    HWY_ALIGN float y[HWY_LANES(float)];
+    for (size_t i = 0; i < N; ++i) {
+      const uint8_t b = block[2 + (o + i) / 2];
+      y[i] = kRotLevels4[((o + i) & 1) ? b >> 4 : b & 0x0f];
+    }
+    return hn::Mul(hn::Load(df, y), BroadcastHalf(df, block));
+  }
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx& ctx, VF& a, VF& b) {
+#if HWY_TARGET <= HWY_AVX3
+    if constexpr (HWY_LANES(float) == 16) {
+      // N = 16: chunks k, k + 1 are one block. 16-entry table levels * d; each chunk's 8 bytes
+      // duplicated per nibble and shifted so lane 2j reads byte j, lane 2j + 1 byte j >> 4
+      // (vpermps looks at the low 4 bits only).
+      const uint8_t* block = row + (k / 2) * kBlockBytes;
+      const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(kRotLevels4), BroadcastHalf(df, block).raw);
+      const __m128i dup_bytes = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+      const __m512i odd_by_4 = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+      auto chunk = [&](const uint8_t* p) {
+        const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+        const __m512i idx =
+            _mm512_srlv_epi32(_mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, dup_bytes)), odd_by_4);
+        return VF{_mm512_permutexvar_ps(idx, table)};
+      };
+      a = chunk(block + 2);
+      b = chunk(block + 2 + 8);
+      return;
+    }
+#endif
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (HWY_LANES(float) == 8) {
+      // N = 8: two 8-entry tables (levels 0-7, 8-15) times d, vpermps on the low 3 bits and a
+      // blend on bit 3; lane j of a chunk reads nibble j of its 4 bytes.
+      const size_t v0 = k * 8;
+      const uint8_t* block = row + (v0 / kRotBlockValues) * kBlockBytes;
+      const __m256 d = BroadcastHalf(df, block).raw;
+      const __m256 lo = _mm256_mul_ps(_mm256_loadu_ps(kRotLevels4), d);
+      const __m256 hi = _mm256_mul_ps(_mm256_loadu_ps(kRotLevels4 + 8), d);
+      const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+      auto chunk = [&](const uint8_t* p) {
+        uint32_t w;
+        std::memcpy(&w, p, 4);
+        const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts),
+                                             _mm256_set1_epi32(15));
+        const __m256 l = _mm256_permutevar8x32_ps(lo, idx);
+        const __m256 h = _mm256_permutevar8x32_ps(hi, idx);
+        // Bit 3 of idx moved to the sign bit selects the high table.
+        return VF{_mm256_blendv_ps(l, h, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)))};
+      };
+      const size_t o = v0 % kRotBlockValues;  // 0 or 16: chunks k, k + 1 share the block
+      a = chunk(block + 2 + o / 2);
+      b = chunk(block + 2 + o / 2 + 4);
+      return;
+    }
+#endif
+    a = Chunk(df, row, k, ctx);
+    b = Chunk(df, row, k + 1, ctx);
+  }
+};
+
 // The decoder of a code layout (affine: with its scale dtype). bf16 decodes in even / odd
 // order (EvenOdd<>::Plain is its value-order twin).
 template <KvCode C, DType kScale>
@@ -242,6 +313,7 @@ template <DType S> struct DecoderOfT<KvCode::kQ8_0, S> { using type = DecQ8_0; }
 template <DType S> struct DecoderOfT<KvCode::kQ4_0, S> { using type = DecQ4_0; };
 template <DType S> struct DecoderOfT<KvCode::kAffine8, S> { using type = DecAffine<8, S>; };
 template <DType S> struct DecoderOfT<KvCode::kAffine4, S> { using type = DecAffine<4, S>; };
+template <DType S> struct DecoderOfT<KvCode::kRot4, S> { using type = DecRot4; };
 template <KvCode C, DType kScale = DType::kF16>
 using DecoderOf = typename DecoderOfT<C, kScale>::type;
 

@@ -46,6 +46,7 @@ inline constexpr PairRow kPairTable[] = {
     {KvCode::kQ8_0, KvCode::kQ4_0, kServeInt8 | kServeQ16 | kServeFast},
     {KvCode::kAffine8, KvCode::kAffine8, kServeInt8 | kServeQ16 | kServeFast},
     {KvCode::kAffine4, KvCode::kAffine4, kServeInt8 | kServeQ16 | kServeFast},
+    {KvCode::kRot4, KvCode::kRot4, kServeFast},
 };
 inline constexpr size_t kNumPairs = sizeof(kPairTable) / sizeof(kPairTable[0]);
 

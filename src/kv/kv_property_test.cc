@@ -64,6 +64,14 @@ double RowTolerance(const Format& f, const double* x, size_t d) {
         tol = std::max(tol, amax / (1 << (f.bits - 1)) + amax * 0x1p-9);
       }
       return tol;
+    case FormatKind::kRot: {
+      // Rotated rows: an element's error is at most the row's error norm, which on these rows
+      // is sqrt(codebook MSE) (0.32 / 0.16 / 0.08 at 2 / 3 / 4 bits) times the row's norm;
+      // about twice that as the bound.
+      double norm2 = 0.0;
+      for (size_t i = 0; i < d; ++i) norm2 += x[i] * x[i];
+      return std::sqrt(norm2) * (f.bits == 2 ? 0.75 : f.bits == 3 ? 0.4 : 0.2);
+    }
   }
   return 0;
 }

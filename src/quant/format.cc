@@ -46,7 +46,8 @@ Format Format::Plain(DType t) {
 std::string ValidFormatsHelp() {
   return "f32, f16, bf16, q8_0, q4_0, affine<bits>g<group>[:<scale dtype>] with bits in "
          "{2, 3, 4, 5, 6, 8}, group in {32, 64, 128} and scale dtype in {f32, f16, bf16} "
-         "(e.g. affine4g64, affine8g32:bf16)";
+         "(e.g. affine4g64, affine8g32:bf16), rot<bits>[s<seed>] with bits in {2, 3, 4} and "
+         "seed in 0..255 (e.g. rot4, rot3s7)";
 }
 
 std::vector<Format> AllSupportedFormats() {
@@ -59,6 +60,8 @@ std::vector<Format> AllSupportedFormats() {
       }
     }
   }
+  for (int bits : {2, 3, 4}) v.push_back(Format::Rot(bits, 0));
+  v.push_back(Format::Rot(4, 1));
   return v;
 }
 
@@ -68,15 +71,15 @@ Status Format::Validate() const {
     case FormatKind::kF32:
     case FormatKind::kF16:
     case FormatKind::kBF16:
-      if (*this != Plain(static_cast<DType>(static_cast<uint8_t>(kind)))) {
+      if (*this != Plain(static_cast<DType>(static_cast<uint8_t>(kind))) || seed != 0) {
         return Status::InvalidArgument(what + ": inconsistent plain-dtype descriptor");
       }
       return Status::OK();
     case FormatKind::kQ8_0:
-      if (*this != Q8_0()) return Status::InvalidArgument(what + ": q8_0 is 8 bits, group 32, f16 scale");
+      if (*this != Q8_0() || seed != 0) return Status::InvalidArgument(what + ": q8_0 is 8 bits, group 32, f16 scale");
       return Status::OK();
     case FormatKind::kQ4_0:
-      if (*this != Q4_0()) return Status::InvalidArgument(what + ": q4_0 is 4 bits, group 32, f16 scale");
+      if (*this != Q4_0() || seed != 0) return Status::InvalidArgument(what + ": q4_0 is 4 bits, group 32, f16 scale");
       return Status::OK();
     case FormatKind::kAffine:
       if (!IsAffineBits(bits)) {
@@ -89,6 +92,16 @@ Status Format::Validate() const {
       }
       if (static_cast<uint8_t>(scale_dtype) > static_cast<uint8_t>(DType::kBF16)) {
         return Status::InvalidArgument(what + ": scale dtype must be f32, f16 or bf16");
+      }
+      if (seed != 0) return Status::InvalidArgument(what + ": affine formats have no seed");
+      return Status::OK();
+    case FormatKind::kRot:
+      if (bits < 2 || bits > 4) {
+        return Status::InvalidArgument("rot bits " + std::to_string(bits) +
+                                       " unsupported: valid bits are 2, 3, 4");
+      }
+      if (*this != Rot(bits, seed)) {
+        return Status::InvalidArgument(what + ": rot formats are group 32 with f16 scales");
       }
       return Status::OK();
   }
@@ -109,14 +122,16 @@ Status Format::CheckHeadDim(size_t head_dim) const {
 }
 
 uint32_t Format::id() const {
+  const uint32_t top = kind == FormatKind::kRot ? seed : static_cast<uint32_t>(scale_dtype);
   return static_cast<uint32_t>(kind) | static_cast<uint32_t>(bits) << 8 |
          static_cast<uint32_t>(Log2(group)) << 16 |
-         static_cast<uint32_t>(scale_dtype) << 24;
+         top << 24;
 }
 
 Result<Format> Format::FromId(uint32_t id) {
   const uint32_t log2_group = (id >> 16) & 0xff;
-  if (log2_group > 15 || (id >> 24) > 2 || (id & 0xff) > 5) {
+  const bool rot = (id & 0xff) == static_cast<uint32_t>(FormatKind::kRot);
+  if (log2_group > 15 || (!rot && (id >> 24) > 2) || (id & 0xff) > 6) {
     return Status::Corruption("invalid format id 0x" + [&] {
       char buf[16];
       auto [p, ec] = std::to_chars(buf, buf + sizeof buf, id, 16);
@@ -125,7 +140,8 @@ Result<Format> Format::FromId(uint32_t id) {
     }());
   }
   Format f{static_cast<FormatKind>(id & 0xff), static_cast<uint8_t>((id >> 8) & 0xff),
-           static_cast<uint16_t>(1u << log2_group), static_cast<DType>(id >> 24)};
+           static_cast<uint16_t>(1u << log2_group),
+           rot ? DType::kF16 : static_cast<DType>(id >> 24), static_cast<uint8_t>(rot ? id >> 24 : 0)};
   Status s = f.Validate();
   if (!s.ok()) return Status::Corruption("format id " + std::to_string(id) + ": " + s.message());
   return f;
@@ -140,6 +156,8 @@ std::string Format::name() const {
     case FormatKind::kQ4_0: return "q4_0";
     case FormatKind::kAffine:
       return "affine" + std::to_string(bits) + "g" + std::to_string(group);
+    case FormatKind::kRot:
+      return "rot" + std::to_string(bits) + "s" + std::to_string(seed);
   }
   return "invalid-format";
 }
@@ -157,6 +175,7 @@ double Format::bits_per_value() const {
       return bits;
     case FormatKind::kQ8_0:
     case FormatKind::kQ4_0:
+    case FormatKind::kRot:
       return bits + 16.0 / group;
     case FormatKind::kAffine:
       return bits + 2.0 * 8.0 * static_cast<double>(DTypeSize(scale_dtype)) / group;
@@ -176,6 +195,8 @@ size_t Format::row_bytes(size_t head_dim) const {
       return head_dim / 32 * 18;
     case FormatKind::kAffine:
       return head_dim * bits / 8 + 2 * (head_dim / group) * DTypeSize(scale_dtype);
+    case FormatKind::kRot:
+      return head_dim / 32 * (2 + 32 * bits / 8);
   }
   return 0;
 }
@@ -191,6 +212,23 @@ Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults) {
   if (name == "bf16") return Format::BF16();
   if (name == "q8_0") return Format::Q8_0();
   if (name == "q4_0") return Format::Q4_0();
+  constexpr std::string_view kRotName = "rot";
+  if (name.substr(0, kRotName.size()) == kRotName) {
+    std::string_view rest = name.substr(kRotName.size());
+    int bits = 0, seed = 0;
+    if (size_t sp = rest.find('s'); sp != std::string_view::npos) {
+      if (!ParseInt(rest.substr(sp + 1), &seed) || seed < 0 || seed > 255) {
+        return unknown("bad seed: expected 0..255");
+      }
+      rest = rest.substr(0, sp);
+    }
+    if (!ParseInt(rest, &bits)) return unknown("bad bit width");
+    if (bits < 0 || bits > 255) return unknown("out of range");
+    Format f = Format::Rot(bits, seed);
+    Status s = f.Validate();
+    if (!s.ok()) return unknown(s.message());
+    return f;
+  }
   constexpr std::string_view kAffine = "affine";
   if (name.substr(0, kAffine.size()) != kAffine) return unknown("");
   std::string_view rest = name.substr(kAffine.size());

@@ -93,7 +93,7 @@ struct AffineTraits {
 
 // What a fused kernel specialises on. kOther: a valid format no specialised path decodes (the
 // generic path serves it through quant's row decoders).
-enum class KvCode : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kAffine8, kAffine4, kOther };
+enum class KvCode : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kAffine8, kAffine4, kRot4, kOther };
 
 constexpr KvCode CodeOf(const Format& f) {
   switch (f.kind) {
@@ -104,6 +104,9 @@ constexpr KvCode CodeOf(const Format& f) {
     case FormatKind::kQ4_0: return KvCode::kQ4_0;
     case FormatKind::kAffine:
       return f.bits == 8 ? KvCode::kAffine8 : f.bits == 4 ? KvCode::kAffine4 : KvCode::kOther;
+    // Read in the rotated basis (the driver rotates queries and outputs); rot4 has a fast-path
+    // decoder, rot3 / rot2 run on the generic path.
+    case FormatKind::kRot: return f.bits == 4 ? KvCode::kRot4 : KvCode::kOther;
   }
   return KvCode::kOther;
 }
@@ -120,7 +123,8 @@ constexpr int CodeBits(KvCode c) {
     case KvCode::kQ8_0:
     case KvCode::kAffine8: return 8;
     case KvCode::kQ4_0:
-    case KvCode::kAffine4: return 4;
+    case KvCode::kAffine4:
+    case KvCode::kRot4: return 4;
     case KvCode::kOther: return 0;
   }
   return 0;
@@ -167,12 +171,16 @@ inline constexpr FormatKindTraits kFormatKindTraits[] = {
      Q8_0Traits::kScaleOffset, Q8_0Traits::kCodesOffset, Q8_0Traits::kZeroPoint, Q8_0Traits::kNibbles},
     {FormatKind::kQ4_0, ScalePlacement::kPerBlock, Q4_0Traits::kBlockValues, Q4_0Traits::kBlockBytes,
      Q4_0Traits::kScaleOffset, Q4_0Traits::kCodesOffset, Q4_0Traits::kZeroPoint, Q4_0Traits::kNibbles},
+    // rot: 32-value blocks (fp16 scale at 0, codes at 2, codebook indices; bytes depend on bits,
+    // see quant/rot.h's RotBlockBytes).
+    {FormatKind::kRot, ScalePlacement::kPerBlock, 32, 0, 0, 2, 0, NibbleOrder::kNone},
 };
 
 constexpr const FormatKindTraits& TraitsOf(FormatKind k) { return kFormatKindTraits[static_cast<size_t>(k)]; }
 static_assert(TraitsOf(FormatKind::kQ8_0).kind == FormatKind::kQ8_0 &&
                   TraitsOf(FormatKind::kQ4_0).kind == FormatKind::kQ4_0 &&
-                  TraitsOf(FormatKind::kAffine).kind == FormatKind::kAffine,
+                  TraitsOf(FormatKind::kAffine).kind == FormatKind::kAffine &&
+                  TraitsOf(FormatKind::kRot).kind == FormatKind::kRot,
               "kFormatKindTraits is indexed by FormatKind");
 
 // ---------------------------------------------------------------- one row's geometry

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 #include <limits>
 
 #include "quant/blocks.h"
+#include "quant/rot.h"
 
 namespace kvtier::ref {
 namespace {
@@ -142,6 +144,34 @@ void DequantizeAffineRow(const Format& f, const uint8_t* src, size_t head_dim, D
 
 }  // namespace
 
+void QuantizeRotRow(const Format& f, DType src_dtype, const void* src, size_t head_dim,
+                    uint8_t* dst) {
+  std::vector<float> y(head_dim);
+  for (size_t i = 0; i < head_dim; ++i) y[i] = LoadAs(src_dtype, src, i);
+  RotateRef(y.data(), head_dim, f.seed, /*inverse=*/false);
+  const size_t bb = RotBlockBytes(f.bits);
+  for (size_t b = 0; b < head_dim / kRotBlockValues; ++b) {
+    const float* yb = y.data() + b * kRotBlockValues;
+    switch (f.bits) {
+      case 2: QuantizeRotBlock<2>(yb, dst + b * bb); break;
+      case 3: QuantizeRotBlock<3>(yb, dst + b * bb); break;
+      default: QuantizeRotBlock<4>(yb, dst + b * bb); break;
+    }
+  }
+}
+
+void DequantizeRotRowStored(const Format& f, const uint8_t* src, size_t head_dim, float* y) {
+  const size_t bb = RotBlockBytes(f.bits);
+  for (size_t b = 0; b < head_dim / kRotBlockValues; ++b) {
+    float* yb = y + b * kRotBlockValues;
+    switch (f.bits) {
+      case 2: DequantizeRotBlock<2>(src + b * bb, yb); break;
+      case 3: DequantizeRotBlock<3>(src + b * bb, yb); break;
+      default: DequantizeRotBlock<4>(src + b * bb, yb); break;
+    }
+  }
+}
+
 void QuantizeRow(const Format& f, DType src_dtype, const void* src, size_t head_dim,
                  uint8_t* dst) {
   switch (f.kind) {
@@ -167,6 +197,9 @@ void QuantizeRow(const Format& f, DType src_dtype, const void* src, size_t head_
     }
     case FormatKind::kAffine:
       QuantizeAffineRow(f, src_dtype, src, head_dim, dst);
+      return;
+    case FormatKind::kRot:
+      QuantizeRotRow(f, src_dtype, src, head_dim, dst);
       return;
   }
 }
@@ -200,6 +233,13 @@ void DequantizeRow(const Format& f, const uint8_t* src, size_t head_dim, DType d
     case FormatKind::kAffine:
       DequantizeAffineRow(f, src, head_dim, dst_dtype, dst);
       return;
+    case FormatKind::kRot: {
+      std::vector<float> y(head_dim);
+      DequantizeRotRowStored(f, src, head_dim, y.data());
+      RotateRef(y.data(), head_dim, f.seed, /*inverse=*/true);
+      for (size_t i = 0; i < head_dim; ++i) StoreAs(dst_dtype, dst, i, y[i]);
+      return;
+    }
   }
 }
 

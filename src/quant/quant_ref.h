@@ -25,6 +25,12 @@ void QuantizeAffineGroup(const Format& fmt, DType src_dtype, const void* src, ui
 // One ggml block from 32 values of src_dtype.
 void QuantizeBlockFrom(const Format& fmt, DType src_dtype, const void* src, uint8_t* block);
 
+// Rotated rows (rot.h): quantize a row of src_dtype (rotate, then blocks), and decode a row's
+// blocks to its values in the rotated basis (y = R x; DequantizeRow also rotates back).
+void QuantizeRotRow(const Format& fmt, DType src_dtype, const void* src, size_t head_dim,
+                    uint8_t* dst);
+void DequantizeRotRowStored(const Format& fmt, const uint8_t* src, size_t head_dim, float* y);
+
 // Single ggml blocks (32 values), exposed for the layout tests.
 void QuantizeBlockQ8_0(const float* x, uint8_t* block);   // x: [32]
 void QuantizeBlockQ4_0(const float* x, uint8_t* block);   // x: [32]

@@ -20,6 +20,7 @@
 #include "quant/blocks.h"
 #include "quant/quant_ref.h"
 #include "quant/quant_simd.h"
+#include "quant/rot.h"
 #include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -582,6 +583,10 @@ void ConvertDTypes(DType from, DType to, const void* src, size_t n, void* dst) {
   }
 }
 
+// ---------------------------------------------------------------- rotated rows
+
+#include "quant/rot_simd-inl.h"
+
 // ---------------------------------------------------------------- dispatch by format
 
 template <DType kSrc>
@@ -605,6 +610,7 @@ bool QuantizeFrom(const Format& f, const void* src, size_t n_rows, size_t head_d
     case FormatKind::kAffine: return QuantizeAffineBits<kSrc>(f, src, n_rows, head_dim, dst);
     case FormatKind::kQ8_0: QuantizeQ8_0<kSrc>(src, n_rows, head_dim, dst); return true;
     case FormatKind::kQ4_0: QuantizeQ4_0<kSrc>(src, n_rows, head_dim, dst); return true;
+    case FormatKind::kRot: return QuantizeRotBits<kSrc>(f, src, n_rows, head_dim, dst);
     case FormatKind::kF32:
     case FormatKind::kF16:
     case FormatKind::kBF16:
@@ -631,6 +637,7 @@ bool DequantizeTo(const Format& f, const uint8_t* src, size_t src_stride, size_t
       }
     case FormatKind::kQ8_0: DequantizeQ8_0<kDst>(src, s, n_rows, head_dim, dst); return true;
     case FormatKind::kQ4_0: DequantizeQ4_0<kDst>(src, s, n_rows, head_dim, dst); return true;
+    case FormatKind::kRot: return DequantizeRotBits<kDst>(f, src, s, n_rows, head_dim, true, dst);
     case FormatKind::kF32:
     case FormatKind::kF16:
     case FormatKind::kBF16: {
@@ -654,6 +661,13 @@ bool DequantizeTo(const Format& f, const uint8_t* src, size_t src_stride, size_t
 bool QuantizeRowsImpl(const Format& f, DType src_dtype, const void* src, size_t n_rows,
                       size_t head_dim, uint8_t* dst) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (f.is_rotated() && head_dim > 512) {  // beyond RotSigns: the reference
+    for (size_t r = 0; r < n_rows; ++r) {
+      ref::QuantizeRow(f, src_dtype, static_cast<const uint8_t*>(src) + r * head_dim * DTypeSize(src_dtype),
+                       head_dim, dst + r * f.row_bytes(head_dim));
+    }
+    return true;
+  }
   switch (src_dtype) {
     case DType::kF32: return QuantizeFrom<DType::kF32>(f, src, n_rows, head_dim, dst);
     case DType::kF16: return QuantizeFrom<DType::kF16>(f, src, n_rows, head_dim, dst);
@@ -675,6 +689,13 @@ bool DequantizeRowsImpl(const Format& f, const uint8_t* src, size_t src_stride, 
                         size_t head_dim, DType dst_dtype, void* dst) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
   const size_t s = src_stride;
+  if (f.is_rotated() && head_dim > 512) {  // beyond RotSigns: the reference
+    const size_t dst_row = head_dim * DTypeSize(dst_dtype);
+    for (size_t r = 0; r < n_rows; ++r) {
+      ref::DequantizeRow(f, src + r * s, head_dim, dst_dtype, static_cast<uint8_t*>(dst) + r * dst_row);
+    }
+    return true;
+  }
   switch (dst_dtype) {
     case DType::kF32: return DequantizeTo<DType::kF32>(f, src, s, n_rows, head_dim, dst);
     case DType::kF16: return DequantizeTo<DType::kF16>(f, src, s, n_rows, head_dim, dst);
@@ -691,6 +712,36 @@ bool DequantizeRowsImpl(const Format& f, const uint8_t* src, size_t src_stride, 
 #endif
 }
 
+// Rows as f32 in the format's stored basis (rot: not rotated back; others: DequantizeRowsImpl).
+bool DequantizeRowsStoredImpl(const Format& f, const uint8_t* src, size_t src_stride,
+                              size_t n_rows, size_t head_dim, float* dst) {
+  if (!f.is_rotated()) {
+    return DequantizeRowsImpl(f, src, src_stride, n_rows, head_dim, DType::kF32, dst);
+  }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (head_dim <= 512) {
+    return DequantizeRotBits<DType::kF32>(f, src, src_stride, n_rows, head_dim, false, dst);
+  }
+#endif
+  for (size_t r = 0; r < n_rows; ++r) {
+    ref::DequantizeRotRowStored(f, src + r * src_stride, head_dim, dst + r * head_dim);
+  }
+  return true;
+}
+
+// n_rows vectors of n floats, rotated in place by R (rot.h) or back by R^T.
+void RotateRowsImpl(uint8_t seed, float* x, size_t n_rows, size_t n, bool inverse) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+  if (n <= 512 && n % 32 == 0) {
+    RotSigns s;
+    s.Fill(seed, n);
+    for (size_t r = 0; r < n_rows; ++r) RotateVec(x + r * n, n, s, inverse);
+    return;
+  }
+#endif
+  for (size_t r = 0; r < n_rows; ++r) RotateRef(x + r * n, n, seed, inverse);
+}
+
 bool IsVectorTarget() { return HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2; }
 
 }  // namespace HWY_NAMESPACE
@@ -703,6 +754,17 @@ namespace kvtier::simd {
 HWY_EXPORT(QuantizeRowsImpl);
 HWY_EXPORT(DequantizeRowsImpl);
 HWY_EXPORT(IsVectorTarget);
+HWY_EXPORT(DequantizeRowsStoredImpl);
+HWY_EXPORT(RotateRowsImpl);
+
+bool DequantizeRowsStridedStored(const Format& f, const uint8_t* src, size_t src_stride,
+                                 size_t n_rows, size_t head_dim, float* dst) {
+  return HWY_DYNAMIC_DISPATCH(DequantizeRowsStoredImpl)(f, src, src_stride, n_rows, head_dim, dst);
+}
+
+void RotateRows(uint8_t seed, float* x, size_t n_rows, size_t n, bool inverse) {
+  HWY_DYNAMIC_DISPATCH(RotateRowsImpl)(seed, x, n_rows, n, inverse);
+}
 
 bool QuantizeRows(const Format& f, DType src_dtype, const void* src, size_t n_rows,
                   size_t head_dim, uint8_t* dst) {
