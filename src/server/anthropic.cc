@@ -14,20 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "an unknown type";
-  }
-}
-
 bool Bad(ApiError* e, const std::string& param, const std::string& message) {
   e->status = 400;
   e->type = "invalid_request_error";
@@ -38,7 +24,7 @@ bool Bad(ApiError* e, const std::string& param, const std::string& message) {
 }
 
 bool WrongType(ApiError* e, const std::string& param, const char* want, const json& got) {
-  return Bad(e, param, std::string("expected ") + want + ", got " + TypeName(got));
+  return Bad(e, param, std::string("expected ") + want + ", got " + JsonTypeName(got));
 }
 
 // A string field of object `o` (at `p`); required ones must be present and non-empty.

@@ -97,6 +97,14 @@ function render(D){
  if(c.ssd){const s=c.ssd;T.append(tier("SSD tier","var(--ssd)",s.bytes,s.max_bytes,"cache.ssd.bytes","cache.ssd.max_bytes",
   [[stat("cache.ssd.blocks",s.blocks)," blocks in files"]],fmts(s.by_format,true)));}
  else T.append(el("div",{class:"tier empty"},"SSD tier: off (--ssd-cache-dir)"));
+ if(c.remote){const r=c.remote,d=el("div",{class:"tier"}),tl=el("div",{class:"tl"});
+  tl.append(el("span",{class:"n"},r.cluster?"Remote tier (Redis Cluster)":"Remote tier (Redis)"));
+  const w=el("span");w.append(stat("cache.remote.written_bytes",r.written_bytes,bytes)," written");tl.append(w);d.append(tl);
+  const m=Object.values(r.misses||{}).reduce((a,b)=>a+b,0);const s=el("div",{class:"sub"});
+  s.append(stat("cache.remote.hits",r.hits)," hits (",stat("cache.remote.hit_bytes",r.hit_bytes,bytes),") · "+num(m)+" misses · ",
+   stat("cache.remote.written_blocks",r.written_blocks)," blocks written · ",stat("cache.remote.timeouts",r.timeouts)," timeouts · ",
+   stat("cache.remote.write_errors",r.write_errors)," write errors");d.append(s);T.append(d);}
+ else T.append(el("div",{class:"tier empty"},"Remote tier: off (--remote-cache)"));
  const p=c.prefix_cache,K=$("kinds");K.replaceChildren();$("hitpct").textContent="–";
  if(p){const hits=p.lookups-(p.hits.miss||0);$("hitpct").textContent=p.lookups?(100*hits/p.lookups).toFixed(1)+"%":"–";
   for(const k of KINDS){const tr=el("tr");const td=el("td");td.append(el("span",{class:"sw",style:"background:"+KC[k]}),k);tr.append(td);

@@ -17,4 +17,7 @@ namespace kvtier::server {
 bool ParseJsonBody(std::string_view body, nlohmann::json* out, ApiError* error,
                    uint64_t max_prompt_bytes, uint32_t context);
 
+// "a string", "an integer", ...: a JSON value's type as error messages name it.
+const char* JsonTypeName(const nlohmann::json& v);
+
 }  // namespace kvtier::server

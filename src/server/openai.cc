@@ -14,20 +14,6 @@ namespace {
 
 using nlohmann::json;
 
-const char* TypeName(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    case json::value_t::number_float: return "a number";
-    default: return "an unknown type";
-  }
-}
-
 // Fills *e and returns false: the common shape of every field error.
 bool Bad(ApiError* e, std::string param, std::string message) {
   e->status = 400;
@@ -38,7 +24,7 @@ bool Bad(ApiError* e, std::string param, std::string message) {
 }
 
 bool WrongType(ApiError* e, const std::string& param, const char* want, const json& got) {
-  return Bad(e, param, param + ": expected " + want + ", got " + TypeName(got));
+  return Bad(e, param, param + ": expected " + want + ", got " + JsonTypeName(got));
 }
 
 bool GetNumber(const json& body, const char* key, double lo, double hi, double* out,
@@ -318,6 +304,20 @@ bool IsValidUtf8(std::string_view s) {
   return true;
 }
 
+const char* JsonTypeName(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "an integer";
+    case json::value_t::number_float: return "a number";
+    default: return "an unknown type";
+  }
+}
+
 bool ParseJsonBody(std::string_view body_text, nlohmann::json* out, ApiError* e,
                    uint64_t max_prompt_bytes, uint32_t context) {
   if (!IsValidUtf8(body_text)) {
@@ -378,7 +378,7 @@ bool ParseJsonBody(std::string_view body_text, nlohmann::json* out, ApiError* e,
   }
   if (!body.is_object()) {
     return Bad(e, "", std::string("the request body: expected a JSON object, got ") +
-                          TypeName(body));
+                          JsonTypeName(body));
   }
   return true;
 }
