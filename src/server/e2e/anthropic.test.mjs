@@ -67,14 +67,21 @@ test("messages.create answers a message; messages.stream's text deltas make the 
   const raw = await rawRequest(server, "POST", "/v1/messages", JSON.stringify(request({ stream: true })));
   assert.equal(raw.status, 200, raw.text);
   assert.match(raw.headers["content-type"], /^text\/event-stream/);
+  let wireText = "";
   const wire = raw.text.trim().split("\n\n").map((ev) => {
     const m = /^event: (\S+)\ndata: (.*)$/s.exec(ev);
     assert.ok(m, `not an SSE event with event: and data: lines: ${JSON.stringify(ev)}`);
-    assert.equal(JSON.parse(m[2]).type, m[1]);
+    const data = JSON.parse(m[2]);
+    assert.equal(data.type, m[1]);
+    if (m[1] === "content_block_delta") wireText += data.delta.text;
     return m[1];
   });
   assert.deepEqual(wire.slice(0, 3), ["message_start", "content_block_start", "ping"]);
-  assert.deepEqual(wire.slice(3), events.slice(2));
+  // How many deltas carry the text depends on when the engine's tokens reach the writer (it
+  // sends what has arrived), so the wire is compared by shape and by its text.
+  assert.deepEqual(wire.slice(-3), ["content_block_stop", "message_delta", "message_stop"]);
+  assert.ok(wire.slice(3, -3).every((e) => e === "content_block_delta"), wire.join(","));
+  assert.equal(wireText, text);
 });
 
 test("stop_sequences cut the text and are reported", T, async () => {
