@@ -61,6 +61,8 @@ TestModelConfig Gemma3Config() {
 using testing::GoldenLogits;
 using testing::MaxAbs;
 using testing::MaxAbsDiff;
+using testing::PoolFor;
+using testing::Prefill;
 
 Result<testing::TinyModel> LoadWriter(const GgufWriter& w) {
   return testing::LoadWriterModel(w, "fam");
@@ -68,21 +70,6 @@ Result<testing::TinyModel> LoadWriter(const GgufWriter& w) {
 
 Result<testing::TinyModel> LoadConfig(const TestModelConfig& c) {
   return testing::LoadTestModel(c, "fam");
-}
-
-std::shared_ptr<BlockPool> PoolFor(const Model& m, Format k, Format v) {
-  return testing::MakePool(m.config().kv_shape(), k, v, 16, 64ull << 20);
-}
-
-std::vector<float> Prefill(const Model& m, const std::shared_ptr<BlockPool>& pool,
-                           const std::vector<int32_t>& tokens, ThreadPool* tp) {
-  BatchCache cache(pool);
-  EXPECT_TRUE(cache.Add(SequenceCache(pool)).ok());
-  std::vector<float> logits(tokens.size() * m.config().n_vocab);
-  std::span<const int32_t> rows[1] = {tokens};
-  const Status s = m.Forward(cache, rows, true, logits.data(), tp);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return logits;
 }
 
 // Token by token: logits of every position.

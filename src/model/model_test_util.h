@@ -15,12 +15,15 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_test_util.h"
+#include "kvtier/batch_cache.h"
 #include "kvtier/gguf.h"
 #include "kvtier/model.h"
 #include "kvtier/quant.h"
-#include "model/matmul.h"
 #include "kvtier/test_model.h"
+#include "kvtier/thread_pool.h"
 #include "kvtier/weights.h"
+#include "model/matmul.h"
 
 namespace kvtier::testing {
 
@@ -146,6 +149,24 @@ inline Result<GgufWriter> TestModelWithout(const TestModelConfig& c, const std::
                                        std::vector<uint8_t>(t.data, t.data + t.n_bytes)));
   }
   return w;
+}
+
+// A 64 MiB pool of 16-token blocks in `m`'s KV shape with K format `k` and V format `v`.
+inline std::shared_ptr<BlockPool> PoolFor(const Model& m, Format k, Format v) {
+  return MakePool(m.config().kv_shape(), k, v, 16, 64ull << 20);
+}
+
+// One row prefilled with all of `tokens` in one forward call:
+//   logits [tokens.size(), n_vocab] (every position)
+inline std::vector<float> Prefill(const Model& m, const std::shared_ptr<BlockPool>& pool,
+                                  const std::vector<int32_t>& tokens, ThreadPool* tp) {
+  BatchCache cache(pool);
+  EXPECT_TRUE(cache.Add(SequenceCache(pool)).ok());
+  std::vector<float> logits(tokens.size() * m.config().n_vocab);
+  std::span<const int32_t> rows[1] = {tokens};
+  const Status s = m.Forward(cache, rows, true, logits.data(), tp);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return logits;
 }
 
 // ---- llama.cpp's logits (src/model/testdata/README.md says how they were made) ----------
