@@ -5,8 +5,6 @@
 #include <cmath>
 #include <string>
 
-#include "kvtier/quant.h"
-#include "model/matmul.h"
 #include "model/model_ref.h"
 
 namespace kvtier::model {
