@@ -17,23 +17,14 @@
 #include "kvtier/ssd_tier.h"
 #include "kvtier/test_model.h"
 #include "kvtier/thread_pool.h"
+#include "model/model_test_util.h"
 
 namespace kvtier {
 namespace {
 
-struct Loaded {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-};
+using Loaded = testing::TinyModel;
 
-Loaded Load(const TestModelConfig& c) {
-  Loaded m;
-  m.bytes = std::make_shared<std::vector<uint8_t>>(BuildTestModel(c).value().Serialize());
-  m.file = GgufFile::FromMemory(*m.bytes, c.arch).value();
-  m.model = Model::FromGguf(m.file).value();
-  return m;
-}
+Loaded Load(const TestModelConfig& c) { return testing::LoadTestModel(c, c.arch).value(); }
 
 TestModelConfig Gemma3() {
   TestModelConfig c;

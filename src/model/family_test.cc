@@ -7,13 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "kv/kv_test_util.h"
 #include "kvtier/test_model.h"
 #include "kvtier/thread_pool.h"
 #include "model/model_ref.h"
+#include "model/model_test_util.h"
 
 namespace kvtier {
 namespace {
@@ -59,89 +58,18 @@ TestModelConfig Gemma3Config() {
   return c;
 }
 
-struct Loaded {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-};
+using testing::GoldenLogits;
+using testing::MaxAbs;
+using testing::MaxAbsDiff;
+using testing::PoolFor;
+using testing::Prefill;
 
-// Serializes `w` and loads it; a failed load's status in `status`.
-Result<Loaded> LoadWriter(const GgufWriter& w) {
-  Loaded m;
-  m.bytes = std::make_shared<std::vector<uint8_t>>(w.Serialize());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*m.bytes, "fam"));
-  m.file = std::move(f);
-  KVTIER_ASSIGN_OR_RETURN(m.model, Model::FromGguf(m.file));
-  return m;
+Result<testing::TinyModel> LoadWriter(const GgufWriter& w) {
+  return testing::LoadWriterModel(w, "fam");
 }
 
-Result<Loaded> LoadConfig(const TestModelConfig& c) {
-  KVTIER_ASSIGN_OR_RETURN(GgufWriter w, BuildTestModel(c));
-  return LoadWriter(w);
-}
-
-// A copy of `c`'s model without the tensor or metadata key `drop`.
-Result<GgufWriter> Without(const TestModelConfig& c, const std::string& drop,
-                           std::vector<uint8_t>* keep_alive) {
-  KVTIER_ASSIGN_OR_RETURN(GgufWriter full, BuildTestModel(c));
-  *keep_alive = full.Serialize();
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*keep_alive, "x"));
-  GgufWriter w;
-  for (const auto& [key, value] : f->metadata()) {
-    if (key != drop) w.SetValue(key, value);
-  }
-  for (const GgufTensor& t : f->tensors()) {
-    if (t.name == drop) continue;
-    KVTIER_RETURN_IF_ERROR(w.AddTensor(t.name, static_cast<GgmlType>(t.type), t.shape,
-                                       std::vector<uint8_t>(t.data, t.data + t.n_bytes)));
-  }
-  return w;
-}
-
-struct Golden {
-  std::vector<int32_t> tokens;
-  size_t vocab = 0;
-  std::vector<double> logits;  // [tokens, vocab]
-};
-
-// testdata/<name>: "# tokens a,b,..." and "# P positions x V logits" lines, then P rows.
-Golden ReadGolden(const std::string& name) {
-  Golden g;
-  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/src/model/testdata/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::string line;
-  size_t positions = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("# tokens ", 0) == 0) {
-      std::stringstream s(line.substr(9));
-      std::string tok;
-      while (std::getline(s, tok, ',')) g.tokens.push_back(std::stoi(tok));
-    } else if (line.find(" positions x ") != std::string::npos) {
-      std::sscanf(line.c_str(), "# %zu positions x %zu logits", &positions, &g.vocab);
-    } else if (!line.empty() && line[0] != '#') {
-      std::stringstream s(line);
-      double v;
-      while (s >> v) g.logits.push_back(v);
-    }
-  }
-  EXPECT_EQ(positions, g.tokens.size()) << name;
-  EXPECT_EQ(g.logits.size(), positions * g.vocab) << name;
-  return g;
-}
-
-std::shared_ptr<BlockPool> PoolFor(const Model& m, Format k, Format v) {
-  return testing::MakePool(m.config().kv_shape(), k, v, 16, 64ull << 20);
-}
-
-std::vector<float> Prefill(const Model& m, const std::shared_ptr<BlockPool>& pool,
-                           const std::vector<int32_t>& tokens, ThreadPool* tp) {
-  BatchCache cache(pool);
-  EXPECT_TRUE(cache.Add(SequenceCache(pool)).ok());
-  std::vector<float> logits(tokens.size() * m.config().n_vocab);
-  std::span<const int32_t> rows[1] = {tokens};
-  const Status s = m.Forward(cache, rows, true, logits.data(), tp);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return logits;
+Result<testing::TinyModel> LoadConfig(const TestModelConfig& c) {
+  return testing::LoadTestModel(c, "fam");
 }
 
 // Token by token: logits of every position.
@@ -159,20 +87,6 @@ std::vector<float> Decode(const Model& m, const std::shared_ptr<BlockPool>& pool
   return logits;
 }
 
-template <typename A, typename B>
-double MaxAbsDiff(const A& a, const B& b) {
-  double d = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
-  return d;
-}
-
-template <typename A>
-double MaxAbs(const A& a) {
-  double d = 0.0;
-  for (const auto& x : a) d = std::max(d, std::abs(double(x)));
-  return d;
-}
-
 struct ParityCase {
   const char* golden;
   TestModelConfig (*config)();
@@ -185,7 +99,7 @@ class LlamaCppParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(LlamaCppParity, LogitsMatchLlamaCpp) {
   const ParityCase& pc = GetParam();
-  const Golden g = ReadGolden(pc.golden);
+  const GoldenLogits g = testing::ReadGoldenLogits(pc.golden);
   ASSERT_FALSE(g.tokens.empty());
   auto m = LoadConfig(pc.config());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
@@ -319,7 +233,7 @@ TEST(FamilyLoad, MissingTensorOrKeyNamesIt) {
   };
   for (const auto& c : cases) {
     std::vector<uint8_t> keep;
-    auto w = Without(c.config(), c.drop, &keep);
+    auto w = testing::TestModelWithout(c.config(), c.drop, &keep);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
     auto m = LoadWriter(*w);
     ASSERT_FALSE(m.ok()) << c.drop;

@@ -14,6 +14,8 @@ namespace {
 
 using Vec = std::vector<double>;
 
+}  // namespace
+
 // Rows of a tensor as doubles: [n_out][n_in] (a 1-D tensor is one row).
 Result<Vec> Dense(const GgufFile& f, const std::string& name, size_t* n_in, size_t* n_out) {
   const GgufTensor* t = f.FindTensor(name);
@@ -44,6 +46,8 @@ Result<Vec> Apply(const GgufFile& f, const std::string& name, const Vec& x, size
   }
   return y;
 }
+
+namespace {
 
 void Norm(Vec& x, const Vec& w, size_t rows, size_t n, double eps) {
   for (size_t r = 0; r < rows; ++r) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvtier/format.h"
@@ -25,5 +26,15 @@ Status ForwardRef(const GgufFile& f, const ModelConfig& c, std::span<const int32
 //   logits [tokens.size(), n_vocab] (every position)
 Status ForwardQwen35Ref(const GgufFile& f, const ModelConfig& c, std::span<const int32_t> tokens,
                         std::vector<double>* logits);
+
+// The two references' weight loaders (model_ref.cc). Tensor `name` of `f` dequantized by the
+// scalar reference decoder (any kvtier/weights.h type), as doubles: [n_out][n_in] (a 1-D
+// tensor is one row); NotFound naming a missing tensor.
+Result<std::vector<double>> Dense(const GgufFile& f, const std::string& name, size_t* n_in,
+                                  size_t* n_out);
+Result<std::vector<double>> Dense(const GgufFile& f, const std::string& name);
+// y[t] = W x[t] for the weight `name`:  x [n, n_in] -> y [n, n_out]
+Result<std::vector<double>> Apply(const GgufFile& f, const std::string& name,
+                                  const std::vector<double>& x, size_t n);
 
 }  // namespace kvtier::model

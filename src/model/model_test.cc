@@ -15,11 +15,9 @@ namespace kvtier {
 namespace {
 
 using testing::MakeTinyModel;
+using testing::PoolFor;
+using testing::Prefill;
 using testing::TinySpec;
-
-std::shared_ptr<BlockPool> PoolFor(const Model& m, Format k, Format v) {
-  return testing::MakePool(m.config().kv_shape(), k, v, 16, 64ull << 20);
-}
 
 double RelError(const float* got, const double* want, size_t n) {
   double num = 0.0, den = 0.0;
@@ -35,18 +33,6 @@ std::vector<int32_t> Tokens(size_t n, uint32_t vocab, uint32_t seed) {
   std::vector<int32_t> t(n);
   for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 7 + seed * 13 + 3) % vocab);
   return t;
-}
-
-// One row prefilled with all of `tokens` in one call; all logits.
-std::vector<float> Prefill(const Model& m, std::shared_ptr<BlockPool> pool,
-                           const std::vector<int32_t>& tokens, ThreadPool* tp) {
-  BatchCache cache(pool);
-  EXPECT_TRUE(cache.Add(SequenceCache(pool)).ok());
-  std::vector<float> logits(tokens.size() * m.config().n_vocab);
-  std::span<const int32_t> rows[1] = {tokens};
-  const Status s = m.Forward(cache, rows, true, logits.data(), tp);
-  EXPECT_TRUE(s.ok()) << s.ToString();
-  return logits;
 }
 
 struct Case {

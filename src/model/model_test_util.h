@@ -1,17 +1,29 @@
-// Test-only: tiny random models of every architecture built in memory with GgufWriter.
+// Test-only: tiny random models of every architecture built in memory with GgufWriter; models
+// loaded from a writer or a TestModelConfig, and llama.cpp's golden logits from testdata/.
+// Thread-compatible.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "kv/kv_test_util.h"
+#include "kvtier/batch_cache.h"
 #include "kvtier/gguf.h"
 #include "kvtier/model.h"
 #include "kvtier/quant.h"
-#include "model/matmul.h"
 #include "kvtier/test_model.h"
+#include "kvtier/thread_pool.h"
 #include "kvtier/weights.h"
+#include "model/matmul.h"
 
 namespace kvtier::testing {
 
@@ -100,13 +112,112 @@ struct TinyModel {
   std::unique_ptr<Model> model;
 };
 
-inline Result<TinyModel> MakeTinyModel(const TinySpec& s) {
+// `w` serialized and loaded from memory (`name`: the file's name in errors).
+inline Result<TinyModel> LoadWriterModel(const GgufWriter& w, const std::string& name) {
   TinyModel m;
-  m.bytes = std::make_shared<std::vector<uint8_t>>(TinyModelWriter(s).Serialize());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*m.bytes, "tiny"));
+  m.bytes = std::make_shared<std::vector<uint8_t>>(w.Serialize());
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*m.bytes, name));
   m.file = std::move(f);
   KVTIER_ASSIGN_OR_RETURN(m.model, Model::FromGguf(m.file));
   return m;
+}
+
+inline Result<TinyModel> MakeTinyModel(const TinySpec& s) {
+  return LoadWriterModel(TinyModelWriter(s), "tiny");
+}
+
+// The model `c` describes (kvtier/test_model.h), loaded.
+inline Result<TinyModel> LoadTestModel(const TestModelConfig& c, const std::string& name) {
+  KVTIER_ASSIGN_OR_RETURN(GgufWriter w, BuildTestModel(c));
+  return LoadWriterModel(w, name);
+}
+
+// A copy of `c`'s model without the tensor or metadata key `drop`; *keep_alive holds the
+// bytes the copy's metadata may view.
+inline Result<GgufWriter> TestModelWithout(const TestModelConfig& c, const std::string& drop,
+                                           std::vector<uint8_t>* keep_alive) {
+  KVTIER_ASSIGN_OR_RETURN(GgufWriter full, BuildTestModel(c));
+  *keep_alive = full.Serialize();
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*keep_alive, "x"));
+  GgufWriter w;
+  for (const auto& [key, value] : f->metadata()) {
+    if (key != drop) w.SetValue(key, value);
+  }
+  for (const GgufTensor& t : f->tensors()) {
+    if (t.name == drop) continue;
+    KVTIER_RETURN_IF_ERROR(w.AddTensor(t.name, static_cast<GgmlType>(t.type), t.shape,
+                                       std::vector<uint8_t>(t.data, t.data + t.n_bytes)));
+  }
+  return w;
+}
+
+// A 64 MiB pool of 16-token blocks in `m`'s KV shape with K format `k` and V format `v`.
+inline std::shared_ptr<BlockPool> PoolFor(const Model& m, Format k, Format v) {
+  return MakePool(m.config().kv_shape(), k, v, 16, 64ull << 20);
+}
+
+// One row prefilled with all of `tokens` in one forward call:
+//   logits [tokens.size(), n_vocab] (every position)
+inline std::vector<float> Prefill(const Model& m, const std::shared_ptr<BlockPool>& pool,
+                                  const std::vector<int32_t>& tokens, ThreadPool* tp) {
+  BatchCache cache(pool);
+  EXPECT_TRUE(cache.Add(SequenceCache(pool)).ok());
+  std::vector<float> logits(tokens.size() * m.config().n_vocab);
+  std::span<const int32_t> rows[1] = {tokens};
+  const Status s = m.Forward(cache, rows, true, logits.data(), tp);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return logits;
+}
+
+// ---- llama.cpp's logits (src/model/testdata/README.md says how they were made) ----------
+
+struct GoldenLogits {
+  std::vector<int32_t> tokens;
+  size_t vocab = 0;
+  std::vector<double> logits;  // [tokens, vocab]
+};
+
+// testdata/<name>: "# tokens a,b,..." and "# P positions x V logits" lines, then P rows.
+// A missing file or rows that disagree with the header fail the calling test.
+inline GoldenLogits ReadGoldenLogits(const std::string& name) {
+  GoldenLogits g;
+  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/src/model/testdata/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::string line;
+  size_t positions = 0;
+  while (std::getline(in, line)) {
+    if (line.rfind("# tokens ", 0) == 0) {
+      std::stringstream s(line.substr(9));
+      std::string tok;
+      while (std::getline(s, tok, ',')) g.tokens.push_back(std::stoi(tok));
+    } else if (line.find(" positions x ") != std::string::npos) {
+      std::sscanf(line.c_str(), "# %zu positions x %zu logits", &positions, &g.vocab);
+    } else if (!line.empty() && line[0] != '#') {
+      std::stringstream s(line);
+      double v;
+      while (s >> v) g.logits.push_back(v);
+    }
+  }
+  EXPECT_EQ(positions, g.tokens.size()) << name;
+  EXPECT_EQ(g.logits.size(), positions * g.vocab) << name;
+  return g;
+}
+
+// max |a[i] - b[i]|; infinity when the sizes differ.
+template <typename A, typename B>
+double MaxAbsDiff(const A& a, const B& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double d = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+  return d;
+}
+
+// max |a[i]|.
+template <typename A>
+double MaxAbs(const A& a) {
+  double d = 0.0;
+  for (const auto& x : a) d = std::max(d, std::abs(double(x)));
+  return d;
 }
 
 }  // namespace kvtier::testing

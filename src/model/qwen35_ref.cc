@@ -5,46 +5,12 @@
 #include <cmath>
 #include <string>
 
-#include "kvtier/quant.h"
-#include "model/matmul.h"
 #include "model/model_ref.h"
 
 namespace kvtier::model {
 namespace {
 
 using Vec = std::vector<double>;
-
-// A tensor as doubles, [rows][ne0] (a 1-D tensor is one row).
-Result<Vec> Dense(const GgufFile& f, const std::string& name, size_t* ne0, size_t* rows) {
-  const GgufTensor* t = f.FindTensor(name);
-  if (t == nullptr) return Status::NotFound("qwen35 reference: no tensor " + name);
-  KVTIER_ASSIGN_OR_RETURN(const Format fmt, WeightRowFormat(t->type));
-  *ne0 = t->shape[0];
-  *rows = t->shape.size() > 1 ? t->shape[1] : 1;
-  std::vector<float> tmp(*ne0 * *rows);
-  KVTIER_RETURN_IF_ERROR(DequantizeRowsRef(fmt, t->data, *rows, *ne0, DType::kF32, tmp.data()));
-  return Vec(tmp.begin(), tmp.end());
-}
-
-Result<Vec> Dense(const GgufFile& f, const std::string& name) {
-  size_t a = 0, b = 0;
-  return Dense(f, name, &a, &b);
-}
-
-// y[t] = W x[t]:  x [n, n_in] -> [n, n_out]
-Result<Vec> Apply(const GgufFile& f, const std::string& name, const Vec& x, size_t n) {
-  size_t n_in = 0, n_out = 0;
-  KVTIER_ASSIGN_OR_RETURN(const Vec w, Dense(f, name, &n_in, &n_out));
-  Vec y(n * n_out, 0.0);
-  for (size_t t = 0; t < n; ++t) {
-    for (size_t o = 0; o < n_out; ++o) {
-      double s = 0.0;
-      for (size_t k = 0; k < n_in; ++k) s += w[o * n_in + k] * x[t * n_in + k];
-      y[t * n_out + o] = s;
-    }
-  }
-  return y;
-}
 
 // RMSNorm of `rows` rows of n values at x + r * stride.
 void Norm(double* x, const Vec& w, size_t rows, size_t n, size_t stride, double eps) {

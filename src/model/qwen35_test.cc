@@ -7,12 +7,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "kv/kv_test_util.h"
 #include "kvtier/test_model.h"
 #include "model/model_ref.h"
+#include "model/model_test_util.h"
 
 namespace kvtier {
 namespace {
@@ -38,75 +37,19 @@ TestModelConfig Qwen35Config() {
   return c;
 }
 
-struct Loaded {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-};
+using testing::GoldenLogits;
+using testing::MaxAbsDiff;
+using testing::ReadGoldenLogits;
 
-Result<Loaded> LoadWriter(const GgufWriter& w) {
-  Loaded m;
-  m.bytes = std::make_shared<std::vector<uint8_t>>(w.Serialize());
-  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::FromMemory(*m.bytes, "q35"));
-  m.file = std::move(f);
-  KVTIER_ASSIGN_OR_RETURN(m.model, Model::FromGguf(m.file));
-  return m;
+Result<testing::TinyModel> LoadWriter(const GgufWriter& w) {
+  return testing::LoadWriterModel(w, "q35");
 }
 
 // `c`'s model without the tensor or metadata key `drop`: the load status.
 Status LoadWithout(const TestModelConfig& c, const std::string& drop) {
-  auto full = BuildTestModel(c);
-  if (!full.ok()) return full.status();
-  const std::vector<uint8_t> bytes = full->Serialize();
-  auto f = GgufFile::FromMemory(bytes, "x");
-  if (!f.ok()) return f.status();
-  GgufWriter w;
-  for (const auto& [key, value] : (*f)->metadata()) {
-    if (key != drop) w.SetValue(key, value);
-  }
-  for (const GgufTensor& t : (*f)->tensors()) {
-    if (t.name == drop) continue;
-    Status s = w.AddTensor(t.name, static_cast<GgmlType>(t.type), t.shape,
-                           std::vector<uint8_t>(t.data, t.data + t.n_bytes));
-    if (!s.ok()) return s;
-  }
+  std::vector<uint8_t> keep;
+  KVTIER_ASSIGN_OR_RETURN(GgufWriter w, testing::TestModelWithout(c, drop, &keep));
   return LoadWriter(w).status();
-}
-
-struct Golden {
-  std::vector<int32_t> tokens;
-  size_t vocab = 0;
-  std::vector<double> logits;  // [tokens, vocab]
-};
-
-Golden ReadGolden(const std::string& name) {
-  Golden g;
-  std::ifstream in(std::string(KVTIER_SOURCE_DIR) + "/src/model/testdata/" + name);
-  EXPECT_TRUE(in.good()) << name;
-  std::string line;
-  size_t positions = 0;
-  while (std::getline(in, line)) {
-    if (line.rfind("# tokens ", 0) == 0) {
-      std::stringstream s(line.substr(9));
-      std::string tok;
-      while (std::getline(s, tok, ',')) g.tokens.push_back(std::stoi(tok));
-    } else if (line.find(" positions x ") != std::string::npos) {
-      std::sscanf(line.c_str(), "# %zu positions x %zu logits", &positions, &g.vocab);
-    } else if (!line.empty() && line[0] != '#') {
-      std::stringstream s(line);
-      double v;
-      while (s >> v) g.logits.push_back(v);
-    }
-  }
-  EXPECT_EQ(positions, g.tokens.size()) << name;
-  EXPECT_EQ(g.logits.size(), positions * g.vocab) << name;
-  return g;
-}
-
-double MaxAbsDiff(const std::vector<double>& a, const std::vector<double>& b) {
-  double m = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, std::abs(a[i] - b[i]));
-  return a.size() == b.size() ? m : INFINITY;
 }
 
 // A small copy of the shape (loads are fast; the fingerprint reads every weight byte).
@@ -122,7 +65,7 @@ TestModelConfig SmallQwen35() {
 // (the conv window and delta state carried across calls), and uneven chunks; and against the
 // float64 reference. Bound: see testdata/README.md.
 TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
-  const Golden g = ReadGolden("qwen35_logits.txt");
+  const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
   auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Model& model = *m->model;
@@ -168,7 +111,7 @@ TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
   EXPECT_LT(d_ref, 5e-5);
   // llama.cpp decoding one token per llama_decode (its autoregressive path, 1.6e-5 from its own
   // prefill) against kvtier's token-by-token decode.
-  const Golden gd = ReadGolden("qwen35_decode_logits.txt");
+  const GoldenLogits gd = ReadGoldenLogits("qwen35_decode_logits.txt");
   ASSERT_EQ(gd.tokens, g.tokens);
   const double d_llama_decode = diff(decode, gd.logits);
   std::printf("qwen35 decode vs llama.cpp decode: %.3g\n", d_llama_decode);
@@ -178,7 +121,7 @@ TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
 // A state that forgets (zeroed delta state or conv window between calls) misses llama.cpp by
 // far more than the bound: the recurrence really carries the sequence.
 TEST(Qwen35, LosingTheStateIsDetected) {
-  const Golden g = ReadGolden("qwen35_logits.txt");
+  const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
   auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
   ASSERT_TRUE(m.ok());
   const size_t V = g.vocab, T = g.tokens.size();
@@ -229,7 +172,7 @@ TEST(Qwen35, ConfigAndLayerPattern) {
 // llama.cpp's logits (one prefill of 24 tokens, f32 weights and K/V) against the float64
 // reference. Bound: see testdata/README.md.
 TEST(Qwen35, ReferenceMatchesLlamaCpp) {
-  const Golden g = ReadGolden("qwen35_logits.txt");
+  const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
   auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(g.vocab, m->model->config().n_vocab);
@@ -247,7 +190,7 @@ TEST(Qwen35, ReferenceMatchesLlamaCpp) {
 // Prefixes agree: the reference on the first n tokens gives the same logits as the first n
 // positions of the full run (causal conv, recurrence and attention see no future token).
 TEST(Qwen35, ReferenceIsCausal) {
-  const Golden g = ReadGolden("qwen35_logits.txt");
+  const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
   auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
   ASSERT_TRUE(m.ok());
   const std::vector<int32_t> head(g.tokens.begin(), g.tokens.begin() + 10);

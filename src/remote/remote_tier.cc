@@ -287,18 +287,7 @@ void RemoteTier::Spill(const EvictedBlock& b) {
     return;
   }
   Job j;
-  BlockFileHeader& h = j.header;
-  h.key = b.key;
-  h.parent_key = b.parent_key;
-  h.namespace_key = b.namespace_key;
-  h.model = b.model;
-  h.shape = b.pool->shape();
-  h.k_format = b.pool->k_format();
-  h.v_format = b.pool->v_format();
-  h.block_tokens = b.pool->block_tokens();
-  h.first_position = b.first_position;
-  h.tokens.assign(b.tokens.begin(), b.tokens.end());
-  h.ends.assign(b.entry_ends.begin(), b.entry_ends.end());
+  j.header = tier::SpilledBlockHeader(b);
   j.pool = b.pool;
   j.block = b.block;
   m.pending.insert(b.key);

@@ -12,9 +12,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "kvtier/server.h"
 #include "server/anthropic.h"
+#include "server/server_test_util.h"
 
 namespace kvtier {
 namespace {
@@ -206,60 +206,18 @@ TEST(AnthropicParse, ErrorTypesAndStopReasons) {
 
 // ---- The server in process, on the bundled model.
 
-struct Running {
-  Running() {
-    pool = testing::BundledPool(512, 16);
-    PrefixCacheOptions po;
-    po.memory_budget_bytes = 256ull << 20;
-    cache = PrefixCache::Create(po).value();
-    EngineOptions eo;
-    eo.pool = pool;
-    eo.prefix_cache = cache.get();
-    eo.max_num_seqs = 8;
-    eo.threads = 2;
-    engine = Engine::Create(*testing::Bundled().model, eo).value();
-    ServerDeps d;
-    d.model = testing::Bundled().model.get();
-    d.tokenizer = testing::Bundled().tokenizer.get();
-    d.engine = engine.get();
-    d.pool = pool;
-    d.prefix_cache = cache.get();
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "bundled";
-    so.max_body_bytes = 1 << 20;
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    port = server->port();
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
-  }
-  ~Running() {
-    server->Shutdown(10000);
-    listener.join();
+struct Running : testing::BundledServer {
+  Running() : BundledServer(Options()) {}
+  static testing::BundledServerOptions Options() {
+    testing::BundledServerOptions o;
+    o.prefix_cache_bytes = 256ull << 20;
+    o.server.max_body_bytes = 1 << 20;
+    return o;
   }
   httplib::Result Post(const std::string& path, const std::string& body) const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120);
-    return c.Post(path, {{"x-api-key", "any"}, {"anthropic-version", "2023-06-01"}}, body,
-                  "application/json");
+    return Client().Post(path, {{"x-api-key", "any"}, {"anthropic-version", "2023-06-01"}}, body,
+                         "application/json");
   }
-  // No K/V held but the prefix cache's.
-  bool NoActiveKv() const {
-    for (int i = 0; i < 400; ++i) {
-      if (engine->Stats().running == 0 &&
-          pool->Stats().owner_bytes[static_cast<int>(KvOwner::kActive)] == 0) {
-        return true;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    return false;
-  }
-  std::shared_ptr<BlockPool> pool;
-  std::unique_ptr<PrefixCache> cache;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  uint16_t port = 0;
-  std::thread listener;
 };
 
 const char* kQuestion = "It is a truth universally acknowledged, that a single man in possession";

@@ -16,15 +16,14 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "kvtier/server.h"
 #include "kvtier/ssd_tier.h"
+#include "server/server_test_util.h"
 
 namespace kvtier::server {
 namespace {
 
 using nlohmann::json;
-using ::kvtier::testing::Bundled;
 namespace fs = std::filesystem;
 
 // ---- TierHistory ------------------------------------------------------------------------
@@ -130,81 +129,36 @@ TEST(TierHistoryTest, BucketsSumTheLookupsOfTheirWindowAndAreZeroFilled) {
 
 // ---- The page on a live server ----------------------------------------------------------
 
-// A server over a RAM prefix cache and an SSD tier in a fresh temporary directory.
-struct Live {
-  explicit Live(bool dashboard = true, bool show_text = false) {
+// A fresh temporary directory, removed with everything in it.
+struct TempDir {
+  TempDir() {
     char tmpl[] = "/tmp/kvtier_dashboard_XXXXXX";
     dir = mkdtemp(tmpl);
-    pool = ::kvtier::testing::BundledPool(512);
-    SsdTierOptions to;
-    to.dir = dir;
-    to.log = false;
-    to.writer_threads = 1;
-    tier = SsdTier::Open(to).value();
-    PrefixCacheOptions po;
-    po.memory_budget_bytes = 256ull << 20;
-    po.lower_tier = tier;
-    cache = PrefixCache::Create(po).value();
-    EngineOptions eo;
-    eo.pool = pool;
-    eo.prefix_cache = cache.get();
-    eo.threads = 2;
-    engine = Engine::Create(*Bundled().model, eo).value();
-    ServerDeps d;
-    d.model = Bundled().model.get();
-    d.tokenizer = Bundled().tokenizer.get();
-    d.engine = engine.get();
-    d.pool = pool;
-    d.prefix_cache = cache.get();
-    d.ssd = tier.get();
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "bundled";
-    so.metrics_ssd_reconcile_ms = 0;
-    so.dashboard = dashboard;
-    so.dashboard_show_text = show_text;
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
   }
-  ~Live() {
-    server->Shutdown(10000);
-    listener.join();
-    server.reset();
-    engine.reset();
-    cache.reset();
-    tier.reset();
+  ~TempDir() {
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
-  httplib::Result Get(const std::string& path) const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_read_timeout(120);
-    return c.Get(path);
-  }
-  json GetJson(const std::string& path) const {
-    httplib::Result r = Get(path);
-    EXPECT_TRUE(r);
-    if (!r) return json();
-    EXPECT_EQ(r->status, 200) << path << ": " << r->body;
-    return json::parse(r->body);
+  std::string dir;
+};
+
+// A server over a RAM prefix cache and an SSD tier in a fresh temporary directory.
+struct Live : TempDir, ::kvtier::testing::BundledServer {
+  explicit Live(bool dashboard = true, bool show_text = false)
+      : BundledServer(Options(dir, dashboard, show_text)) {}
+  static ::kvtier::testing::BundledServerOptions Options(const std::string& dir, bool dashboard,
+                                                         bool show_text) {
+    ::kvtier::testing::BundledServerOptions o;
+    o.ssd_dir = dir;
+    o.prefix_cache_bytes = 256ull << 20;
+    o.server.metrics_ssd_reconcile_ms = 0;
+    o.server.dashboard = dashboard;
+    o.server.dashboard_show_text = show_text;
+    return o;
   }
   void Complete(const std::string& prompt, int max_tokens = 6) const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_read_timeout(120);
-    json body{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
-    httplib::Result r = c.Post("/v1/completions", body.dump(), "application/json");
-    ASSERT_TRUE(r);
-    ASSERT_EQ(r->status, 200) << r->body;
+    CompleteJson(prompt, max_tokens);
   }
-
-  std::string dir;
-  std::shared_ptr<BlockPool> pool;
-  std::shared_ptr<SsdTier> tier;
-  std::unique_ptr<PrefixCache> cache;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  std::thread listener;
 };
 
 const std::string kPrompt =

@@ -22,15 +22,14 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "kvtier/server.h"
+#include "server/server_test_util.h"
 
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using testing::Bundled;
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -51,37 +50,14 @@ void RaiseFdLimit() {
   ASSERT_GE(r.rlim_cur, 2600u) << "the abuse test needs 2,600 descriptors";
 }
 
-struct Running {
-  explicit Running(ServerOptions so, uint64_t pool_blocks = 512) {
-    pool = testing::BundledPool(pool_blocks);
-    EngineOptions eo;
-    eo.pool = pool;
-    eo.max_num_seqs = 8;
-    eo.threads = 2;
-    engine = Engine::Create(*Bundled().model, eo).value();
-    ServerDeps d;
-    d.model = Bundled().model.get();
-    d.tokenizer = Bundled().tokenizer.get();
-    d.engine = engine.get();
-    d.pool = pool;
-    so.port = 0;
-    so.model_id = "bundled";
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    port = server->port();
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
+// The bundled model served with `so` over a pool of 512 blocks, no prefix cache.
+struct Running : testing::BundledServer {
+  explicit Running(ServerOptions so) : BundledServer(Options(std::move(so))) {}
+  static testing::BundledServerOptions Options(ServerOptions so) {
+    testing::BundledServerOptions o;
+    o.server = std::move(so);
+    return o;
   }
-  ~Running() { Stop(10000); }
-  void Stop(uint32_t drain_ms) {
-    if (!listener.joinable()) return;
-    server->Shutdown(drain_ms);
-    listener.join();
-  }
-  std::shared_ptr<BlockPool> pool;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  uint16_t port = 0;
-  std::thread listener;
 };
 
 int Connect(uint16_t port, bool nonblocking = false) {

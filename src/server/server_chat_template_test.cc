@@ -9,12 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "kvtier/engine.h"
-#include "kvtier/gguf.h"
-#include "kvtier/model.h"
-#include "kvtier/server.h"
 #include "kvtier/test_model.h"
-#include "kvtier/tokenizer.h"
+#include "server/server_test_util.h"
 #include "test_model/test_model_test_util.h"
 
 namespace kvtier {
@@ -29,50 +25,12 @@ constexpr const char* kTemplate =
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}";
 
-struct Served {
-  explicit Served(const std::string& path) {
-    file = GgufFile::Open(path).value();
-    model = Model::FromGguf(file).value();
-    tokenizer = Tokenizer::FromGguf(*file).value();
-    BlockPoolOptions po;
-    po.shape = model->config().kv_shape();
-    po.block_tokens = 16;
-    po.capacity_bytes =
-        64 * KvBlockLayout::Make(po.shape, po.k_format, po.v_format, 16)->block_stride;
-    EngineOptions eo;
-    pool = BlockPool::Create(po).value();
-    eo.pool = pool;
-    eo.threads = 2;
-    engine = Engine::Create(*model, eo).value();
-    ServerDeps d;
-    d.model = model.get();
-    d.tokenizer = tokenizer.get();
-    d.engine = engine.get();
-    d.pool = eo.pool;
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "templated";
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
-  }
-  ~Served() {
-    server->Shutdown(10000);
-    listener.join();
-  }
+// The model at `path` served in process on a free port.
+struct Served : testing::ModelFileServer {
+  explicit Served(const std::string& path) : ModelFileServer(path, "templated") {}
   httplib::Result Post(const json& body) const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_read_timeout(60);
-    return c.Post("/v1/chat/completions", body.dump(), "application/json");
+    return PostJson("/v1/chat/completions", body);
   }
-
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::shared_ptr<BlockPool> pool;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  std::thread listener;
 };
 
 TEST(ServerChatTemplate, RendersTheModelsTemplateWithKwargsAndA400WhenItRaises) {

@@ -11,50 +11,22 @@
 #include <thread>
 
 #include "constrain/json_validate_test_util.h"
-#include "engine/engine_test_util.h"
+#include "server/server_test_util.h"
 
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
-using testing::Bundled;
 
-struct Running {
-  Running() {
-    pool = testing::BundledPool(512, 16);
-    EngineOptions eo;
-    eo.pool = pool;
-    eo.max_num_seqs = 4;
-    eo.threads = 2;
-    engine = Engine::Create(*Bundled().model, eo).value();
-    ServerDeps d;
-    d.model = Bundled().model.get();
-    d.tokenizer = Bundled().tokenizer.get();
-    d.engine = engine.get();
-    d.pool = pool;
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "bundled";
-    so.dashboard = false;
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    port = server->port();
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
+struct Running : testing::BundledServer {
+  Running() : BundledServer(Options()) {}
+  static testing::BundledServerOptions Options() {
+    testing::BundledServerOptions o;
+    o.engine.max_num_seqs = 4;
+    o.server.dashboard = false;
+    o.read_timeout_s = 300;
+    return o;
   }
-  ~Running() {
-    server->Shutdown(10000);
-    listener.join();
-  }
-  httplib::Result Post(const std::string& path, const json& body) const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(300);
-    return c.Post(path, body.dump(), "application/json");
-  }
-  std::shared_ptr<BlockPool> pool;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  uint16_t port = 0;
-  std::thread listener;
 };
 
 Running& Server() {
@@ -102,7 +74,7 @@ TEST(ServerJson, EveryCompletionParsesAndValidates) {
         body.erase("messages");
         body["prompt"] = "Mr. Darcy, described as JSON: ";
       }
-      auto res = Server().Post(chat ? "/v1/chat/completions" : "/v1/completions", body);
+      auto res = Server().PostJson(chat ? "/v1/chat/completions" : "/v1/completions", body);
       ASSERT_TRUE(res);
       ASSERT_EQ(res->status, 200) << res->body;
       const json out = json::parse(res->body);
@@ -125,7 +97,7 @@ TEST(ServerJson, JsonObjectGivesAnObject) {
     json body = {{"messages", {{{"role", "user"}, {"content", "Reply in JSON."}}}},
                  {"max_tokens", 150}, {"seed", seed}, {"temperature", 0.8},
                  {"response_format", {{"type", "json_object"}}}};
-    auto res = Server().Post("/v1/chat/completions", body);
+    auto res = Server().PostJson("/v1/chat/completions", body);
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200) << res->body;
     const json out = json::parse(res->body);
@@ -162,7 +134,7 @@ TEST(ServerJson, BadResponseFormatIsA400NamingTheField) {
       json body = {{"max_tokens", 5}, {"response_format", c.format}};
       if (std::string(path) == "/v1/completions") body["prompt"] = "x";
       else body["messages"] = {{{"role", "user"}, {"content", "x"}}};
-      auto res = Server().Post(path, body);
+      auto res = Server().PostJson(path, body);
       ASSERT_TRUE(res);
       EXPECT_EQ(res->status, 400) << c.format.dump();
       const json err = json::parse(res->body)["error"];

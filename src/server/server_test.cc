@@ -14,64 +14,30 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/engine_test_util.h"
+#include "server/server_test_util.h"
 
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
-using testing::Bundled;
 
 std::shared_ptr<BlockPool> Pool(uint64_t blocks, uint32_t block_tokens = 16) {
   return testing::BundledPool(blocks, block_tokens);
 }
 
 // A server on a free port, with its engine and prefix cache, listening on its own thread.
-struct Running {
-  explicit Running(std::shared_ptr<BlockPool> p = Pool(512), uint32_t max_num_seqs = 8) {
-    pool = std::move(p);
-    PrefixCacheOptions po;
-    po.memory_budget_bytes = 256ull << 20;
-    cache = PrefixCache::Create(po).value();
-    EngineOptions eo;
-    eo.pool = pool;
-    eo.prefix_cache = cache.get();
-    eo.max_num_seqs = max_num_seqs;
-    eo.threads = 2;
-    engine = Engine::Create(*Bundled().model, eo).value();
-    ServerDeps d;
-    d.model = Bundled().model.get();
-    d.tokenizer = Bundled().tokenizer.get();
-    d.engine = engine.get();
-    d.pool = pool;
-    d.prefix_cache = cache.get();
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "bundled";
-    so.max_body_bytes = 1 << 20;
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    port = server->port();
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
+struct Running : testing::BundledServer {
+  explicit Running(std::shared_ptr<BlockPool> p = Pool(512), uint32_t max_num_seqs = 8)
+      : BundledServer(Options(std::move(p), max_num_seqs)) {}
+  static testing::BundledServerOptions Options(std::shared_ptr<BlockPool> p,
+                                               uint32_t max_num_seqs) {
+    testing::BundledServerOptions o;
+    o.pool = std::move(p);
+    o.prefix_cache_bytes = 256ull << 20;
+    o.engine.max_num_seqs = max_num_seqs;
+    o.server.max_body_bytes = 1 << 20;
+    return o;
   }
-  ~Running() {
-    server->Shutdown(10000);
-    listener.join();
-  }
-  httplib::Client Client() const {
-    httplib::Client c("127.0.0.1", port);
-    c.set_read_timeout(120);
-    return c;
-  }
-  httplib::Result Post(const std::string& path, const std::string& body) const {
-    return Client().Post(path, body, "application/json");
-  }
-  std::shared_ptr<BlockPool> pool;
-  std::unique_ptr<PrefixCache> cache;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  uint16_t port = 0;
-  std::thread listener;
 };
 
 // Body with extra raw fields spliced before the closing brace.

@@ -11,67 +11,31 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "engine/engine_test_util.h"
 #include "kvtier/server.h"
 #include "kvtier/ssd_tier.h"
+#include "server/server_test_util.h"
 
 namespace kvtier {
 namespace {
 
 using nlohmann::json;
-using testing::Bundled;
 namespace fs = std::filesystem;
 
 // A server with an engine, a RAM prefix cache of `budget` bytes and an SSD tier in `dir`.
-struct TieredServer {
-  explicit TieredServer(const std::string& dir, uint64_t budget = 256ull << 20) {
-    pool = testing::BundledPool(512);
-    SsdTierOptions to;
-    to.dir = dir;
-    to.log = false;
-    to.writer_threads = 1;
-    tier = SsdTier::Open(to).value();
-    PrefixCacheOptions po;
-    po.memory_budget_bytes = budget;
-    po.lower_tier = tier;
-    cache = PrefixCache::Create(po).value();
-    EngineOptions eo;
-    eo.pool = pool;
-    eo.prefix_cache = cache.get();
-    eo.threads = 2;
-    engine = Engine::Create(*Bundled().model, eo).value();
-    ServerDeps d;
-    d.model = Bundled().model.get();
-    d.tokenizer = Bundled().tokenizer.get();
-    d.engine = engine.get();
-    d.pool = pool;
-    d.prefix_cache = cache.get();
-    d.ssd = tier.get();
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "bundled";
-    so.metrics_ssd_reconcile_ms = 0;  // every scrape asks for a walk (on the writer thread)
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
-  }
-  ~TieredServer() {
-    server->Shutdown(10000);
-    listener.join();
-  }
-  httplib::Client Client() const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_read_timeout(120);
-    return c;
+struct TieredServer : testing::BundledServer {
+  explicit TieredServer(const std::string& dir, uint64_t budget = 256ull << 20)
+      : BundledServer(Options(dir, budget)) {}
+  static testing::BundledServerOptions Options(const std::string& dir, uint64_t budget) {
+    testing::BundledServerOptions o;
+    o.ssd_dir = dir;
+    o.prefix_cache_bytes = budget;
+    o.server.metrics_ssd_reconcile_ms = 0;  // every scrape asks for a walk (on the writer thread)
+    return o;
   }
   // The greedy completion of `prompt` (status 200 expected); *usage gets its usage.
   std::string Complete(const std::string& prompt, json* usage = nullptr) const {
-    json body{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
-    httplib::Result r = Client().Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    if (!r) return "";
-    EXPECT_EQ(r->status, 200) << r->body;
-    const json j = json::parse(r->body);
+    const json j = CompleteJson(prompt, 8);
+    if (j.is_null()) return "";
     if (usage != nullptr) *usage = j["usage"];
     return j["choices"][0]["text"].get<std::string>();
   }
@@ -80,13 +44,7 @@ struct TieredServer {
     cache->Evict(UINT64_MAX);
     tier->Flush();
   }
-  json SsdStats() const {
-    httplib::Result r = Client().Get("/v1/cache/stats");
-    EXPECT_TRUE(r);
-    if (!r) return json();
-    EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body)["ssd"];
-  }
+  json SsdStats() const { return GetJson("/v1/cache/stats")["ssd"]; }
   // The value of an unlabelled gauge in /metrics, or -1.
   double Metric(const std::string& name) const {
     httplib::Result r = Client().Get("/metrics");
@@ -95,13 +53,6 @@ struct TieredServer {
     if (at == std::string::npos) return -1;
     return std::atof(r->body.c_str() + at + name.size() + 2);
   }
-
-  std::shared_ptr<BlockPool> pool;
-  std::shared_ptr<SsdTier> tier;
-  std::unique_ptr<PrefixCache> cache;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  std::thread listener;
 };
 
 // Bytes and count of the segment files under `dir` (what `du` sees of the tier; no .tmp file

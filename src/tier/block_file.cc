@@ -56,6 +56,22 @@ Status CheckPool(const BlockFileHeader& h, const BlockPool& pool, const std::str
 
 }  // namespace
 
+BlockFileHeader SpilledBlockHeader(const EvictedBlock& b) {
+  BlockFileHeader h;
+  h.key = b.key;
+  h.parent_key = b.parent_key;
+  h.namespace_key = b.namespace_key;
+  h.model = b.model;
+  h.shape = b.pool->shape();
+  h.k_format = b.pool->k_format();
+  h.v_format = b.pool->v_format();
+  h.block_tokens = b.pool->block_tokens();
+  h.first_position = b.first_position;
+  h.tokens.assign(b.tokens.begin(), b.tokens.end());
+  h.ends.assign(b.entry_ends.begin(), b.entry_ends.end());
+  return h;
+}
+
 std::string KeyName(const BlockKey& key) { return key.ToHex(); }
 
 uint32_t BlockHeaderBytes(size_t n_tokens, size_t n_ends) {

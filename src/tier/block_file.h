@@ -13,6 +13,7 @@
 #include "kvtier/env.h"
 #include "kvtier/format.h"
 #include "kvtier/kv_types.h"
+#include "kvtier/prefix_cache.h"
 #include "kvtier/status.h"
 
 namespace kvtier::tier {
@@ -40,6 +41,10 @@ struct BlockFileHeader {
   uint64_t payload_bytes() const;  // rows of every layer
   uint64_t file_bytes() const { return header_bytes() + payload_bytes() + 4; }
 };
+
+// The header of the file an evicted block is written to (SSD and remote tier alike): its keys,
+// model, tokens and entry ends, and its pool's shape, formats and block size.
+BlockFileHeader SpilledBlockHeader(const EvictedBlock& b);
 
 // The file for block `id` of `pool` (whose formats and shape must be the header's).
 Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool,

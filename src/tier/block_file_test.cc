@@ -95,6 +95,42 @@ TEST(BlockFile, EveryFormatRoundTripsBitForBit) {
   }
 }
 
+// The header the SSD and remote tiers write for an evicted block: the block's identity, its
+// pool's shape, formats and block size; its file round-trips to the same header and rows.
+TEST(BlockFile, SpilledBlockHeaderIsTheEvictedBlocksAndRoundTrips) {
+  const Fixture f = Make(Format::Q8_0(), Format::Affine(4, 32, DType::kBF16), 6, 91);
+  EvictedBlock b;
+  b.key = f.h.key;
+  b.parent_key = f.h.parent_key;
+  b.namespace_key = f.h.namespace_key;
+  b.model = f.h.model;
+  b.first_position = f.h.first_position;
+  b.tokens = f.h.tokens;
+  b.entry_ends = f.h.ends;
+  b.pool = f.pool;
+  b.block = f.id;
+  auto check = [&](const BlockFileHeader& x, const char* what) {
+    EXPECT_EQ(x.key, f.h.key) << what;
+    EXPECT_EQ(x.parent_key, f.h.parent_key) << what;
+    EXPECT_EQ(x.namespace_key, f.h.namespace_key) << what;
+    EXPECT_EQ(x.model, f.h.model) << what;
+    EXPECT_EQ(x.shape, kShape) << what;
+    EXPECT_EQ(x.k_format, Format::Q8_0()) << what;
+    EXPECT_EQ(x.v_format, Format::Affine(4, 32, DType::kBF16)) << what;
+    EXPECT_EQ(x.block_tokens, kBt) << what;
+    EXPECT_EQ(x.first_position, f.h.first_position) << what;
+    EXPECT_EQ(x.tokens, f.h.tokens) << what;
+    EXPECT_EQ(x.ends, f.h.ends) << what;
+  };
+  const BlockFileHeader h = SpilledBlockHeader(b);
+  check(h, "built");
+  Result<std::vector<uint8_t>> file = EncodeBlockFile(h, *f.pool, f.id);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  Result<BlockFileHeader> back = DecodeBlockHeader(*file, file->size(), "spilled");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  check(*back, "read back");
+}
+
 // Decodes a whole file; OK only if header and rows both verify.
 Status DecodeAll(std::span<const uint8_t> file, BlockPool& pool, BlockId id) {
   Result<BlockFileHeader> h = DecodeBlockHeader(file, file.size(), "f");

@@ -384,18 +384,7 @@ const SsdTierOptions& SsdTier::options() const { return impl_->opt; }
 void SsdTier::Spill(const EvictedBlock& b) {
   Impl& m = *impl_;
   tier::Job job;
-  BlockFileHeader& h = job.header;
-  h.key = b.key;
-  h.parent_key = b.parent_key;
-  h.namespace_key = b.namespace_key;
-  h.model = b.model;
-  h.shape = b.pool->shape();
-  h.k_format = b.pool->k_format();
-  h.v_format = b.pool->v_format();
-  h.block_tokens = b.pool->block_tokens();
-  h.first_position = b.first_position;
-  h.tokens.assign(b.tokens.begin(), b.tokens.end());
-  h.ends.assign(b.entry_ends.begin(), b.entry_ends.end());
+  job.header = tier::SpilledBlockHeader(b);
   job.pool = b.pool;
   job.block = b.block;
   std::unique_lock<std::mutex> lock(m.mu);
