@@ -8,10 +8,12 @@
 # 16 q/k + 16 v heads of 128, conv 4, a full-attention layer every 4th), LAYERS of its 24
 # (default 8: 2 attention + 6 DeltaNet, to keep a cold prefill of CONTEXT tokens within
 # minutes on 2 threads), VOCAB tokens (default 32000), q8_0 weights, KV type KV (q8_0).
+# Needs the kvtier and kvtier-bench targets built.
 # Usage: tools/bench_qwen35_cache.sh [build dir]   (env: LAYERS VOCAB CONTEXT KV THREADS)
 set -euo pipefail
 BUILD=${1:-build/release}
 K="$BUILD/src/cli/kvtier"
+KB="$BUILD/src/cli/kvtier-bench"
 LLAMA=${LLAMA:-/work/llama/build/bin}
 LAYERS=${LAYERS:-8} VOCAB=${VOCAB:-32000} CONTEXT=${CONTEXT:-1024} KV=${KV:-q8_0}
 THREADS=${THREADS:-2}
@@ -26,13 +28,13 @@ echo "== $(date -u +%F\ %T) commit $(git rev-parse --short HEAD) $(uptime | sed 
 echo "== model: $M (layers $LAYERS, vocab $VOCAB), KV $KV, context $CONTEXT, threads $THREADS"
 
 echo "== kvtier: two-round, RAM + SSD tiers (log: $W/serve.log)"
-"$K" bench-serve --model "$M" --json --workload two-round --context-tokens "$CONTEXT" \
+"$KB" serve --model "$M" --json --workload two-round --context-tokens "$CONTEXT" \
   --max-tokens 16 --turn-tokens 32 -- --threads "$THREADS" --kv-cache-dtype "$KV" \
   --cache-memory-mb 2048 --ssd-cache-dir "$W/ssd" --cache-write-policy write-through \
   2>"$W/serve.log" \
   | tee "$W/kvtier.json"
-echo "== bytes per cached prefix (from the engine's cache log lines)"
-grep -E "cache_store (id=[0-9]+ )?what=|cache_store_state" "$W/serve.log" | tail -n 8 || true
+# K/V bytes per tier are the JSON's kv_bytes (/metrics); a snapshot is a state file below
+# (in RAM: its size less the 48-byte file header).
 echo "== SSD tier files (write-through: every stored entry and snapshot)"
 find "$W/ssd" -name '*.kvst' -printf '%s state %p\n' 2>/dev/null | sort -n | tail -n 4 || true
 find "$W/ssd" -name '*.kvs' -printf '%s segment %p\n' 2>/dev/null | tail -n 4 || true
@@ -46,7 +48,7 @@ if [ -x "$LLAMA/llama-server" ]; then
     curl -sf http://127.0.0.1:18093/health >/dev/null 2>&1 && break
     sleep 1
   done
-  "$K" bench-serve --url http://127.0.0.1:18093 --server-pid "$LP" --json --workload two-round \
+  "$KB" serve --url http://127.0.0.1:18093 --server-pid "$LP" --json --workload two-round \
     --context-tokens "$CONTEXT" --max-tokens 16 --turn-tokens 32 | tee "$W/llama.json" || \
     tail -n 20 "$W/llama.log"
   kill "$LP" 2>/dev/null || true
