@@ -788,6 +788,8 @@ Status SsdTier::Clear() {
     dirs.insert(p.substr(0, p.find_last_of('/')));
   }
   for (const std::string& d : dirs) (void)m.env->SyncDir(d);
+  const Status states = m.states->Clear();
+  if (!states.ok() && first.ok()) first = states;
   std::lock_guard<std::mutex> lock(m.mu);
   m.bytes -= total;
   return first;

@@ -214,6 +214,27 @@ void StateStore::Flush() {
   cv_idle_.wait(lock, [&] { return queue_.empty() && !writing_; });
 }
 
+Status StateStore::Clear() {
+  Flush();
+  std::vector<std::string> paths;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, e] : index_) paths.push_back(PathOf(key));
+    index_.clear();
+    lru_.clear();
+    positions_.clear();
+    stats_.bytes = 0;
+    stats_.states = 0;
+  }
+  Status first;
+  for (const std::string& p : paths) {
+    const Status s = env_->RemoveFile(p);
+    if (!s.ok() && s.code() != StatusCode::kNotFound && first.ok()) first = s;
+  }
+  (void)env_->SyncDir(dir_);
+  return first;
+}
+
 StateStoreStats StateStore::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

@@ -58,6 +58,7 @@ class StateStore {
                                             std::span<const int32_t> tokens,
                                             uint32_t max_position);
   void Flush();  // waits until everything queued is written or skipped
+  Status Clear();  // removes every indexed state file (after a Flush)
   StateStoreStats Stats() const;
   std::string PathOf(const BlockKey& key) const;
 
