@@ -79,6 +79,7 @@ struct Engine::Impl {
   // qwen35: rows carry a recurrent state; snapshots go to the prefix cache at the prompt's
   // last token but one and at the end of each conversation (and at a preemption).
   const bool recurrent = model.state_format() != 0;
+  const bool snapshots = recurrent && opt.prefix_cache != nullptr;
   ThreadPool threads;
   std::vector<float> logits;  // [rows, n_vocab]
 
@@ -253,13 +254,14 @@ bool Engine::Impl::Reserve(size_t i, uint32_t n) {
 namespace {
 
 // Tokens row r computes next: its next prompt chunk (at most `step`), or its last sampled
-// token. A recurrent row's chunk stops at the prompt's last token but one, where its state is
-// snapshotted, so a request with this prompt resumes there and computes one token.
-uint32_t NextChunk(const Req& r, uint32_t step, bool recurrent) {
+// token. With `snapshots` (a recurrent model and a prefix cache) the chunk stops at the
+// prompt's last token but one, where the row's state is snapshotted, so a request with this
+// prompt resumes there and computes one token.
+uint32_t NextChunk(const Req& r, uint32_t step, bool snapshots) {
   const uint32_t done = r.seq.size();
   uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r.all.size()) - done, step);
   const uint32_t cut = static_cast<uint32_t>(r.req.prompt.size()) - 1;
-  if (recurrent && !r.prompt_state_stored && done < cut && done + n > cut) n = cut - done;
+  if (snapshots && !r.prompt_state_stored && done < cut && done + n > cut) n = cut - done;
   return n;
 }
 
@@ -271,7 +273,7 @@ void Engine::Impl::Step() {
   for (size_t i = 0; i < running.size();) {
     Req& r = *running[i];
     const uint32_t done = r.seq.size();
-    const uint32_t n = NextChunk(r, opt.prefill_step, recurrent);
+    const uint32_t n = NextChunk(r, opt.prefill_step, snapshots);
     if (!Reserve(i, n)) {
       std::unique_ptr<Req> failed = std::move(running[i]);
       running.erase(running.begin() + static_cast<long>(i));
@@ -291,7 +293,7 @@ void Engine::Impl::Step() {
   std::vector<HybridSeqState*> states;  // recurrent models: row i's state
   for (auto& r : running) {
     const uint32_t done = r->seq.size();
-    const uint32_t n = NextChunk(*r, opt.prefill_step, recurrent);
+    const uint32_t n = NextChunk(*r, opt.prefill_step, snapshots);
     tokens.emplace_back(r->all.data() + done, n);
     seqs.push_back(std::move(r->seq));
     if (recurrent) states.push_back(&r->state);

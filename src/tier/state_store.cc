@@ -251,7 +251,9 @@ void StateStore::Quarantine(const BlockKey& key, const std::string& why) {
   if (!env_->RenameFile(path, quarantine_ + "/" + name).ok()) {
     (void)env_->RemoveFile(path);
   }
-  if (log_) std::fprintf(stderr, "kvtier ssd tier: quarantined %s: %s\n", name.c_str(), why.c_str());
+  if (log_) {
+    std::fprintf(stderr, "kvtier ssd tier: quarantined %s: %s\n", name.c_str(), why.c_str());
+  }
 }
 
 std::shared_ptr<const StateSnapshot> StateStore::Find(const ModelFingerprint& model,
