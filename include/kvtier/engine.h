@@ -12,6 +12,10 @@
 // to the prefix cache and it waits to be resumed, recomputing or reloading what is gone); a
 // request that cannot fit even alone fails with ResourceExhausted. The prompt's K/V is stored
 // in the prefix cache when its prefill ends, and the whole conversation's when it finishes.
+// Models with a recurrent state (qwen35): each row's state lives in its request; snapshots of
+// it go to the prefix cache after the prompt's last token but one, at the end of the
+// conversation and at a preemption, and admission resumes from the longest snapshot at or
+// before the cached K/V (docs/prefix-cache.md).
 //
 // Thread-safe: Submit and Cancel may be called from any thread. Callbacks run on the
 // scheduler thread and must be quick.

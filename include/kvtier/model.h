@@ -2,8 +2,8 @@
 // model runtime (weights, matmul, forward pass, sampler).
 //
 // Model runtime: a decoder-only transformer (llama, qwen2, qwen3, phi3, gemma3; the hybrid
-// qwen35 runs one sequence at a time through ForwardSequence, not Forward) loaded from
-// GGUF, whose
+// qwen35 through the Forward overload with per-row recurrent states, or one sequence through
+// ForwardSequence) loaded from GGUF, whose
 // forward pass appends to a kvtier BatchCache and attends with kvtier's fused attention.
 //
 // Weights stay in the file's mapping and in its type (any type of kvtier/weights.h): nothing is
@@ -23,6 +23,7 @@
 #include "kvtier/format.h"
 #include "kvtier/gguf.h"
 #include "kvtier/kv_types.h"
+#include "kvtier/state_snapshot.h"
 #include "kvtier/status.h"
 
 namespace kvtier {
@@ -82,7 +83,9 @@ struct ModelConfig {
     return full_attn_interval > 0 && (l + 1) % full_attn_interval != 0;
   }
 
-  KvShape kv_shape() const;  // n_layers, n_kv_heads, head_dim
+  // n_layers, n_kv_heads, head_dim. Hybrid models: only the full-attention layers have K/V,
+  // so n_layers counts those (attention layer l is cache layer (l + 1) / interval - 1).
+  KvShape kv_shape() const;
   // Layer l's attention window in tokens (0 = global: the whole context).
   uint32_t layer_window(uint32_t l) const;
 };
@@ -134,6 +137,23 @@ class Model {
   Status Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                  bool all_logits, float* logits, ThreadPool* pool) const;
 
+  // Hybrid (qwen35) models (forward_hybrid.cc): Forward with states[i], row i's recurrent state
+  // (its n_past equal to the row's length; its K/V vectors unused: the attention layers' K/V
+  // go to `cache`). Advances every row's state; on an error the states and cache should be
+  // discarded. Other models: states must be empty (the plain Forward).
+  Status Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
+                 bool all_logits, float* logits, ThreadPool* pool,
+                 std::span<HybridSeqState* const> states) const;
+  // StateSnapshot::format of this model's recurrent state (a hash of the architecture and the
+  // state's shapes, never 0); 0 for models without a recurrent state.
+  uint32_t state_format() const;
+  // The recurrent part of `state` (per DeltaNet layer: conv window, then delta state; never
+  // the K/V rows) as a snapshot at state.n_past (>= 1).
+  StateSnapshot SaveState(const HybridSeqState& state) const;
+  // The state a snapshot of this model holds (n_past = its position, no K/V rows), or
+  // InvalidArgument naming what differs (format, tensor count or size).
+  Result<HybridSeqState> LoadState(const StateSnapshot& snapshot) const;
+
   // qwen35 only (forward_deltanet.cc): runs one sequence's new tokens from `state` (prefill or
   // decode, any chunking) and advances it. logits: [tokens, n_vocab] when all_logits, else
   // [1, n_vocab]. Bad input changes nothing; other models get InvalidArgument.
@@ -145,6 +165,11 @@ class Model {
   struct Layer;
   Status Bind();
   Status BindQwen35();  // arch_qwen35.cc
+  // qwen35's Gated DeltaNet mixer for layer l over rows of n[i] tokens one after another:
+  // xb [T, n_embd] (normalized input) -> y [T, n_embd]; advances each row's conv window and
+  // delta state (forward_deltanet.cc).
+  Status DeltaNetMixer(uint32_t l, const float* xb, std::span<const uint32_t> n,
+                       std::span<HybridSeqState* const> states, float* y, ThreadPool* pool) const;
 
   ModelConfig cfg_;
   std::shared_ptr<const GgufFile> file_;

@@ -50,6 +50,7 @@
 #include "kvtier/block_pool.h"
 #include "kvtier/format.h"
 #include "kvtier/sequence_cache.h"
+#include "kvtier/state_snapshot.h"
 #include "kvtier/status.h"
 
 namespace kvtier {
@@ -119,6 +120,24 @@ class LowerTier {
   // give it back without using it.
   virtual Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
                       BlockId id) = 0;
+
+  // Recurrent-state snapshots (kvtier/state_snapshot.h). A tier that does not keep them
+  // leaves these as they are (nothing kept, nothing found).
+  // A snapshot leaving RAM (or written through), keyed StateSnapshotKey(model, its tokens).
+  // Called outside the cache's lock; the tier may keep the pointer.
+  virtual void SpillState(const ModelFingerprint& model, const BlockKey& key,
+                          std::shared_ptr<const StateSnapshot> snapshot) {
+    (void)model, (void)key, (void)snapshot;
+  }
+  // The tier's longest snapshot of `model` after tokens[0, p), p <= max_position, verified;
+  // null when none (a snapshot that fails verification is put aside and counted, never
+  // returned).
+  virtual std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
+                                                         std::span<const int32_t> tokens,
+                                                         uint32_t max_position) {
+    (void)model, (void)tokens, (void)max_position;
+    return nullptr;
+  }
 };
 
 // When stored entries reach the lower tier (PrefixCacheOptions::write_policy).
@@ -153,6 +172,15 @@ Result<Format> PrefixStoreFormat(int bits, int group_size);
 // --cache-memory-mb or --cache-memory-percent: exactly one > 0. percent of physical RAM.
 Result<uint64_t> PrefixCacheBudgetBytes(uint64_t memory_mb, double memory_percent);
 
+// Fetch options. recurrent_state: the model keeps a recurrent state (qwen35), so K/V alone
+// cannot resume a sequence: the fetch also looks for the longest state snapshot at a position
+// p <= the reused K/V (RAM first, then the lower tier), keeps only the K/V of tokens [0, p)
+// and returns the snapshot (PrefixFetchResult::state); without one, nothing is reused. The
+// match kind and matched_tokens still describe the K/V match (docs/prefix-cache.md).
+struct PrefixFetchOptions {
+  bool recurrent_state = false;
+};
+
 struct PrefixFetchResult {
   PrefixMatchKind kind = PrefixMatchKind::kMiss;
   uint32_t matched_tokens = 0;  // request tokens found in the cache
@@ -162,6 +190,10 @@ struct PrefixFetchResult {
   // reused_tokens tokens in the requested pool (owner kActive); an empty sequence of that
   // pool on a miss. Append the remaining request tokens to it.
   SequenceCache sequence;
+  // With PrefixFetchOptions::recurrent_state: the snapshot at reused_tokens (its position),
+  // or null when reused_tokens is 0.
+  std::shared_ptr<const StateSnapshot> state;
+  uint32_t state_trimmed_tokens = 0;  // K/V tokens matched but dropped for lack of a snapshot
 };
 
 struct PrefixStoreResult {
@@ -202,6 +234,14 @@ struct PrefixCacheStats {
   uint64_t written_through_blocks = 0;  // blocks given to the lower tier at store time
   uint64_t lower_only_stores = 0;  // entries too large for RAM, stored in the lower tier only
   uint64_t direct_tier_fetches = 0;  // hits served from lower-tier blocks RAM could not keep
+  // Recurrent-state snapshots (StoreState; Fetch with recurrent_state).
+  uint64_t state_fetches = 0;      // fetches that asked for a snapshot
+  uint64_t state_hits = 0;         // ... and got one (RAM or lower tier)
+  uint64_t state_tier_hits = 0;    // ... from the lower tier
+  uint64_t state_stores = 0;       // snapshots stored
+  uint64_t state_evictions = 0;    // snapshots evicted from RAM (then spilled, if a tier)
+  uint64_t states = 0;             // snapshots held in RAM
+  uint64_t state_bytes = 0;        // their bytes (counted in `bytes` too)
   uint64_t entries = 0;            // stored entries currently present (end markers)
   uint64_t nodes = 0;              // blocks referenced by the tree
   uint64_t bytes = 0;              // their bytes: what counts against the budget
@@ -235,6 +275,20 @@ class PrefixCache {
   // the conversion (then nothing changed but the statistics).
   Result<PrefixFetchResult> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens,
                                   const std::shared_ptr<BlockPool>& pool);
+  // The same, with options (recurrent_state: resume from the longest snapshot at or before
+  // the K/V match; see PrefixFetchOptions).
+  Result<PrefixFetchResult> Fetch(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                                  const std::shared_ptr<BlockPool>& pool,
+                                  const PrefixFetchOptions& options);
+
+  // Keeps `snapshot`, the state of `model` after `tokens` (snapshot->position ==
+  // tokens.size() >= 1), beside the K/V blocks. It counts against the memory budget
+  // (snapshot->bytes()), is evicted LRU together with the leaves (never while a fetch's
+  // caller still holds it) and goes to the lower tier when evicted, or at once under
+  // write-through. A snapshot larger than the budget goes to the lower tier alone, or is
+  // ResourceExhausted without one. Storing the same key again only touches it.
+  Status StoreState(const ModelFingerprint& model, std::span<const int32_t> tokens,
+                    std::shared_ptr<const StateSnapshot> snapshot);
 
   // Stores the first min(tokens.size(), sequence.size()) tokens of `sequence` (complete()
   // required; tokens[i] is the token whose K/V is at position i). The sequence is left as it

@@ -147,6 +147,13 @@ class TierStack : public LowerTier {
                                    std::span<const int32_t> tokens) override;
   Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
               BlockId id) override;
+  // State snapshots: SpillState goes to every tier (those that keep none ignore it);
+  // FindState takes the longest snapshot any tier has, asking the tiers in order.
+  void SpillState(const ModelFingerprint& model, const BlockKey& key,
+                  std::shared_ptr<const StateSnapshot> snapshot) override;
+  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
+                                                 std::span<const int32_t> tokens,
+                                                 uint32_t max_position) override;
 
  private:
   struct Impl;

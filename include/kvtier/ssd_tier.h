@@ -136,6 +136,13 @@ struct SsdTierStats {
   uint64_t removed_foreign = 0;         // blocks of other models (keep_only_models)
   uint64_t ignored_newer = 0;           // files of a newer format version, left alone
   double open_ms = 0.0;
+  // Recurrent-state snapshots (states/<key>.kvst; docs/ssd-tier.md, "State records"):
+  uint64_t states = 0;                  // indexed
+  uint64_t state_bytes = 0;             // their files' bytes (capped at max_bytes / 4)
+  uint64_t spilled_states = 0;
+  uint64_t loaded_states = 0;
+  uint64_t corrupt_states = 0;          // failed verification: quarantined, a miss
+  uint64_t evicted_states = 0;
 };
 
 class SsdTier : public LowerTier {
@@ -150,6 +157,12 @@ class SsdTier : public LowerTier {
                                    std::span<const int32_t> tokens) override;
   Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
               BlockId id) override;
+  // State snapshots: one verified file each, written by their own writer thread.
+  void SpillState(const ModelFingerprint& model, const BlockKey& key,
+                  std::shared_ptr<const StateSnapshot> snapshot) override;
+  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
+                                                 std::span<const int32_t> tokens,
+                                                 uint32_t max_position) override;
 
   // Every namespace on disk with its block count (kvtier cache stats).
   std::vector<std::pair<TierNamespace, uint64_t>> AllNamespaces() const;

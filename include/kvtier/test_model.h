@@ -63,6 +63,9 @@ struct TestModelConfig {
   // DeltaNet with a causal conv of ssm_conv_kernel taps.
   uint32_t full_attn_interval = 4;
   uint32_t ssm_conv_kernel = 4;
+  // DeltaNet sizes: state_size (head dim), group_count (q/k heads), time_step_rank (v heads);
+  // 0 = head_dim, kv_heads, heads (Qwen3.5-0.8B's real shape: 128, 16, 16).
+  uint32_t ssm_state = 0, ssm_k_heads = 0, ssm_v_heads = 0;
 };
 
 // "f16" -> kF16; the weight types make-test-model writes (f32, f16, bf16, q8_0, q4_0).

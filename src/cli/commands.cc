@@ -291,6 +291,9 @@ Command MakeTestModelCommand() {
     m.add_option("--swa-period", c.swa_period, "gemma3: every Nth layer is global")
         ->capture_default_str();
     m.add_option("--final-softcap", c.final_softcap, "gemma3: final logit soft-cap (0: none)");
+    m.add_option("--ssm-state", c.ssm_state, "qwen35: DeltaNet head size (0: --head-dim)");
+    m.add_option("--ssm-k-heads", c.ssm_k_heads, "qwen35: DeltaNet q/k heads (0: --kv-heads)");
+    m.add_option("--ssm-v-heads", c.ssm_v_heads, "qwen35: DeltaNet v heads (0: --heads)");
     m.add_option("--name", c.name, "general.name (default kvtier-test-<arch>)");
     m.add_flag("--text-fillers", c.text_fillers,
                "Filler tokens are user-defined, so the random model's answers render as text "

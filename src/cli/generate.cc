@@ -22,12 +22,15 @@
 namespace kvtier::cli {
 namespace {
 
-// One forward call for row 0: through `cache`, or for a hybrid model (qwen35, `hybrid` not
-// null) through its single-sequence state.
+// One forward call for row 0 of `cache`; a hybrid model (qwen35, `hybrid` not null) also
+// advances the row's recurrent state.
 Status Step(const Model& m, BatchCache& cache, HybridSeqState* hybrid,
             std::span<const int32_t> tokens, bool all, float* logits, ThreadPool* pool) {
-  if (hybrid != nullptr) return m.ForwardSequence(hybrid, tokens, all, logits, pool);
   std::span<const int32_t> rows[1] = {tokens};
+  if (hybrid != nullptr) {
+    HybridSeqState* states[1] = {hybrid};
+    return m.Forward(cache, rows, all, logits, pool, states);
+  }
   return m.Forward(cache, rows, all, logits, pool);
 }
 
@@ -102,9 +105,9 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   BatchCache cache(pool);
   KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
 
-  // qwen35 runs one sequence through Model::ForwardSequence (its state, not the KV cache).
+  // qwen35: the row's recurrent state beside its K/V.
   HybridSeqState hybrid_state;
-  HybridSeqState* hybrid = m.config().arch == ModelArch::kQwen35 ? &hybrid_state : nullptr;
+  HybridSeqState* hybrid = m.state_format() != 0 ? &hybrid_state : nullptr;
   GenerateStats st;
   st.prompt_tokens = static_cast<uint32_t>(prompt.size());
   std::vector<float> logits;
@@ -155,6 +158,8 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
   std::vector<ChatMessage> messages;
   if (!c.system.empty()) messages.push_back({"system", c.system});
   std::vector<int32_t> fed;  // the tokens the cache holds
+  HybridSeqState hybrid_state;  // qwen35: the recurrent state after `fed`
+  HybridSeqState* hybrid = m.state_format() != 0 ? &hybrid_state : nullptr;
   std::vector<float> logits;
   Sampler sampler(c.sampling);
   ChatStats st;
@@ -177,12 +182,17 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
     size_t keep = 0;
     while (keep < fed.size() && keep < tokens.size() && fed[keep] == tokens[keep]) ++keep;
     if (keep == tokens.size()) --keep;
+    if (hybrid != nullptr && keep < fed.size()) {  // a recurrent state cannot be trimmed
+      keep = 0;
+      hybrid_state = HybridSeqState();
+    }
     if (keep < fed.size()) {
       KVTIER_RETURN_IF_ERROR(cache.Trim(static_cast<uint32_t>(fed.size() - keep)).status());
       fed.resize(keep);
     }
     const std::span<const int32_t> fresh(tokens.data() + keep, tokens.size() - keep);
-    KVTIER_RETURN_IF_ERROR(Feed(m, cache, fresh, c.prefill_step, false, &logits, &threads));
+    KVTIER_RETURN_IF_ERROR(
+        Feed(m, cache, fresh, c.prefill_step, false, &logits, &threads, hybrid));
     fed.insert(fed.end(), fresh.begin(), fresh.end());
 
     StreamDecoder decoder(tok);
@@ -194,8 +204,8 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
       reply += piece;
       out << piece << std::flush;
       ++st.generated_tokens;
-      std::span<const int32_t> rows[1] = {std::span<const int32_t>(&next, 1)};
-      KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &threads));
+      KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, std::span<const int32_t>(&next, 1), false,
+                                  logits.data(), &threads));
       fed.push_back(next);
     }
     const std::string tail = decoder.Flush();
@@ -280,11 +290,15 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
     if (base_pool) {
       BatchCache base(base_pool);
       KVTIER_RETURN_IF_ERROR(base.Add(SequenceCache(base_pool)));
-      KVTIER_RETURN_IF_ERROR(Feed(m, base, win, c.batch, true, &base_logits, &threads));
+      HybridSeqState base_state;
+      KVTIER_RETURN_IF_ERROR(Feed(m, base, win, c.batch, true, &base_logits, &threads,
+                                  m.state_format() != 0 ? &base_state : nullptr));
     }
     BatchCache cache(pool);
     KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
-    KVTIER_RETURN_IF_ERROR(Feed(m, cache, win, c.batch, true, &logits, &threads));
+    HybridSeqState state;  // qwen35: each window starts from the zero state
+    KVTIER_RETURN_IF_ERROR(Feed(m, cache, win, c.batch, true, &logits, &threads,
+                                m.state_format() != 0 ? &state : nullptr));
     // Score positions first .. ctx-2 predicting the next token of the window (original ids).
     for (size_t j = first; j + 1 < c.ctx; ++j) {
       const float* l = logits.data() + j * V;

@@ -281,8 +281,9 @@ TEST_F(ModelCommands, BenchModelMeasuresEveryFormatAndDepth) {
 namespace kvtier::cli {
 namespace {
 
-// qwen35 generates through Model::ForwardSequence: greedy text equals a greedy loop that
-// re-runs the whole sequence each step, whatever the prompt chunking.
+// qwen35 generates through the KV cache with each row's recurrent state (Model::Forward with
+// states): greedy text equals a greedy loop that re-runs the whole sequence through
+// ForwardSequence each step, whatever the prompt chunking; perplexity runs it too.
 TEST(GenerateQwen35, GreedyMatchesAFromScratchLoop) {
   const std::string path = ::testing::TempDir() + "kvtier_generate_qwen35_" +
                            std::to_string(getpid()) + ".gguf";
@@ -292,7 +293,7 @@ TEST(GenerateQwen35, GreedyMatchesAFromScratchLoop) {
   mc.layers = 4;
   mc.heads = 4;
   mc.kv_heads = 2;
-  mc.head_dim = 16;
+  mc.head_dim = 64;  // a head size the fused attention kernel takes
   mc.ffn = 128;
   mc.vocab = 300;
   mc.ctx = 256;
@@ -308,6 +309,7 @@ TEST(GenerateQwen35, GreedyMatchesAFromScratchLoop) {
   c.prompt = "It is a truth";
   c.max_tokens = 10;
   c.threads = 2;
+  c.kv_type = "f32";
   std::vector<std::string> outs;
   for (uint32_t step : {512u, 3u}) {
     c.prefill_step = step;
@@ -335,6 +337,48 @@ TEST(GenerateQwen35, GreedyMatchesAFromScratchLoop) {
   const std::string want = lm->tokenizer->Decode(
       std::span<const int32_t>(seq).subspan(n_prompt));
   EXPECT_EQ(outs[0], want);
+
+  // Perplexity over two windows (each from the zero state) against ForwardSequence's NLL.
+  const std::string text_path = path + ".txt";
+  {
+    std::ofstream t(text_path);
+    for (int k = 0; k < 40; ++k) t << "It is a truth universally acknowledged, that a man. ";
+  }
+  PerplexityConfig pc;
+  pc.model = path;
+  pc.file = text_path;
+  pc.ctx = 32;
+  pc.batch = 12;
+  pc.chunks = 2;
+  pc.threads = 2;
+  pc.kv_type = "f32";
+  auto pr = RunPerplexity(pc, nullptr);
+  ASSERT_TRUE(pr.ok()) << pr.status().ToString();
+  std::ifstream tin(text_path);
+  std::stringstream ss;
+  ss << tin.rdbuf();
+  const auto toks = lm->tokenizer->Encode(ss.str(), lm->tokenizer->add_bos_default(), false);
+  ASSERT_GE(toks.size(), 64u);
+  double nll = 0.0;
+  int count = 0;
+  for (int w = 0; w < 2; ++w) {
+    std::vector<int32_t> win(toks.begin() + w * 32, toks.begin() + (w + 1) * 32);
+    if (lm->tokenizer->add_bos_default()) win[0] = lm->tokenizer->bos_id();
+    HybridSeqState st;
+    std::vector<float> all(32 * V);
+    ASSERT_TRUE(lm->model->ForwardSequence(&st, win, true, all.data(), nullptr).ok());
+    for (size_t j = 16; j + 1 < 32; ++j) {
+      const float* l = all.data() + j * V;
+      const double mx = *std::max_element(l, l + V);
+      double sum = 0.0;
+      for (size_t k = 0; k < V; ++k) sum += std::exp(double(l[k]) - mx);
+      nll += -(double(l[toks[w * 32 + j + 1]]) - mx - std::log(sum));
+      ++count;
+    }
+  }
+  EXPECT_EQ(pr->tokens_scored, static_cast<uint64_t>(count));
+  EXPECT_NEAR(pr->ppl, std::exp(nll / count), 1e-4 * std::exp(nll / count));
+  std::remove(text_path.c_str());
   std::remove(path.c_str());
 }
 

@@ -43,6 +43,8 @@ struct Req {
   bool admitted_before = false;
   bool prompt_stored = false;
   SequenceCache seq;            // K/V of all[0, seq.size())
+  HybridSeqState state;         // recurrent models: the state after all[0, seq.size())
+  bool prompt_state_stored = false;
 };
 
 }  // namespace
@@ -66,12 +68,18 @@ struct Engine::Impl {
   void Finish(std::unique_ptr<Req> r, FinishReason why, Status error = Status::OK());
   // Stores r's K/V for `tokens` in the prefix cache (moving it when `give` is set) and logs it.
   void Store(Req& r, std::span<const int32_t> tokens, const char* what, bool give);
+  // Recurrent models: keeps r's state (after all[0, seq.size())) in the prefix cache.
+  void StoreState(Req& r, const char* what);
   void Log(const std::string& line) {
     if (opt.log) opt.log(line);
   }
 
   const Model& model;
   const EngineOptions opt;
+  // qwen35: rows carry a recurrent state; snapshots go to the prefix cache at the prompt's
+  // last token but one and at the end of each conversation (and at a preemption).
+  const bool recurrent = model.state_format() != 0;
+  const bool snapshots = recurrent && opt.prefix_cache != nullptr;
   ThreadPool threads;
   std::vector<float> logits;  // [rows, n_vocab]
 
@@ -123,7 +131,21 @@ void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* wh
            : ""));
 }
 
+void Engine::Impl::StoreState(Req& r, const char* what) {
+  if (!recurrent || opt.prefix_cache == nullptr || !r.seq.valid() || r.seq.size() == 0 ||
+      r.state.n_past != r.seq.size()) {
+    return;
+  }
+  auto snap = std::make_shared<const StateSnapshot>(model.SaveState(r.state));
+  const Status s = opt.prefix_cache->StoreState(
+      model.fingerprint(), std::span<const int32_t>(r.all).first(r.state.n_past), snap);
+  Log("cache_store_state id=" + std::to_string(r.id) + " what=" + what +
+      " position=" + std::to_string(r.state.n_past) +
+      (s.ok() ? " bytes=" + std::to_string(snap->bytes()) : " FAILED: " + s.message()));
+}
+
 void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error) {
+  if (why != FinishReason::kError) StoreState(*r, "conversation");
   if (opt.prefix_cache != nullptr && r->seq.valid() && r->seq.size() > 0) {
     // The whole conversation (all but the last sampled token has K/V) for the next turn.
     Store(*r, r->all, "conversation", true);
@@ -141,8 +163,23 @@ void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error
 
 void Engine::Impl::Admit(Req& r) {
   r.seq = SequenceCache(opt.pool);
+  r.state = HybridSeqState();
   if (opt.prefix_cache != nullptr) {
-    Result<PrefixFetchResult> f = opt.prefix_cache->Fetch(model.fingerprint(), r.all, opt.pool);
+    PrefixFetchOptions fo;
+    fo.recurrent_state = recurrent;
+    Result<PrefixFetchResult> f =
+        opt.prefix_cache->Fetch(model.fingerprint(), r.all, opt.pool, fo);
+    if (f.ok() && recurrent && f->state != nullptr) {
+      Result<HybridSeqState> st = model.LoadState(*f->state);
+      if (st.ok()) {
+        r.state = std::move(*st);
+      } else {  // not this model's state: recompute everything
+        Log("cache_fetch id=" + std::to_string(r.id) + " state refused: " +
+            st.status().message());
+        f->sequence = SequenceCache(opt.pool);
+        f->reused_tokens = 0;
+      }
+    }
     if (f.ok()) {
       if (opt.log) {
         const uint32_t reused = f->reused_tokens;
@@ -154,7 +191,10 @@ void Engine::Impl::Admit(Req& r) {
                               (f->k_format == f->v_format ? "" : "/" + f->v_format.name()) +
                               (f->converted ? " converted" : "")
                         : "") +
-            (r.admitted_before ? " resumed" : ""));
+            (r.admitted_before ? " resumed" : "") +
+            (recurrent ? " state=" + std::to_string(f->state ? f->state->position : 0) +
+                             " state_trimmed=" + std::to_string(f->state_trimmed_tokens)
+                       : ""));
       }
       r.seq = std::move(f->sequence);
     } else {
@@ -173,8 +213,10 @@ void Engine::Impl::Preempt(size_t i) {
   std::unique_ptr<Req> r = std::move(running[i]);
   running.erase(running.begin() + static_cast<long>(i));
   Log("preempt id=" + std::to_string(r->id) + " tokens=" + std::to_string(r->seq.size()));
+  StoreState(*r, "preempted");
   if (opt.prefix_cache != nullptr && r->seq.size() > 0) Store(*r, r->all, "preempted", true);
   r->seq = SequenceCache();
+  r->state = HybridSeqState();
   std::lock_guard<std::mutex> lock(mu);
   ++stats.preemptions;
   waiting.push_front(std::move(r));
@@ -209,13 +251,29 @@ bool Engine::Impl::Reserve(size_t i, uint32_t n) {
   }
 }
 
+namespace {
+
+// Tokens row r computes next: its next prompt chunk (at most `step`), or its last sampled
+// token. With `snapshots` (a recurrent model and a prefix cache) the chunk stops at the
+// prompt's last token but one, where the row's state is snapshotted, so a request with this
+// prompt resumes there and computes one token.
+uint32_t NextChunk(const Req& r, uint32_t step, bool snapshots) {
+  const uint32_t done = r.seq.size();
+  uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r.all.size()) - done, step);
+  const uint32_t cut = static_cast<uint32_t>(r.req.prompt.size()) - 1;
+  if (snapshots && !r.prompt_state_stored && done < cut && done + n > cut) n = cut - done;
+  return n;
+}
+
+}  // namespace
+
 void Engine::Impl::Step() {
   // What each row computes: its next prompt chunk, or its last sampled token.
   std::vector<std::span<const int32_t>> tokens;
   for (size_t i = 0; i < running.size();) {
     Req& r = *running[i];
     const uint32_t done = r.seq.size();
-    const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r.all.size()) - done, opt.prefill_step);
+    const uint32_t n = NextChunk(r, opt.prefill_step, snapshots);
     if (!Reserve(i, n)) {
       std::unique_ptr<Req> failed = std::move(running[i]);
       running.erase(running.begin() + static_cast<long>(i));
@@ -232,17 +290,19 @@ void Engine::Impl::Step() {
   }
   if (running.empty()) return;
   std::vector<SequenceCache> seqs;
+  std::vector<HybridSeqState*> states;  // recurrent models: row i's state
   for (auto& r : running) {
     const uint32_t done = r->seq.size();
-    const uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r->all.size()) - done, opt.prefill_step);
+    const uint32_t n = NextChunk(*r, opt.prefill_step, snapshots);
     tokens.emplace_back(r->all.data() + done, n);
     seqs.push_back(std::move(r->seq));
+    if (recurrent) states.push_back(&r->state);
   }
   const size_t V = model.config().n_vocab;
   logits.resize(running.size() * V);
   Result<BatchCache> batch = BatchCache::Merge(std::move(seqs));
   Status s = batch.status();
-  if (s.ok()) s = model.Forward(*batch, tokens, false, logits.data(), &threads);
+  if (s.ok()) s = model.Forward(*batch, tokens, false, logits.data(), &threads, states);
   if (batch.ok()) {
     for (auto& r : running) {
       Result<SequenceCache> back = batch->Take(0);
@@ -267,6 +327,11 @@ void Engine::Impl::Step() {
     std::unique_ptr<Req> r = std::move(running[i]);
     const uint32_t computed = static_cast<uint32_t>(tokens[i].size());
     const bool prompt_part = r->seq.size() <= r->req.prompt.size();
+    if (recurrent && !r->prompt_state_stored && r->req.prompt.size() >= 2 &&
+        r->seq.size() + 1 == r->req.prompt.size()) {
+      StoreState(*r, "prompt");
+      r->prompt_state_stored = true;
+    }
     if (r->seq.size() < r->all.size()) {  // more prompt to go
       std::lock_guard<std::mutex> lock(mu);
       stats.computed_prompt_tokens += computed;
@@ -395,12 +460,6 @@ Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, EngineOptions options) {
   if (options.pool == nullptr) return Status::InvalidArgument("engine: no KV pool");
-  if (model.config().arch == ModelArch::kQwen35) {
-    return Status::Unimplemented(
-        "engine: qwen35 (hybrid Gated DeltaNet) models are not supported by the engine yet "
-        "(batched decode and recurrent-state snapshots are to come; Model::ForwardSequence runs "
-        "one sequence); the engine runs llama, qwen2, qwen3, phi3, gemma3");
-  }
   if (!(options.pool->shape() == model.config().kv_shape())) {
     return Status::InvalidArgument("engine: the pool's KV shape " +
                                    options.pool->shape().ToString() + " is not the model's " +

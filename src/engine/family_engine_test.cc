@@ -110,27 +110,6 @@ struct Sink {
   }
 };
 
-// qwen35 loads but the engine cannot batch it yet: Create refuses, naming the family.
-TEST(FamilyEngineQwen35, CreateRefusesNamingTheFamily) {
-  TestModelConfig c;
-  c.arch = "qwen35";
-  c.hidden = 64;
-  c.layers = 4;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 16;
-  c.ffn = 128;
-  c.vocab = 300;
-  c.ctx = 256;
-  const Loaded lm = Load(c);
-  EngineOptions o;
-  o.pool = PoolFor(*lm.model, 64);
-  auto e = Engine::Create(*lm.model, o);
-  ASSERT_FALSE(e.ok());
-  EXPECT_EQ(e.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(e.status().message().find("qwen35"), std::string::npos) << e.status().ToString();
-}
-
 class FamilyEngine : public ::testing::TestWithParam<TestModelConfig (*)()> {};
 
 TEST_P(FamilyEngine, ColdAndRamHitsGiveTheSoloTokens) {

@@ -93,10 +93,9 @@ Status NonFinite(const std::string& where) {
 Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                       bool all_logits, float* logits, ThreadPool* pool) const {
   if (cfg_.arch == ModelArch::kQwen35) {
-    return Status::Unimplemented(
-        "forward: qwen35 (hybrid Gated DeltaNet) models load, but the batched forward pass and "
-        "its recurrent-state cache are not implemented yet (supported for serving: llama, "
-        "qwen2, qwen3, phi3, gemma3)");
+    return Status::InvalidArgument(
+        "forward: qwen35 (hybrid Gated DeltaNet) needs each row's recurrent state: call the "
+        "Forward overload with states");
   }
   KVTIER_RETURN_IF_ERROR(CheckCall(cfg_, cache, tokens));
   const ModelConfig& c = cfg_;

@@ -25,6 +25,85 @@ float Softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
 }  // namespace
 
+Status Model::DeltaNetMixer(uint32_t l, const float* xb, std::span<const uint32_t> n,
+                            std::span<HybridSeqState* const> states, float* y,
+                            ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  const Layer& W = layers_[l];
+  size_t T = 0;
+  for (uint32_t ni : n) T += ni;
+  const size_t S = c.ssm_state, Hk = c.ssm_k_heads, Hv = c.ssm_v_heads;
+  const size_t K = c.ssm_conv_kernel, k_dim = Hk * S, v_dim = Hv * S, C = 2 * k_dim + v_dim;
+  // The projections of every row's tokens at once; the recurrences row by row.
+  std::vector<float> proj(T * C);                              // [T, C]
+  std::vector<float> z(T * v_dim), beta(T * Hv), alpha(T * Hv);
+  KVTIER_RETURN_IF_ERROR(model::MatMul(W.wqkv, xb, T, proj.data(), pool));
+  KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_gate, xb, T, z.data(), pool));
+  KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_beta, xb, T, beta.data(), pool));
+  KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_alpha, xb, T, alpha.data(), pool));
+  std::vector<float> o(T * v_dim), d(S);  // [T, Hv, S]
+  const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+  size_t t0 = 0;
+  for (size_t r = 0; r < n.size(); ++r) {
+    const size_t Tr = n[r];
+    std::vector<float>& window = states[r]->conv[l];   // [K - 1, C]
+    std::vector<float>& M = states[r]->delta[l];       // [Hv, S, S]
+    if (window.empty()) window.assign((K - 1) * C, 0.0f);
+    if (M.empty()) M.assign(Hv * S * S, 0.0f);
+    std::vector<float> qkv((K - 1 + Tr) * C);                   // [K - 1 + Tr, C]
+    std::memcpy(qkv.data(), window.data(), window.size() * sizeof(float));
+    std::memcpy(qkv.data() + (K - 1) * C, proj.data() + t0 * C, Tr * C * sizeof(float));
+    std::memcpy(window.data(), qkv.data() + Tr * C, window.size() * sizeof(float));
+    std::vector<float> conv(Tr * C);  // [Tr, C]: causal conv, SiLU
+    for (size_t t = 0; t < Tr; ++t) {
+      for (size_t ch = 0; ch < C; ++ch) {
+        float s = 0.0f;
+        for (size_t j = 0; j < K; ++j) s += qkv[(t + j) * C + ch] * W.ssm_conv[ch * K + j];
+        conv[t * C + ch] = Silu(s);
+      }
+      for (size_t hd = 0; hd < 2 * Hk; ++hd) {  // L2-norm q and k heads
+        float* v = conv.data() + t * C + hd * S;
+        float ss = 0.0f;
+        for (size_t i = 0; i < S; ++i) ss += v[i] * v[i];
+        const float inv = 1.0f / std::max(std::sqrt(ss), c.rms_eps);
+        for (size_t i = 0; i < S; ++i) v[i] *= inv;
+      }
+    }
+    for (size_t hv = 0; hv < Hv; ++hv) {
+      float* m = M.data() + hv * S * S;  // m[j * S + i]: value dim j, key dim i
+      const size_t hk = hv % Hk;
+      for (size_t t = 0; t < Tr; ++t) {
+        const size_t tt = t0 + t;
+        const float* q = conv.data() + t * C + hk * S;
+        const float* k = conv.data() + t * C + k_dim + hk * S;
+        const float* v = conv.data() + t * C + 2 * k_dim + hv * S;
+        const float decay =
+            std::exp(Softplus(alpha[tt * Hv + hv] + W.ssm_dt_bias[hv]) * W.ssm_a[hv]);
+        const float b = Sigmoid(beta[tt * Hv + hv]);
+        for (size_t i = 0; i < S * S; ++i) m[i] *= decay;
+        for (size_t j = 0; j < S; ++j) {
+          float s = 0.0f;
+          for (size_t i = 0; i < S; ++i) s += m[j * S + i] * k[i];
+          d[j] = (v[j] - s) * b;
+        }
+        for (size_t j = 0; j < S; ++j) {
+          for (size_t i = 0; i < S; ++i) m[j * S + i] += d[j] * k[i];
+        }
+        float* out = o.data() + tt * v_dim + hv * S;
+        for (size_t j = 0; j < S; ++j) {
+          float s = 0.0f;
+          for (size_t i = 0; i < S; ++i) s += m[j * S + i] * q[i];
+          out[j] = s * scale;
+        }
+      }
+    }
+    t0 += Tr;
+  }
+  model::RmsNorm(o.data(), W.ssm_norm, T * Hv, S, c.rms_eps, o.data());
+  for (size_t i = 0; i < T * v_dim; ++i) o[i] *= Silu(z[i]);
+  return model::MatMul(W.ssm_out, o.data(), T, y, pool);
+}
+
 Status Model::ForwardSequence(HybridSeqState* st, std::span<const int32_t> tokens,
                               bool all_logits, float* logits, ThreadPool* pool) const {
   const ModelConfig& c = cfg_;
@@ -54,8 +133,6 @@ Status Model::ForwardSequence(HybridSeqState* st, std::span<const int32_t> token
   }
   const size_t T = tokens.size(), E = c.n_embd, F = c.n_ff, D = c.head_dim;
   const size_t H = c.n_heads, Hkv = c.n_kv_heads;
-  const size_t S = c.ssm_state, Hk = c.ssm_k_heads, Hv = c.ssm_v_heads;
-  const size_t K = c.ssm_conv_kernel, k_dim = Hk * S, v_dim = Hv * S, C = 2 * k_dim + v_dim;
 
   std::vector<float> x(T * E), xb(T * E), y(T * E);  // [T, E]
   KVTIER_ASSIGN_OR_RETURN(const Format fmt, WeightRowFormat(tok_embd_.type));
@@ -78,65 +155,9 @@ Status Model::ForwardSequence(HybridSeqState* st, std::span<const int32_t> token
     const Layer& W = layers_[l];
     model::RmsNorm(x.data(), W.attn_norm, T, E, c.rms_eps, xb.data());
     if (c.recurrent_layer(static_cast<uint32_t>(l))) {
-      std::vector<float>& window = st->conv[l];   // [K - 1, C]
-      std::vector<float>& M = st->delta[l];       // [Hv, S, S]
-      if (window.empty()) window.assign((K - 1) * C, 0.0f);
-      if (M.empty()) M.assign(Hv * S * S, 0.0f);
-      std::vector<float> qkv((K - 1 + T) * C);                    // [K - 1 + T, C]
-      std::vector<float> z(T * v_dim), beta(T * Hv), alpha(T * Hv);
-      std::memcpy(qkv.data(), window.data(), window.size() * sizeof(float));
-      KVTIER_RETURN_IF_ERROR(model::MatMul(W.wqkv, xb.data(), T, qkv.data() + (K - 1) * C, pool));
-      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_gate, xb.data(), T, z.data(), pool));
-      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_beta, xb.data(), T, beta.data(), pool));
-      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_alpha, xb.data(), T, alpha.data(), pool));
-      std::memcpy(window.data(), qkv.data() + T * C, window.size() * sizeof(float));
-      std::vector<float> conv(T * C);  // [T, C]: causal conv, SiLU
-      for (size_t t = 0; t < T; ++t) {
-        for (size_t ch = 0; ch < C; ++ch) {
-          float s = 0.0f;
-          for (size_t j = 0; j < K; ++j) s += qkv[(t + j) * C + ch] * W.ssm_conv[ch * K + j];
-          conv[t * C + ch] = Silu(s);
-        }
-        for (size_t hd = 0; hd < 2 * Hk; ++hd) {  // L2-norm q and k heads
-          float* v = conv.data() + t * C + hd * S;
-          float ss = 0.0f;
-          for (size_t i = 0; i < S; ++i) ss += v[i] * v[i];
-          const float inv = 1.0f / std::max(std::sqrt(ss), c.rms_eps);
-          for (size_t i = 0; i < S; ++i) v[i] *= inv;
-        }
-      }
-      std::vector<float> o(T * v_dim), d(S);  // [T, Hv, S]
-      const float scale = 1.0f / std::sqrt(static_cast<float>(S));
-      for (size_t hv = 0; hv < Hv; ++hv) {
-        float* m = M.data() + hv * S * S;  // m[j * S + i]: value dim j, key dim i
-        const size_t hk = hv % Hk;
-        for (size_t t = 0; t < T; ++t) {
-          const float* q = conv.data() + t * C + hk * S;
-          const float* k = conv.data() + t * C + k_dim + hk * S;
-          const float* v = conv.data() + t * C + 2 * k_dim + hv * S;
-          const float decay =
-              std::exp(Softplus(alpha[t * Hv + hv] + W.ssm_dt_bias[hv]) * W.ssm_a[hv]);
-          const float b = Sigmoid(beta[t * Hv + hv]);
-          for (size_t i = 0; i < S * S; ++i) m[i] *= decay;
-          for (size_t j = 0; j < S; ++j) {
-            float s = 0.0f;
-            for (size_t i = 0; i < S; ++i) s += m[j * S + i] * k[i];
-            d[j] = (v[j] - s) * b;
-          }
-          for (size_t j = 0; j < S; ++j) {
-            for (size_t i = 0; i < S; ++i) m[j * S + i] += d[j] * k[i];
-          }
-          float* out = o.data() + t * v_dim + hv * S;
-          for (size_t j = 0; j < S; ++j) {
-            float s = 0.0f;
-            for (size_t i = 0; i < S; ++i) s += m[j * S + i] * q[i];
-            out[j] = s * scale;
-          }
-        }
-      }
-      model::RmsNorm(o.data(), W.ssm_norm, T * Hv, S, c.rms_eps, o.data());
-      for (size_t i = 0; i < T * v_dim; ++i) o[i] *= Silu(z[i]);
-      KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_out, o.data(), T, y.data(), pool));
+      const uint32_t n1 = static_cast<uint32_t>(T);
+      KVTIER_RETURN_IF_ERROR(DeltaNetMixer(static_cast<uint32_t>(l), xb.data(), {&n1, 1},
+                                           {&st, 1}, y.data(), pool));
     } else {
       std::vector<float> qg(T * H * 2 * D), q(T * H * D), g(T * H * D);  // [T, H, (2)D]
       std::vector<float> k(T * Hkv * D), v(T * Hkv * D);                  // [T, Hkv, D]

@@ -23,7 +23,7 @@ std::string_view ModelArchName(ModelArch a) {
 
 KvShape ModelConfig::kv_shape() const {
   KvShape s;
-  s.n_layers = n_layers;
+  s.n_layers = full_attn_interval > 0 ? n_layers / full_attn_interval : n_layers;
   s.n_kv_heads = n_kv_heads;
   s.head_dim = head_dim;
   return s;

@@ -61,6 +61,13 @@ TestModelConfig SmallQwen35() {
   return c;
 }
 
+// The small shape with a head size the fused attention kernel takes (the batched forward).
+TestModelConfig BatchQwen35() {
+  TestModelConfig c = SmallQwen35();
+  c.head_dim = 64;
+  return c;
+}
+
 // kvtier's f32 single-sequence forward against llama.cpp: one prefill, one token at a time
 // (the conv window and delta state carried across calls), and uneven chunks; and against the
 // float64 reference. Bound: see testdata/README.md.
@@ -237,8 +244,8 @@ TEST(Qwen35, WrongShapesFailNamingTheTensor) {
       << bad.status().ToString();
 }
 
-TEST(Qwen35, BatchedForwardRefusesClearly) {
-  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+TEST(Qwen35, PlainForwardAsksForStates) {
+  auto m = LoadWriter(*BuildTestModel(SmallQwen35()));
   ASSERT_TRUE(m.ok());
   std::vector<float> logits(300);
   const std::vector<int32_t> toks = {1, 2};
@@ -248,10 +255,144 @@ TEST(Qwen35, BatchedForwardRefusesClearly) {
   BatchCache cache(pool);
   ASSERT_TRUE(cache.Add(SequenceCache(pool)).ok());
   const Status s = m->model->Forward(cache, rows, false, logits.data(), nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_NE(s.message().find("qwen35"), std::string::npos) << s.ToString();
-  EXPECT_NE(s.message().find("not implemented yet"), std::string::npos) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("recurrent state"), std::string::npos) << s.ToString();
   EXPECT_EQ(cache.offset(0), 0u);  // nothing appended
+  // A state at the wrong position is refused naming both positions.
+  HybridSeqState st;
+  st.n_past = 3;
+  HybridSeqState* states[1] = {&st};
+  const Status w = m->model->Forward(cache, rows, false, logits.data(), nullptr, states);
+  EXPECT_EQ(w.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(w.message().find("at token 3, its K/V at 0"), std::string::npos) << w.ToString();
+}
+
+// Only the full-attention layers have K/V in the cache: 8 layers, interval 4 -> 2.
+TEST(Qwen35, KvShapeCountsAttentionLayers) {
+  auto m = LoadWriter(*BuildTestModel(SmallQwen35()));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->model->config().kv_shape().n_layers, 2u);
+}
+
+// The batched forward over the BatchCache (f32 K/V), rows of different lengths, chunked
+// prefill then batched decode, against ForwardSequence of each row alone; and a row run
+// alone in the batched forward equals it inside the batch.
+TEST(Qwen35, BatchedForwardMatchesEachRowAlone) {
+  auto m = LoadWriter(*BuildTestModel(BatchQwen35()));
+  ASSERT_TRUE(m.ok());
+  const Model& model = *m->model;
+  const size_t V = model.config().n_vocab;
+  const std::vector<std::vector<int32_t>> prompts = {
+      {5, 17, 99, 3, 250, 41, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21},
+      {1, 2, 3},
+      {200, 100, 50, 25, 12, 6, 3, 1, 0, 299}};
+  const size_t B = prompts.size();
+  auto pool = testing::MakePool(model.config().kv_shape(), Format::F32(), Format::F32(), 16,
+                                32ull << 20);
+  BatchCache cache(pool);
+  std::vector<HybridSeqState> st(B);
+  std::vector<HybridSeqState*> sp;
+  for (size_t i = 0; i < B; ++i) {
+    ASSERT_TRUE(cache.Add(SequenceCache(pool)).ok());
+    sp.push_back(&st[i]);
+  }
+  std::vector<std::vector<int32_t>> all = prompts;
+  std::vector<std::vector<float>> batched(B);  // per row: logits after each step's last token
+  std::vector<float> logits(B * V);
+  // Prefill in chunks of at most 4 tokens (rows finish at different steps; a finished row
+  // decodes its greedy token meanwhile), then decode 6 steps.
+  std::vector<size_t> done(B, 0);
+  for (int step = 0; step < 14; ++step) {
+    std::vector<std::span<const int32_t>> rows;
+    for (size_t i = 0; i < B; ++i) {
+      const size_t n = std::min<size_t>(4, all[i].size() - done[i]);
+      rows.emplace_back(all[i].data() + done[i], n);
+    }
+    const Status fs = model.Forward(cache, rows, false, logits.data(), nullptr, sp);
+    ASSERT_TRUE(fs.ok()) << fs.ToString();
+    for (size_t i = 0; i < B; ++i) {
+      done[i] += rows[i].size();
+      if (done[i] == all[i].size()) {  // greedy next token
+        const float* row = logits.data() + i * V;
+        all[i].push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
+        batched[i].insert(batched[i].end(), row, row + V);
+      }
+    }
+  }
+  for (size_t i = 0; i < B; ++i) {
+    EXPECT_EQ(st[i].n_past, done[i]);
+    EXPECT_EQ(cache.offset(i), done[i]);
+    // ForwardSequence over the same tokens, one call per generated token.
+    HybridSeqState one;
+    std::vector<float> ref(V);
+    std::vector<float> want;
+    const size_t P = prompts[i].size();
+    ASSERT_TRUE(model.ForwardSequence(&one, std::span<const int32_t>(all[i]).first(P), false,
+                                      ref.data(), nullptr).ok());
+    want.insert(want.end(), ref.begin(), ref.end());
+    for (size_t t = P; t + 1 < all[i].size(); ++t) {
+      ASSERT_TRUE(model.ForwardSequence(&one, std::span<const int32_t>(&all[i][t], 1), false,
+                                        ref.data(), nullptr).ok());
+      want.insert(want.end(), ref.begin(), ref.end());
+    }
+    ASSERT_EQ(want.size(), batched[i].size()) << i;
+    double d = 0.0;
+    for (size_t j = 0; j < want.size(); ++j) {
+      d = std::max(d, static_cast<double>(std::abs(want[j] - batched[i][j])));
+    }
+    EXPECT_LT(d, 1e-4) << "row " << i;  // f32 K/V; the fused kernel sums in another order
+  }
+}
+
+// A snapshot (SaveState, encoded, decoded, LoadState) resumes a sequence bit for bit; a
+// damaged one is refused; another model's format is refused naming it.
+TEST(Qwen35, StateSnapshotRoundTrip) {
+  auto m = LoadWriter(*BuildTestModel(BatchQwen35()));
+  ASSERT_TRUE(m.ok());
+  const Model& model = *m->model;
+  const size_t V = model.config().n_vocab;
+  const std::vector<int32_t> toks = {4, 8, 15, 16, 23, 42, 7, 9};
+  auto pool = testing::MakePool(model.config().kv_shape(), Format::F32(), Format::F32(), 16,
+                                8ull << 20);
+  HybridSeqState a;
+  HybridSeqState* sa[1] = {&a};
+  BatchCache ca(pool);
+  ASSERT_TRUE(ca.Add(SequenceCache(pool)).ok());
+  std::vector<float> la(V), lb(V);
+  std::span<const int32_t> first[1] = {std::span<const int32_t>(toks).first(5)};
+  ASSERT_TRUE(model.Forward(ca, first, false, la.data(), nullptr, sa).ok());
+  const StateSnapshot snap = model.SaveState(a);
+  EXPECT_EQ(snap.position, 5u);
+  EXPECT_NE(snap.format, 0u);
+  const std::vector<uint8_t> bytes = EncodeStateSnapshot(snap);
+  EXPECT_EQ(bytes.size(), snap.bytes());
+  auto back = DecodeStateSnapshot(bytes, "test");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  auto b = model.LoadState(*back);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  // Continue both: the original state, and the reloaded one over the same K/V.
+  auto kv = ca.Extract(0);
+  ASSERT_TRUE(kv.ok());
+  BatchCache cb(pool);
+  ASSERT_TRUE(cb.Add(std::move(*kv)).ok());
+  ASSERT_TRUE(ca.TrimRow(0, 0).ok());
+  HybridSeqState* sb[1] = {&*b};
+  std::span<const int32_t> rest[1] = {std::span<const int32_t>(toks).subspan(5)};
+  ASSERT_TRUE(model.Forward(ca, rest, false, la.data(), nullptr, sa).ok());
+  ASSERT_TRUE(model.Forward(cb, rest, false, lb.data(), nullptr, sb).ok());
+  EXPECT_EQ(la, lb);
+  // Every single-bit flip of the encoded form is detected.
+  for (size_t byte = 0; byte < bytes.size(); byte += 7) {
+    std::vector<uint8_t> bad = bytes;
+    bad[byte] ^= 0x10;
+    EXPECT_FALSE(DecodeStateSnapshot(bad, "flip").ok()) << byte;
+  }
+  EXPECT_FALSE(DecodeStateSnapshot(std::span<const uint8_t>(bytes).first(bytes.size() - 4),
+                                   "short").ok());
+  StateSnapshot other = *back;
+  other.format ^= 1;
+  const Status s = model.LoadState(other).status();
+  EXPECT_NE(s.message().find("format"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -13,16 +13,9 @@
 
 #include "base/sysinfo.h"
 #include "kvtier/kv_io.h"
-#include "prefix/radix_tree.h"
+#include "prefix/prefix_cache_impl.h"
 
 namespace kvtier {
-
-using prefix::Match;
-using prefix::Namespace;
-using prefix::Node;
-using prefix::Plan;
-using prefix::PlanStep;
-using prefix::RadixTree;
 
 std::string_view PrefixMatchKindName(PrefixMatchKind k) {
   switch (k) {
@@ -77,76 +70,6 @@ Result<uint64_t> PrefixCacheBudgetBytes(uint64_t memory_mb, double memory_percen
   KVTIER_ASSIGN_OR_RETURN(const uint64_t ram, TotalRamBytes());
   return static_cast<uint64_t>(static_cast<double>(ram) * memory_percent / 100.0);
 }
-
-struct PrefixCache::Impl {
-  explicit Impl(PrefixCacheOptions o) : opt(std::move(o)) {
-    if (opt.lower_tier) {
-      evict_cb = [user = opt.on_evict, tier = opt.lower_tier](const EvictedBlock& b) {
-        if (user) user(b);
-        tier->Spill(b);
-      };
-    } else {
-      evict_cb = opt.on_evict;
-    }
-  }
-
-  // The namespace for these formats and block size, created (with its own pool when
-  // `pool` is null) if missing. Requires mu.
-  Result<Namespace*> GetNamespace(const ModelFingerprint& model, const KvShape& shape,
-                                  const Format& k, const Format& v, uint32_t block_tokens,
-                                  std::shared_ptr<BlockPool> pool);
-  // Evicts LRU leaves older than max_tick until bytes + reserved + need <= budget. Requires mu.
-  bool MakeRoom(uint64_t need, uint64_t max_tick, uint32_t* evicted);
-  uint64_t EvictOne(uint64_t max_tick);
-  // Touches the nodes `plan` uses (a root-first chain) with `stamp`. Requires mu.
-  void ProtectPlan(const Plan& plan, uint64_t stamp) {
-    std::vector<Node*> path;
-    for (const PlanStep& s : plan.steps) {
-      if (s.node != nullptr) path.push_back(s.node);
-    }
-    tree.Touch(path, stamp);
-  }
-  std::vector<const std::vector<int32_t>*> PinLists(const ModelFingerprint& model) const;
-  Result<PrefixStoreResult> Store(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                                  const SequenceCache& seq);
-  Status Fail(Status s) {
-    ++stats.failed_stores;
-    return s;
-  }
-
-  // Longest RAM match of `tokens` over the model's namespaces of pool's shape. Requires mu.
-  uint32_t RamMatch(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                    const BlockPool& pool);
-  // Reads the lower tier's longest chain for `tokens` into RAM when it beats `ram` tokens.
-  // Best effort: failures only count. Takes mu itself. When the chain was read but RAM
-  // cannot take it (larger than the budget, or the rest pinned or in use), *direct gets it
-  // as a sequence (owner kPrefixCache, of the chain's pool) of *direct_matched request
-  // tokens, and *direct_end tells whether a stored entry ends there.
-  void Promote(const ModelFingerprint& model, std::span<const int32_t> tokens,
-               const std::shared_ptr<BlockPool>& pool, uint32_t ram, SequenceCache* direct,
-               uint32_t* direct_matched, bool* direct_end);
-  // Hands the first tokens.size() tokens of `seq` to the lower tier, block by block, in its
-  // own pool's formats (an entry RAM cannot hold). Requires mu and a lower tier.
-  uint32_t SpillSequence(const ModelFingerprint& model, std::span<const int32_t> tokens,
-                         const SequenceCache& seq);
-  // Hands the nodes of `path` whose plan step took a block to the lower tier (write-through).
-  // Requires mu and a lower tier.
-  uint32_t SpillPlan(const Plan& plan, const std::vector<Node*>& path);
-
-  // A fetch answered from lower-tier blocks RAM could not keep (see Promote).
-  Result<PrefixFetchResult> FetchDirect(std::span<const int32_t> tokens,
-                                        const std::shared_ptr<BlockPool>& pool,
-                                        SequenceCache direct, uint32_t matched, bool entry_end);
-
-  const PrefixCacheOptions opt;
-  EvictionCallback evict_cb;  // opt.on_evict, then the lower tier's Spill
-  mutable std::mutex mu;
-  RadixTree tree;
-  uint64_t tick = 0;
-  uint64_t reserved = 0;  // bytes promised to stores converting outside the lock
-  std::vector<std::pair<ModelFingerprint, std::vector<int32_t>>> pins;
-  PrefixCacheStats stats;
-};
 
 namespace {
 
@@ -209,9 +132,10 @@ uint64_t PrefixCache::Impl::EvictOne(uint64_t max_tick) {
 }
 
 bool PrefixCache::Impl::MakeRoom(uint64_t need, uint64_t max_tick, uint32_t* evicted) {
-  while (tree.bytes() + reserved + need > opt.memory_budget_bytes) {
-    if (EvictOne(max_tick) == 0) return false;
-    ++*evicted;
+  while (tree.bytes() + states.bytes() + reserved + need > opt.memory_budget_bytes) {
+    bool block = false;
+    if (EvictAny(max_tick, &block) == 0) return false;
+    *evicted += block;
   }
   return true;
 }
@@ -444,13 +368,13 @@ PrefixCache::PrefixCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 PrefixCache::~PrefixCache() = default;
 const PrefixCacheOptions& PrefixCache::options() const { return impl_->opt; }
 
-Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
-                                             std::span<const int32_t> tokens,
-                                             const std::shared_ptr<BlockPool>& pool) {
+Result<PrefixFetchResult> PrefixCache::Impl::FetchBlocks(const ModelFingerprint& model,
+                                                        std::span<const int32_t> tokens,
+                                                        const std::shared_ptr<BlockPool>& pool) {
   if (pool == nullptr) return Status::InvalidArgument("prefix cache fetch: no pool");
   if (tokens.empty()) return Status::InvalidArgument("prefix cache fetch: no tokens");
   KVTIER_RETURN_IF_ERROR(CheckTokens("prefix cache fetch", tokens));
-  Impl& m = *impl_;
+  Impl& m = *this;
   if (m.opt.lower_tier) {
     uint32_t ram;
     {
@@ -668,14 +592,18 @@ Result<PrefixStoreResult> PrefixCache::Impl::Store(const ModelFingerprint& model
 Result<PrefixStoreResult> PrefixCache::Store(const ModelFingerprint& model,
                                              std::span<const int32_t> tokens,
                                              const SequenceCache& sequence) {
-  return impl_->Store(model, tokens, sequence);
+  Result<PrefixStoreResult> r = impl_->Store(model, tokens, sequence);
+  impl_->DrainStateSpills();
+  return r;
 }
 
 Result<PrefixStoreResult> PrefixCache::Store(const ModelFingerprint& model,
                                              std::span<const int32_t> tokens,
                                              SequenceCache&& sequence) {
   SequenceCache seq = std::move(sequence);  // released when this returns, stored or not
-  return impl_->Store(model, tokens, seq);
+  Result<PrefixStoreResult> r = impl_->Store(model, tokens, seq);
+  impl_->DrainStateSpills();
+  return r;
 }
 
 Status PrefixCache::Pin(const ModelFingerprint& model, std::span<const int32_t> tokens) {
@@ -704,25 +632,32 @@ Status PrefixCache::Unpin(const ModelFingerprint& model, std::span<const int32_t
 }
 
 uint64_t PrefixCache::Evict(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(impl_->mu);
   uint64_t freed = 0;
-  while (freed < bytes) {
-    const uint64_t b = impl_->EvictOne(UINT64_MAX);
-    if (b == 0) break;
-    freed += b;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    while (freed < bytes) {
+      bool block = false;
+      const uint64_t b = impl_->EvictAny(UINT64_MAX, &block);
+      if (b == 0) break;
+      freed += b;
+    }
   }
+  impl_->DrainStateSpills();
   return freed;
 }
 
 void PrefixCache::Clear() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->tree.Clear();
+  impl_->states.Clear();
 }
 
 PrefixCacheStats PrefixCache::Stats(bool exclusive_bytes) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   PrefixCacheStats s = impl_->stats;
-  s.bytes = impl_->tree.bytes();
+  s.bytes = impl_->tree.bytes() + impl_->states.bytes();
+  s.states = impl_->states.size();
+  s.state_bytes = impl_->states.bytes();
   s.pinned_bytes = impl_->tree.pinned_bytes();
   s.entries = s.nodes = 0;
   for (const auto& ns : impl_->tree.namespaces()) {
@@ -819,8 +754,9 @@ std::vector<PrefixEntryInfo> PrefixCache::Hottest(size_t n, size_t head_tokens) 
 Status PrefixCache::CheckInvariants() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   KVTIER_RETURN_IF_ERROR(impl_->tree.CheckInvariants(impl_->pins));
-  if (impl_->tree.bytes() > impl_->opt.memory_budget_bytes) {
-    return Status::Internal("prefix cache: " + std::to_string(impl_->tree.bytes()) +
+  if (impl_->tree.bytes() + impl_->states.bytes() > impl_->opt.memory_budget_bytes) {
+    return Status::Internal("prefix cache: " +
+                            std::to_string(impl_->tree.bytes() + impl_->states.bytes()) +
                             " bytes held, over the budget of " +
                             std::to_string(impl_->opt.memory_budget_bytes));
   }

@@ -384,5 +384,56 @@ TEST(TierStack, SsdFirstThenRemote) {
   EXPECT_EQ(rem->Stats().hits, 5u);
 }
 
+// State snapshots through the stack (no Redis needed): a spill reaches every tier; a find
+// takes the longest snapshot any tier has at or before the limit.
+class StateOnlyTier : public LowerTier {
+ public:
+  void Spill(const EvictedBlock&) override {}
+  std::vector<TierNamespace> Namespaces(const ModelFingerprint&) override { return {}; }
+  std::vector<TierBlock> FindChain(const TierNamespace&, std::span<const int32_t>) override {
+    return {};
+  }
+  Status Load(const TierNamespace&, const BlockKey&, BlockPool&, BlockId) override {
+    return Status::NotFound("none");
+  }
+  void SpillState(const ModelFingerprint&, const BlockKey&,
+                  std::shared_ptr<const StateSnapshot> s) override {
+    kept.push_back(std::move(s));
+  }
+  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint&,
+                                                 std::span<const int32_t>,
+                                                 uint32_t max_position) override {
+    std::shared_ptr<const StateSnapshot> best;
+    for (const auto& s : kept) {
+      if (s->position <= max_position && (!best || s->position > best->position)) best = s;
+    }
+    return best;
+  }
+  std::vector<std::shared_ptr<const StateSnapshot>> kept;
+};
+
+TEST(TierStack, StateSnapshotsGoToEveryTierAndTheLongestComesBack) {
+  auto a = std::make_shared<StateOnlyTier>(), b = std::make_shared<StateOnlyTier>();
+  TierStack stack({a, b});
+  auto snap = [](uint32_t p) {
+    auto s = std::make_shared<StateSnapshot>();
+    s->format = 1;
+    s->position = p;
+    return std::shared_ptr<const StateSnapshot>(s);
+  };
+  const std::vector<int32_t> t = Range(1, 50);
+  stack.SpillState(ModelFingerprint{1, 2}, BlockKey{3, 4}, snap(10));
+  EXPECT_EQ(a->kept.size(), 1u);
+  EXPECT_EQ(b->kept.size(), 1u);
+  b->kept.push_back(snap(30));  // only the second tier has the longer one
+  auto found = stack.FindState(ModelFingerprint{1, 2}, t, 40);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->position, 30u);
+  found = stack.FindState(ModelFingerprint{1, 2}, t, 20);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->position, 10u);
+  EXPECT_EQ(stack.FindState(ModelFingerprint{1, 2}, t, 5), nullptr);
+}
+
 }  // namespace
 }  // namespace kvtier

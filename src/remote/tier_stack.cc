@@ -44,6 +44,23 @@ void TierStack::Spill(const EvictedBlock& block) {
   for (const auto& t : impl_->tiers) t->Spill(block);
 }
 
+void TierStack::SpillState(const ModelFingerprint& model, const BlockKey& key,
+                           std::shared_ptr<const StateSnapshot> snapshot) {
+  for (const auto& t : impl_->tiers) t->SpillState(model, key, snapshot);
+}
+
+std::shared_ptr<const StateSnapshot> TierStack::FindState(const ModelFingerprint& model,
+                                                          std::span<const int32_t> tokens,
+                                                          uint32_t max_position) {
+  std::shared_ptr<const StateSnapshot> best;
+  for (const auto& t : impl_->tiers) {
+    std::shared_ptr<const StateSnapshot> s = t->FindState(model, tokens, max_position);
+    if (s != nullptr && (best == nullptr || s->position > best->position)) best = std::move(s);
+    if (best != nullptr && best->position == max_position) break;
+  }
+  return best;
+}
+
 std::vector<TierNamespace> TierStack::Namespaces(const ModelFingerprint& model) {
   std::vector<TierNamespace> out;
   for (const auto& t : impl_->tiers) {

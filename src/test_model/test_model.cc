@@ -159,15 +159,18 @@ void Qwen35LayerTensors(const TestModelConfig& c, uint32_t l, std::vector<Tensor
     t.push_back({p + "attn_k_norm.weight", c.head_dim, 1, false, 0, 1.0f});
     t.push_back({p + "attn_output.weight", q, c.hidden, true, kStd, 0});
   } else {
-    const uint64_t key_dim = kv, value_dim = q, conv_dim = 2 * key_dim + value_dim;
+    const uint64_t S = c.ssm_state ? c.ssm_state : c.head_dim;
+    const uint64_t hk = c.ssm_k_heads ? c.ssm_k_heads : c.kv_heads;
+    const uint64_t hv = c.ssm_v_heads ? c.ssm_v_heads : c.heads;
+    const uint64_t key_dim = hk * S, value_dim = hv * S, conv_dim = 2 * key_dim + value_dim;
     t.push_back({p + "attn_qkv.weight", c.hidden, conv_dim, true, kStd, 0});
     t.push_back({p + "attn_gate.weight", c.hidden, value_dim, true, kStd, 0});
     t.push_back({p + "ssm_conv1d.weight", c.ssm_conv_kernel, conv_dim, false, 0.3f, 0});
-    t.push_back({p + "ssm_dt.bias", c.heads, 1, false, 0.5f, 0});
-    t.push_back({p + "ssm_a", c.heads, 1, false, 0.2f, -0.7f});  // -exp(A_log) < 0
-    t.push_back({p + "ssm_beta.weight", c.hidden, c.heads, true, kStd, 0});
-    t.push_back({p + "ssm_alpha.weight", c.hidden, c.heads, true, kStd, 0});
-    t.push_back({p + "ssm_norm.weight", c.head_dim, 1, false, 0, 1.0f});
+    t.push_back({p + "ssm_dt.bias", hv, 1, false, 0.5f, 0});
+    t.push_back({p + "ssm_a", hv, 1, false, 0.2f, -0.7f});  // -exp(A_log) < 0
+    t.push_back({p + "ssm_beta.weight", c.hidden, hv, true, kStd, 0});
+    t.push_back({p + "ssm_alpha.weight", c.hidden, hv, true, kStd, 0});
+    t.push_back({p + "ssm_norm.weight", S, 1, false, 0, 1.0f});
     t.push_back({p + "ssm_out.weight", value_dim, c.hidden, true, kStd, 0});
   }
   t.push_back({p + "post_attention_norm.weight", c.hidden, 1, false, 0, 1.0f});
@@ -249,6 +252,15 @@ Status ValidateTestModelConfig(const TestModelConfig& c) {
                              c.ssm_conv_kernel < 2 || c.ssm_conv_kernel > 16)) {
     return Status::InvalidArgument("qwen35: --head-dim must be a multiple of 8 (rotary quarter "
                                    "in sections), full_attn_interval >= 1, conv kernel 2..16");
+  }
+  if (c.arch == "qwen35") {
+    const uint32_t hk = c.ssm_k_heads ? c.ssm_k_heads : c.kv_heads;
+    const uint32_t hv = c.ssm_v_heads ? c.ssm_v_heads : c.heads;
+    if (hk == 0 || hv % hk != 0) {
+      return Status::InvalidArgument("qwen35: --ssm-v-heads " + std::to_string(hv) +
+                                     " must be a multiple of --ssm-k-heads " +
+                                     std::to_string(hk));
+    }
   }
   if (c.arch == "phi3" && uint64_t{c.heads} * c.head_dim != c.hidden) {
     return Status::InvalidArgument("--heads x --head-dim: phi3 needs " +
@@ -385,10 +397,12 @@ void SetTestModelMetadata(const TestModelConfig& c, GgufWriter* out) {
     w.SetInt32Array(a + ".rope.dimension_sections", {half - 2 * third, third, third, 0});
     w.SetUint32(a + ".full_attention_interval", c.full_attn_interval);
     w.SetUint32(a + ".ssm.conv_kernel", c.ssm_conv_kernel);
-    w.SetUint32(a + ".ssm.state_size", c.head_dim);
-    w.SetUint32(a + ".ssm.group_count", c.kv_heads);
-    w.SetUint32(a + ".ssm.time_step_rank", c.heads);
-    w.SetUint32(a + ".ssm.inner_size", c.heads * c.head_dim);
+    const uint32_t S = c.ssm_state ? c.ssm_state : c.head_dim;
+    const uint32_t hv = c.ssm_v_heads ? c.ssm_v_heads : c.heads;
+    w.SetUint32(a + ".ssm.state_size", S);
+    w.SetUint32(a + ".ssm.group_count", c.ssm_k_heads ? c.ssm_k_heads : c.kv_heads);
+    w.SetUint32(a + ".ssm.time_step_rank", hv);
+    w.SetUint32(a + ".ssm.inner_size", hv * S);
   }
   w.SetFloat32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
   w.SetFloat32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_eps));

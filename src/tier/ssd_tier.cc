@@ -361,6 +361,10 @@ Result<std::shared_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   auto impl = std::make_unique<Impl>(std::move(options));
   Timer timer;
   KVTIER_RETURN_IF_ERROR(impl->Scan());
+  KVTIER_ASSIGN_OR_RETURN(impl->states,
+                          tier::StateStore::Open(impl->env, impl->opt.dir,
+                                                 std::max<uint64_t>(1, impl->opt.max_bytes / 4),
+                                                 impl->opt.log));
   impl->stats.open_ms = timer.Millis();
   impl->stats.max_bytes = impl->opt.max_bytes;
   Impl* raw = impl.get();
@@ -370,7 +374,19 @@ Result<std::shared_ptr<SsdTier>> SsdTier::Open(SsdTierOptions options) {
   return std::shared_ptr<SsdTier>(new SsdTier(std::move(impl)));
 }
 
+void SsdTier::SpillState(const ModelFingerprint& model, const BlockKey& key,
+                         std::shared_ptr<const StateSnapshot> snapshot) {
+  impl_->states->Spill(model, key, std::move(snapshot));
+}
+
+std::shared_ptr<const StateSnapshot> SsdTier::FindState(const ModelFingerprint& model,
+                                                        std::span<const int32_t> tokens,
+                                                        uint32_t max_position) {
+  return impl_->states->Find(model, tokens, max_position);
+}
+
 SsdTier::~SsdTier() {
+  impl_->states.reset();  // writes what is queued
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stop = true;
@@ -415,8 +431,11 @@ void SsdTier::Spill(const EvictedBlock& b) {
 }
 
 void SsdTier::Flush() {
-  std::unique_lock<std::mutex> lock(impl_->mu);
-  impl_->cv_idle.wait(lock, [&] { return impl_->queue.empty() && impl_->writing == 0; });
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    impl_->cv_idle.wait(lock, [&] { return impl_->queue.empty() && impl_->writing == 0; });
+  }
+  impl_->states->Flush();
 }
 
 std::vector<TierNamespace> SsdTier::Namespaces(const ModelFingerprint& model) {
@@ -637,6 +656,13 @@ SsdTierStats SsdTier::Stats() const {
   s.dead_bytes = 0;
   for (const auto& [id, f] : impl_->files) s.dead_bytes += f.bytes - f.live_bytes;
   s.queued = impl_->queue.size();
+  const tier::StateStoreStats st = impl_->states->Stats();
+  s.states = st.states;
+  s.state_bytes = st.bytes;
+  s.spilled_states = st.spilled;
+  s.loaded_states = st.loaded;
+  s.corrupt_states = st.corrupt;
+  s.evicted_states = st.evicted;
   return s;
 }
 
@@ -751,6 +777,8 @@ Status SsdTier::Clear() {
     dirs.insert(p.substr(0, p.find_last_of('/')));
   }
   for (const std::string& d : dirs) (void)m.env->SyncDir(d);
+  const Status states = m.states->Clear();
+  if (!states.ok() && first.ok()) first = states;
   std::lock_guard<std::mutex> lock(m.mu);
   m.bytes -= total;
   return first;

@@ -17,6 +17,7 @@
 
 #include "kvtier/ssd_tier.h"
 #include "tier/block_file.h"
+#include "tier/state_store.h"
 
 namespace kvtier {
 
@@ -135,6 +136,7 @@ struct SsdTier::Impl {
   uint64_t bytes = 0;        // of every indexed file, and of files being removed
   uint64_t reserved = 0;     // bytes of files being written
   SsdTierStats stats;
+  std::unique_ptr<tier::StateStore> states;  // state snapshots (own lock and writer)
   // ReconcileSoon(): a walk asked of the writers, and when the latest walk (any caller's)
   // began; both under mu.
   bool reconcile_wanted = false;

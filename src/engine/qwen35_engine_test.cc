@@ -1,0 +1,283 @@
+// qwen35 (hybrid Gated DeltaNet) through the engine and every cache tier: greedy tokens equal
+// a run without any cache (each request alone) for a cold request, an exact RAM hit, a
+// continued conversation (resumes from the conversation's snapshot), a prefix hit that falls
+// between two snapshots (resumes from the earlier one, recomputing the K/V after it), several
+// rows batched in one step, preempted rows, and an SSD hit after a restart; a corrupted
+// snapshot file is a counted miss with the right tokens.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <unistd.h>
+
+#include "kvtier/engine.h"
+#include "kvtier/prefix_cache.h"
+#include "kvtier/ssd_tier.h"
+#include "kvtier/test_model.h"
+
+namespace kvtier {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<std::vector<uint8_t>> bytes;
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Model> model;
+};
+
+// 8 layers (attention at 3 and 7), DeltaNet with 2 q/k and 4 v heads of 16.
+const Loaded& Qwen35() {
+  static const Loaded m = [] {
+    TestModelConfig c;
+    c.arch = "qwen35";
+    c.hidden = 64;
+    c.layers = 8;
+    c.heads = 4;
+    c.kv_heads = 2;
+    c.head_dim = 64;
+    c.ffn = 128;
+    c.vocab = 300;
+    c.ctx = 1024;
+    c.rope_theta = 10000000.0;
+    c.weight_type = GgmlType::kF32;
+    c.weight_std = 0.08f;
+    c.seed = 5;
+    c.tied = false;
+    Loaded l;
+    l.bytes = std::make_shared<std::vector<uint8_t>>(BuildTestModel(c).value().Serialize());
+    l.file = GgufFile::FromMemory(*l.bytes, "qwen35").value();
+    l.model = Model::FromGguf(l.file).value();
+    return l;
+  }();
+  return m;
+}
+
+std::shared_ptr<BlockPool> PoolFor(const Model& m, uint64_t blocks) {
+  BlockPoolOptions o;
+  o.shape = m.config().kv_shape();
+  o.block_tokens = 16;
+  o.capacity_bytes =
+      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16)->block_stride;
+  return BlockPool::Create(o).value();
+}
+
+std::vector<int32_t> Prompt(uint32_t n, uint32_t salt) {
+  std::vector<int32_t> p(n);
+  for (uint32_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>((i * 31 + salt * 7 + 1) % 256);
+  return p;
+}
+
+struct Sink {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, std::vector<int32_t>> tokens;
+  std::map<uint64_t, EngineEvent> last;
+  EngineCallback For() {
+    return [this](const EngineEvent& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (e.finish == FinishReason::kNone) {
+        tokens[e.id].push_back(e.token);
+      } else {
+        last[e.id] = e;
+      }
+      cv.notify_all();
+      return true;
+    };
+  }
+  void Wait(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return last.size() >= n; }));
+  }
+};
+
+// One request through an engine without a prefix cache: the reference.
+std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, uint32_t n) {
+  const Model& m = *Qwen35().model;
+  EngineOptions o;
+  o.pool = PoolFor(m, 256);
+  o.threads = 2;
+  o.prefill_step = 512;
+  auto engine = Engine::Create(m, o).value();
+  Sink sink;
+  EngineRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  const uint64_t id = engine->Submit(r, sink.For()).value();
+  sink.Wait(1);
+  EXPECT_EQ(sink.last[id].finish, FinishReason::kLength) << sink.last[id].error.ToString();
+  return sink.tokens[id];
+}
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  uint32_t cached = 0;
+};
+
+Outcome Submit(Engine& e, const std::vector<int32_t>& prompt, uint32_t n) {
+  Sink sink;
+  EngineRequest r;
+  r.prompt = prompt;
+  r.max_tokens = n;
+  const uint64_t id = e.Submit(r, sink.For()).value();
+  sink.Wait(1);
+  EXPECT_EQ(sink.last[id].finish, FinishReason::kLength) << sink.last[id].error.ToString();
+  return {sink.tokens[id], sink.last[id].cached_tokens};
+}
+
+TEST(Qwen35Engine, RamHitsResumeFromTheLongestSnapshotAtOrBeforeTheMatch) {
+  const Model& m = *Qwen35().model;
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 64ull << 20;
+  auto cache = PrefixCache::Create(po).value();
+  EngineOptions o;
+  o.pool = PoolFor(m, 512);
+  o.prefix_cache = cache.get();
+  o.prefill_step = 7;  // several chunks per prompt
+  o.threads = 2;
+  auto engine = Engine::Create(m, o).value();
+  constexpr uint32_t kGen = 12;
+  const std::vector<int32_t> a = Prompt(43, 1);
+  const std::vector<int32_t> solo_a = Solo(a, kGen);
+  EXPECT_GE(std::set<int32_t>(solo_a.begin(), solo_a.end()).size(), 3u);  // not degenerate
+
+  const Outcome cold = Submit(*engine, a, kGen);
+  EXPECT_EQ(cold.cached, 0u);
+  EXPECT_EQ(cold.tokens, solo_a) << "cold";
+  const Outcome exact = Submit(*engine, a, kGen);  // the prompt's snapshot at 42
+  EXPECT_EQ(exact.cached, a.size() - 1);
+  EXPECT_EQ(exact.tokens, solo_a) << "exact RAM hit";
+
+  // The conversation went on: a + 11 generated tokens have K/V and a snapshot at 54.
+  std::vector<int32_t> b = a;
+  b.insert(b.end(), solo_a.begin(), solo_a.end() - 1);
+  for (int32_t t : Prompt(9, 2)) b.push_back(t);
+  const Outcome next_turn = Submit(*engine, b, kGen);
+  EXPECT_EQ(next_turn.cached, a.size() + kGen - 1);
+  EXPECT_EQ(next_turn.tokens, Solo(b, kGen)) << "next turn";
+
+  // K/V match 48 tokens (a + 5 generated), snapshots at 42 and 54: resumes from 42.
+  std::vector<int32_t> c = a;
+  c.insert(c.end(), solo_a.begin(), solo_a.begin() + 5);
+  for (int32_t t : Prompt(6, 3)) c.push_back((t + 1) % 256 == solo_a[5] ? t + 2 : t + 1);
+  ASSERT_NE(c[48], solo_a[5]);
+  const PrefixCacheStats before = cache->Stats();
+  const Outcome between = Submit(*engine, c, kGen);
+  EXPECT_EQ(between.cached, a.size() - 1) << "the earlier snapshot";
+  EXPECT_EQ(between.tokens, Solo(c, kGen)) << "a hit between two snapshots";
+  const PrefixCacheStats after = cache->Stats();
+  EXPECT_EQ(after.state_hits, before.state_hits + 1);
+  EXPECT_GT(after.states, 0u);
+  EXPECT_GT(after.state_bytes, 0u);
+  EXPECT_TRUE(cache->CheckInvariants().ok());
+}
+
+TEST(Qwen35Engine, BatchedAndPreemptedRowsGiveTheSoloTokens) {
+  const Model& m = *Qwen35().model;
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 64ull << 20;
+  auto cache = PrefixCache::Create(po).value();
+  EngineOptions o;
+  o.pool = PoolFor(m, 9);  // 144 tokens: four rows of 40-70 tokens cannot all fit
+  o.prefix_cache = cache.get();
+  o.prefill_step = 16;
+  o.threads = 2;
+  o.max_num_seqs = 4;
+  auto engine = Engine::Create(m, o).value();
+  constexpr uint32_t kGen = 16;
+  std::vector<std::vector<int32_t>> prompts;
+  for (uint32_t i = 0; i < 4; ++i) prompts.push_back(Prompt(24 + 8 * i, 20 + i));
+  Sink sink;
+  std::vector<uint64_t> ids;
+  for (const auto& p : prompts) {
+    EngineRequest r;
+    r.prompt = p;
+    r.max_tokens = kGen;
+    ids.push_back(engine->Submit(r, sink.For()).value());
+  }
+  sink.Wait(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(sink.last[ids[i]].finish, FinishReason::kLength)
+        << sink.last[ids[i]].error.ToString();
+    EXPECT_EQ(sink.tokens[ids[i]], Solo(prompts[i], kGen)) << "row " << i;
+  }
+  EXPECT_GT(engine->Stats().preemptions, 0u) << "the pool was meant to force preemption";
+}
+
+TEST(Qwen35Engine, SsdHitAfterARestartAndACorruptSnapshotIsAMiss) {
+  const Model& m = *Qwen35().model;
+  char tmpl[] = "/tmp/kvtier_qwen35_ssd_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  constexpr uint32_t kGen = 10;
+  const std::vector<int32_t> a = Prompt(40, 7), b = Prompt(50, 8);
+  {  // First process: everything goes down to the SSD tier.
+    SsdTierOptions so;
+    so.dir = dir;
+    so.log = false;
+    std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+    PrefixCacheOptions po;
+    po.memory_budget_bytes = 64ull << 20;
+    po.lower_tier = tier;
+    auto cache = PrefixCache::Create(po).value();
+    EngineOptions o;
+    o.pool = PoolFor(m, 256);
+    o.prefix_cache = cache.get();
+    o.threads = 2;
+    {
+      auto engine = Engine::Create(m, o).value();
+      Submit(*engine, a, kGen);
+      Submit(*engine, b, kGen);
+    }
+    cache->Evict(UINT64_MAX);
+    tier->Flush();
+    EXPECT_GE(tier->Stats().spilled_states, 4u);  // prompt and conversation, each request
+  }
+  // Damage b's snapshots (every state file whose body holds position 49 or 59).
+  SsdTierOptions so;
+  so.dir = dir;
+  so.log = false;
+  std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+  EXPECT_GE(tier->Stats().states, 4u);
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 64ull << 20;
+  po.lower_tier = tier;
+  auto cache = PrefixCache::Create(po).value();
+  EngineOptions o;
+  o.pool = PoolFor(m, 256);
+  o.prefix_cache = cache.get();
+  o.threads = 2;
+  auto engine = Engine::Create(m, o).value();
+  const Outcome warm = Submit(*engine, a, kGen);
+  EXPECT_EQ(warm.cached, a.size() - 1) << "SSD hit: K/V blocks and the prompt's snapshot";
+  EXPECT_EQ(warm.tokens, Solo(a, kGen)) << "SSD hit after a restart";
+  EXPECT_GE(tier->Stats().loaded_states, 1u);
+  // b's prompt snapshot, flipped on disk: a counted miss, still the right tokens.
+  const BlockKey key =
+      StateSnapshotKey(m.fingerprint(), std::span<const int32_t>(b).first(b.size() - 1));
+  const std::string path = dir + "/states/" + key.ToHex() + ".kvst";
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    f.seekp(200);
+    char ch = 0;
+    f.seekg(200);
+    f.read(&ch, 1);
+    ch ^= 0x08;
+    f.seekp(200);
+    f.write(&ch, 1);
+  }
+  const Outcome damaged = Submit(*engine, b, kGen);
+  EXPECT_EQ(damaged.cached, 0u) << "no other snapshot of b lies before its prompt's";
+  EXPECT_EQ(damaged.tokens, Solo(b, kGen)) << "a corrupt snapshot is never used";
+  EXPECT_EQ(tier->Stats().corrupt_states, 1u);
+  engine.reset();
+  cache.reset();
+  tier.reset();
+  (void)std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace kvtier

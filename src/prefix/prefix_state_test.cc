@@ -1,0 +1,223 @@
+// Recurrent-state snapshots in the RAM prefix cache (PrefixCache::StoreState, Fetch with
+// recurrent_state): the resume rule (the longest snapshot at or before the reused K/V; the K/V
+// after it dropped), match kinds unchanged, the shared budget and LRU eviction, a snapshot in
+// use never evicted, spills to a lower tier on eviction and write-through, and bad input.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "kvtier/prefix_cache.h"
+#include "prefix/prefix_test_util.h"
+
+namespace kvtier {
+namespace {
+
+using testing::kModelA;
+using testing::MakePool;
+using testing::Range;
+using testing::SeqOf;
+
+constexpr KvShape kShape{2, 2, 64};
+constexpr uint32_t kBt = 16;
+
+// A snapshot of `floats` values at `position`, its values derived from the position.
+std::shared_ptr<const StateSnapshot> Snap(uint32_t position, uint32_t floats = 256) {
+  auto s = std::make_shared<StateSnapshot>();
+  s->format = 7;
+  s->position = position;
+  s->sizes = {floats};
+  for (uint32_t i = 0; i < floats; ++i) s->data.push_back(float(position) + 0.001f * i);
+  return s;
+}
+
+PrefixFetchOptions Recurrent() {
+  PrefixFetchOptions o;
+  o.recurrent_state = true;
+  return o;
+}
+
+TEST(PrefixState, ResumesFromTheLongestSnapshotAtOrBeforeTheMatch) {
+  auto pool = MakePool(kShape, Format::F16(), Format::F16(), kBt, 64ull << 20);
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 16ull << 20;
+  auto cache = PrefixCache::Create(po).value();
+  const std::vector<int32_t> t = Range(1, 60);
+  ASSERT_TRUE(cache->Store(kModelA, t, SeqOf(pool, t)).ok());
+  const std::span<const int32_t> ts(t);
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(20), Snap(20)).ok());
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(45), Snap(45)).ok());
+
+  // Exact request: K/V reuse 59, snapshots at 20 and 45: resume at 45.
+  auto f = cache->Fetch(kModelA, t, pool, Recurrent());
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->kind, PrefixMatchKind::kExact);
+  EXPECT_EQ(f->matched_tokens, 60u);
+  EXPECT_EQ(f->reused_tokens, 45u);
+  EXPECT_EQ(f->sequence.size(), 45u);
+  EXPECT_EQ(f->state_trimmed_tokens, 14u);
+  ASSERT_NE(f->state, nullptr);
+  EXPECT_EQ(f->state->position, 45u);
+  EXPECT_EQ(f->state->data[0], 45.0f);
+  f = Result<PrefixFetchResult>(Status::Internal("released"));
+
+  // An LCP hit at 30 (between the snapshots): resume at 20, kind still lcp.
+  std::vector<int32_t> lcp = Range(1, 30);
+  lcp.push_back(999);
+  f = cache->Fetch(kModelA, lcp, pool, Recurrent());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->kind, PrefixMatchKind::kLcp);
+  EXPECT_EQ(f->matched_tokens, 30u);
+  EXPECT_EQ(f->reused_tokens, 20u);
+  EXPECT_EQ(f->state->position, 20u);
+  f = Result<PrefixFetchResult>(Status::Internal("released"));
+
+  // A match shorter than every snapshot reuses nothing (no state to resume from).
+  std::vector<int32_t> early = Range(1, 10);
+  early.push_back(999);
+  f = cache->Fetch(kModelA, early, pool, Recurrent());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->kind, PrefixMatchKind::kLcp);
+  EXPECT_EQ(f->reused_tokens, 0u);
+  EXPECT_EQ(f->sequence.size(), 0u);
+  EXPECT_EQ(f->state, nullptr);
+  f = Result<PrefixFetchResult>(Status::Internal("released"));
+
+  // Without the option nothing changes: the K/V alone.
+  f = cache->Fetch(kModelA, t, pool);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->reused_tokens, 59u);
+  EXPECT_EQ(f->state, nullptr);
+  f = Result<PrefixFetchResult>(Status::Internal("released"));
+
+  const PrefixCacheStats s = cache->Stats();
+  EXPECT_EQ(s.state_fetches, 3u);
+  EXPECT_EQ(s.state_hits, 2u);
+  EXPECT_EQ(s.states, 2u);
+  EXPECT_EQ(s.state_bytes, Snap(20)->bytes() + Snap(45)->bytes());
+  EXPECT_TRUE(cache->CheckInvariants().ok());
+}
+
+class RecordingTier : public LowerTier {
+ public:
+  void Spill(const EvictedBlock&) override {}
+  std::vector<TierNamespace> Namespaces(const ModelFingerprint&) override { return {}; }
+  std::vector<TierBlock> FindChain(const TierNamespace&, std::span<const int32_t>) override {
+    return {};
+  }
+  Status Load(const TierNamespace&, const BlockKey&, BlockPool&, BlockId) override {
+    return Status::NotFound("none");
+  }
+  void SpillState(const ModelFingerprint& model, const BlockKey& key,
+                  std::shared_ptr<const StateSnapshot> s) override {
+    std::lock_guard<std::mutex> lock(mu);
+    (void)model, (void)key;
+    spilled[s->position] = std::move(s);
+  }
+  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
+                                                 std::span<const int32_t> tokens,
+                                                 uint32_t max_position) override {
+    std::lock_guard<std::mutex> lock(mu);
+    (void)model;
+    for (auto it = spilled.rbegin(); it != spilled.rend(); ++it) {
+      if (it->first <= max_position && it->first <= tokens.size()) return it->second;
+    }
+    return nullptr;
+  }
+  std::mutex mu;
+  std::map<uint32_t, std::shared_ptr<const StateSnapshot>> spilled;
+};
+
+// Snapshots share the budget with the blocks, leave in LRU order (never one a caller still
+// holds) and go to the lower tier when evicted, or alone when larger than the budget.
+TEST(PrefixState, BudgetLruInUseAndLowerTier) {
+  const uint64_t one = Snap(1, 1000)->bytes();
+  auto tier = std::make_shared<RecordingTier>();
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 3 * one + one / 2;  // three snapshots fit, not four
+  po.lower_tier = tier;
+  auto cache = PrefixCache::Create(po).value();
+  const std::vector<int32_t> t = Range(1, 10);
+  const std::span<const int32_t> ts(t);
+  for (uint32_t p = 1; p <= 3; ++p) {
+    ASSERT_TRUE(cache->StoreState(kModelA, ts.first(p), Snap(p, 1000)).ok());
+  }
+  EXPECT_EQ(cache->Stats().states, 3u);
+  // Touch 1 (storing the same key again touches it): storing 4 must evict 2.
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(1), Snap(1, 1000)).ok());
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(4), Snap(4, 1000)).ok());
+  PrefixCacheStats s = cache->Stats();
+  EXPECT_EQ(s.states, 3u);
+  EXPECT_EQ(s.state_evictions, 1u);
+  EXPECT_LE(s.bytes, po.memory_budget_bytes);
+  {
+    std::lock_guard<std::mutex> lock(tier->mu);
+    ASSERT_EQ(tier->spilled.size(), 1u);
+    EXPECT_EQ(tier->spilled.begin()->first, 2u) << "the least recently used one";
+  }
+  EXPECT_TRUE(cache->CheckInvariants().ok());
+
+  // A snapshot larger than the whole budget goes to the lower tier alone.
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(9), Snap(9, 4000)).ok());
+  EXPECT_EQ(cache->Stats().states, 3u);
+  {
+    std::lock_guard<std::mutex> lock(tier->mu);
+    EXPECT_EQ(tier->spilled.count(9), 1u);
+  }
+}
+
+// A snapshot a fetch's caller still holds is never evicted; the others go first.
+TEST(PrefixState, HeldSnapshotIsNotEvicted) {
+  const uint64_t one = Snap(1, 1000)->bytes();
+  auto pool = MakePool(kShape, Format::F16(), Format::F16(), kBt, 64ull << 20);
+  const std::vector<int32_t> t = Range(1, 40);
+  const std::span<const int32_t> ts(t);
+  PrefixCacheOptions po;
+  {  // the blocks of t, and room for two snapshots
+    auto probe = PrefixCache::Create([&] {
+      PrefixCacheOptions p;
+      p.memory_budget_bytes = 64ull << 20;
+      return p;
+    }()).value();
+    ASSERT_TRUE(probe->Store(kModelA, t, SeqOf(pool, t)).ok());
+    po.memory_budget_bytes = probe->Stats().bytes + 2 * one + one / 2;
+  }
+  auto cache = PrefixCache::Create(po).value();
+  ASSERT_TRUE(cache->Store(kModelA, t, SeqOf(pool, t)).ok());
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(20), Snap(20, 1000)).ok());
+  ASSERT_TRUE(cache->Pin(kModelA, t).ok());  // the blocks stay: only snapshots can go
+  auto f = cache->Fetch(kModelA, t, pool, Recurrent());
+  ASSERT_TRUE(f.ok());
+  ASSERT_NE(f->state, nullptr);
+  const std::shared_ptr<const StateSnapshot> held = f->state;  // in use
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(30), Snap(30, 1000)).ok());
+  // A third does not fit: 20 is held, 30 is the only candidate.
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(35), Snap(35, 1000)).ok());
+  const PrefixCacheStats s = cache->Stats();
+  EXPECT_EQ(s.states, 2u);
+  EXPECT_EQ(s.state_evictions, 1u);
+  auto g = cache->Fetch(kModelA, Range(1, 25), pool, Recurrent());
+  ASSERT_TRUE(g.ok());
+  ASSERT_NE(g->state, nullptr);
+  EXPECT_EQ(g->state->position, 20u) << "the held snapshot is still there";
+  EXPECT_TRUE(cache->CheckInvariants().ok());
+}
+
+TEST(PrefixState, BadInputNamesTheProblem) {
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 1 << 20;
+  auto cache = PrefixCache::Create(po).value();
+  const std::vector<int32_t> t = Range(1, 5);
+  Status s = cache->StoreState(kModelA, t, Snap(4));
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("position is 4, expected 5"), std::string::npos) << s.ToString();
+  EXPECT_FALSE(cache->StoreState(kModelA, t, nullptr).ok());
+  EXPECT_FALSE(cache->StoreState(kModelA, {}, Snap(1)).ok());
+  // Too large and no lower tier: ResourceExhausted, nothing kept.
+  s = cache->StoreState(kModelA, Range(1, 3), Snap(3, 1 << 20));
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(cache->Stats().states, 0u);
+}
+
+}  // namespace
+}  // namespace kvtier
