@@ -8,6 +8,7 @@
 //   kvtier_cuda_bench [--contexts 32768,131072] [--batches 1,8,32] [--formats bf16,f16,q8_0,q4_0]
 //                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
 //                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--per-head] [--sequential]
+//                     [--hpc 2|4|8] [--splits N] [--separate-merge]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -52,7 +53,8 @@ int Main(int argc, char** argv) {
   uint32_t heads = 32, kv_heads = 8, head_dim = 128, block_tokens = 32, iters = 20;
   double peak = 3352;
   std::string sdpa_file;
-  bool exact = false, per_head = false, sequential = false;
+  bool exact = false, per_head = false, sequential = false, separate_merge = false;
+  uint32_t hpc = 0, splits_opt = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -75,6 +77,9 @@ int Main(int argc, char** argv) {
     else if (a == "--exact") exact = true;
     else if (a == "--per-head") per_head = true;
     else if (a == "--sequential") sequential = true;
+    else if (a == "--hpc") hpc = std::stoul(next());
+    else if (a == "--splits") splits_opt = std::stoul(next());
+    else if (a == "--separate-merge") separate_merge = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -103,8 +108,8 @@ int Main(int argc, char** argv) {
               "median of %u calls, L2 flushed before each; %s kernel\n",
               heads, kv_heads, head_dim, block_tokens, sequential ? "in order" : "shuffled", iters,
               exact ? "f32 (exact)" : (per_head ? "per-head tensor-core" : "tensor-core"));
-  std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s\n", "format", "context", "batch",
-              "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa");
+  std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s  %s\n", "format", "context", "batch",
+              "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa", "kernel");
 
   const uint32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   const uint32_t max_b = *std::max_element(batches.begin(), batches.end());
@@ -177,8 +182,16 @@ int Main(int argc, char** argv) {
         o.max_length = ctx;
         o.exact = exact;
         o.per_head = per_head;
+        o.heads_per_block = hpc;
+        o.n_splits = splits_opt;
+        o.separate_merge = separate_merge;
         DecodeWorkspace ws;
-        const uint32_t splits = ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, o);
+        const uint32_t splits = splits_opt ? splits_opt
+                                           : ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, o,
+                                                          heads / kv_heads);
+        const std::string kname =
+            ChooseKernelName(b, kv_heads, ctx, *fmt, head_dim, o, heads / kv_heads) +
+            (separate_merge ? ", separate merge" : "");
         std::vector<double> ms;
         for (uint32_t it = 0; it < iters + 3; ++it) {
           if (Status st = flush->Fill(static_cast<uint8_t>(it)); !st.ok()) return Fail(st);
@@ -196,8 +209,9 @@ int Main(int argc, char** argv) {
           std::snprintf(sd, sizeof sd, "%.3f", it->second);
           std::snprintf(vs, sizeof vs, "%.2fx", it->second / med);
         }
-        std::printf("%-6s %7u %5u %6u %9.3f %8.0f %6.1f%% %6.1f%% %9s %8s\n", fname.c_str(), ctx, b,
-                    splits, med, gbps, 100 * gbps / peak, 100 * gbps / *copy, sd, vs);
+        std::printf("%-6s %7u %5u %6u %9.3f %8.0f %6.1f%% %6.1f%% %9s %8s  %s\n", fname.c_str(),
+                    ctx, b, splits, med, gbps, 100 * gbps / peak, 100 * gbps / *copy, sd, vs,
+                    kname.c_str());
         std::fflush(stdout);
       }
     }

@@ -157,6 +157,9 @@ struct Case {
   uint32_t n_splits = 0;  // 0 = the kernel's choice
   bool exact = false;     // the f32 kernel instead of the tensor-core one
   bool per_head = false;  // the per-KV-head tensor-core kernel, not the all-heads one
+  uint32_t hpc = 0;       // the all-heads kernel's KV heads per thread block (0: chosen)
+  bool separate_merge = false;
+  int calls = 1;          // calls with the same workspace (the last one is checked)
   uint64_t seed = 1;
 };
 
@@ -164,6 +167,9 @@ std::string Describe(const Case& c) {
   std::ostringstream s;
   s << c.f.spec() << " d" << c.head_dim << " kvh" << c.n_kv_heads << " G" << c.group << " bt"
     << c.block_tokens << " splits " << c.n_splits << (c.exact ? " exact" : (c.per_head ? " mma per-head" : " mma")) << " rows";
+  if (c.hpc) s << " x" << c.hpc;
+  if (c.separate_merge) s << " separate-merge";
+  if (c.calls > 1) s << " calls " << c.calls;
   for (uint32_t n : c.lengths) s << " " << n;
   if (c.window) s << " window " << c.window;
   if (c.softcap > 0) s << " softcap";
@@ -232,7 +238,6 @@ double RelError(const Case& c) {
   DeviceBuffer dq = ToDevice(q);
   auto dout = DeviceBuffer::Allocate(q.size() * sizeof(float));
   EXPECT_TRUE(dout.ok());
-  EXPECT_TRUE(dout->Fill(0xFF).ok());  // NaN: every output must be written
   AttentionParams p;
   p.n_heads = n_heads;
   p.window = c.window;
@@ -244,11 +249,17 @@ double RelError(const Case& c) {
   o.exact = c.exact;
   o.per_head = c.per_head;
   o.all_heads = !c.per_head;
+  o.heads_per_block = c.hpc;
+  o.separate_merge = c.separate_merge;
   DecodeWorkspace ws;
   const PagedKvView dview = pool.View(1, drows_buf.as<const PagedKvRow>(), n_rows);
-  Status st = DecodeAttention(dview, dq.as<const float>(), p, dout->as<float>(), o, &ws);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(Synchronize().ok());
+  Status st;
+  for (int call = 0; call < c.calls; ++call) {
+    EXPECT_TRUE(dout->Fill(0xFF).ok());  // NaN: every output must be written, every call
+    st = DecodeAttention(dview, dq.as<const float>(), p, dout->as<float>(), o, &ws);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(Synchronize().ok());
+  }
   std::vector<float> got(q.size());
   EXPECT_TRUE(dout->CopyToHost(got.data(), got.size() * sizeof(float)).ok());
   // The reference reads a host copy of the pool through the same offsets.
@@ -350,6 +361,47 @@ TEST_F(Cuda, DecodeAllHeadsKernelMatchesTheReference) {
   }
   std::printf("decode, 8 and 4 KV heads, both tensor-core kernels: %d cases; worst %.2e (f16/bf16), "
               "%.2e (q8_0/q4_0)\n", n, worst[0], worst[1]);
+}
+
+// The fused split merge (the last thread block of a row's KV-head group merges) against the
+// reference and the separate merge kernel: 2, 4 and 8 KV heads per thread block, up to 200
+// splits (rows shorter than the split count leave splits empty), the per-head kernel, three
+// calls on one workspace (the tickets must return to zero: the third call's output is checked
+// after its buffer was set to NaN).
+TEST_F(Cuda, DecodeFusedSplitMergeMatchesTheReferenceOverRepeatedCalls) {
+  uint64_t seed = 7000;
+  double worst[2] = {0, 0};  // [quantized]
+  int n = 0;
+  for (const Format& f : {Format::BF16(), Format::F16(), Format::Q8_0(), Format::Q4_0()}) {
+    for (uint32_t hd : {64u, 128u}) {
+      for (uint32_t hpc : {0u, 2u, 4u, 8u, 1u}) {  // 1: the per-head kernel
+        for (uint32_t splits : {0u, 3u, 64u, 200u}) {
+          for (bool separate : {false, true}) {
+            Case c;
+            c.f = f;
+            c.head_dim = hd;
+            c.n_kv_heads = 8;
+            c.group = 4;
+            c.block_tokens = 32;
+            c.lengths = {5000, 1, 300, 2048};
+            c.window = splits == 64 ? 3000 : 0;
+            c.n_splits = splits;
+            c.per_head = hpc == 1;
+            c.hpc = hpc == 1 ? 0 : hpc;
+            c.separate_merge = separate;
+            c.calls = 3;
+            c.seed = ++seed;
+            const double err = RelError(c);
+            EXPECT_LT(err, Bound(c)) << Describe(c);
+            worst[f.is_quantized()] = std::max(worst[f.is_quantized()], err);
+            ++n;
+          }
+        }
+      }
+    }
+  }
+  std::printf("decode, fused and separate split merges, 3 calls each: %d cases; worst %.2e "
+              "(f16/bf16), %.2e (q8_0/q4_0)\n", n, worst[0], worst[1]);
 }
 
 TEST_F(Cuda, DecodeWindowSoftcapBlockSizesAndLongRows) {

@@ -89,85 +89,116 @@ int SmCount() {
 constexpr uint32_t kMinChunk = 256;  // tokens a split reads at least
 
 // Which kernel serves a call: the f32 one (exact), the all-heads one (hpc KV heads per thread
-// block) where its shape and the view allow, else the per-head tensor-core one.
+// block) where the view allows, else the per-head tensor-core one; and into how many splits a
+// row's keys go.
 struct KernelChoice {
   enum Kind { kExact, kPerHead, kWide } kind = kPerHead;
   int hpc = 1;      // KV heads per thread block
   int occ = 1;      // thread blocks per SM
   uint32_t tile = kMmaTile;
+  uint32_t splits = 1;
 };
 
-// The all-heads kernel needs this many (row, KV-head group) items: below it (one row of 8 KV
-// heads) it runs ~1.2x slower than the per-head kernel, which spreads a row over more and
-// shorter thread blocks (docs/results/cuda.md).
-constexpr uint64_t kWideMinItems = 4;
+// Cost model, in bytes per SM: thread blocks run in waves of (SMs x blocks per SM); a block
+// costs its tiles plus about two tiles' worth of fixed work (Q, the warp merge, the partial
+// write), its SM shared by `occ` blocks. The last block of a (row, KV-head group) then reads
+// the group's partial results of every split from L2 (the fused merge), counted at a quarter
+// of an HBM byte. Fewest wins, ties to fewer splits.
+constexpr uint64_t kMergeByteDiv = 4;
 
-KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32_t n_kv_heads,
-                        bool packed, const DecodeOptions& o) {
-  KernelChoice c;
-  DecodeParams dummy{};
-  const int hd = static_cast<int>(head_dim);
-  if (o.exact) {
-    c.kind = KernelChoice::kExact;
-    c.tile = kTile;
-    const Launcher launch = LauncherFor(f);
-    if (launch && !launch(dummy, hd, 4, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
-    return c;
-  }
-  if (!o.per_head && packed) {
-    const WideLauncher wide = WideLauncherFor(f);
-    for (int hpc : {8, 4, 2}) {
-      if (n_kv_heads % hpc != 0 || !wide ||
-          (!o.all_heads &&
-           static_cast<uint64_t>(n_rows) * (n_kv_heads / hpc) < kWideMinItems)) {
-        continue;
-      }
-      int occ = 0;
-      if (wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
-        c.kind = KernelChoice::kWide;
-        c.hpc = hpc;
-        c.occ = occ;
-        c.tile = WideTile(f, hpc);
-        return c;
-      }
-      cudaGetLastError();
-    }
-  }
-  const MmaLauncher launch = MmaLauncherFor(f);
-  if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
-  return c;
-}
-
-// Cost model: thread blocks run in waves of (SMs x blocks per SM); a block costs its tiles
-// plus about two tiles' worth of fixed work (Q, the merge, the partial write). Fewest
-// estimated tile-times wins, ties to fewer splits.
-uint32_t SplitsFor(const KernelChoice& c, uint32_t n_rows, uint32_t n_kv_heads,
-                   uint32_t max_length) {
+uint64_t BestSplits(const KernelChoice& c, uint32_t n_rows, uint32_t n_kv_heads, uint32_t group,
+                    uint32_t max_length, size_t row_bytes, uint32_t head_dim,
+                    uint32_t* splits_out) {
   const uint64_t items =
       std::max<uint64_t>(1, static_cast<uint64_t>(n_rows) * (n_kv_heads / c.hpc));
   const uint64_t slots = static_cast<uint64_t>(SmCount()) * c.occ;
   const uint64_t tile = c.tile;
+  const uint64_t tile_bytes = tile * c.hpc * row_bytes * 2;
   const uint64_t len = std::max<uint64_t>(max_length, 1);
   const uint64_t max_splits = std::min<uint64_t>(256, std::max<uint64_t>(1, len / kMinChunk));
+  const uint64_t merge_per_split = static_cast<uint64_t>(c.hpc) * group * (head_dim + 1) * 4;
   uint64_t splits = 1, best = UINT64_MAX;
   for (uint64_t s = 1; s <= max_splits; ++s) {
     const uint64_t tiles = ((len + s - 1) / s + tile - 1) / tile;
     const uint64_t waves = (items * s + slots - 1) / slots;
-    const uint64_t cost = waves * (tiles + 2);
+    uint64_t cost = waves * (tiles + 2) * tile_bytes * c.occ;
+    if (s > 1) cost += s * merge_per_split / kMergeByteDiv;
     if (cost < best) {
       best = cost;
       splits = s;
     }
   }
-  return static_cast<uint32_t>(splits);
+  *splits_out = static_cast<uint32_t>(splits);
+  return best;
+}
+
+KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32_t n_kv_heads,
+                        uint32_t group, uint32_t max_length, bool packed,
+                        const DecodeOptions& o) {
+  KernelChoice c;
+  DecodeParams dummy{};
+  const int hd = static_cast<int>(head_dim);
+  const size_t row_bytes = f == FormatKind::kQ8_0   ? head_dim / 32 * 34
+                           : f == FormatKind::kQ4_0 ? head_dim / 32 * 18
+                                                    : head_dim * 2;
+  if (o.exact) {
+    c.kind = KernelChoice::kExact;
+    c.tile = kTile;
+    const Launcher launch = LauncherFor(f);
+    if (launch && !launch(dummy, hd, 4, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
+    BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
+    return c;
+  }
+  if (!o.per_head && packed) {
+    const WideLauncher wide = WideLauncherFor(f);
+    uint64_t best = UINT64_MAX;
+    KernelChoice w;
+    w.kind = KernelChoice::kWide;
+    for (int hpc : {8, 4, 2}) {
+      if (n_kv_heads % hpc != 0 || !wide ||
+          (o.heads_per_block != 0 && o.heads_per_block != static_cast<uint32_t>(hpc))) {
+        continue;
+      }
+      int occ = 0;
+      if (!wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
+        cudaGetLastError();
+        continue;
+      }
+      w.hpc = hpc;
+      w.occ = occ;
+      w.tile = WideTile(f, hpc);
+      const uint64_t cost =
+          BestSplits(w, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &w.splits);
+      if (cost < best) {
+        best = cost;
+        c = w;
+      }
+    }
+    if (best != UINT64_MAX) return c;
+  }
+  const MmaLauncher launch = MmaLauncherFor(f);
+  if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
+  BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
+  return c;
 }
 
 }  // namespace
 
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim, const DecodeOptions& options) {
-  const KernelChoice c = PickKernel(format.kind, head_dim, n_rows, n_kv_heads, true, options);
-  return SplitsFor(c, n_rows, n_kv_heads, max_length);
+                      const Format& format, uint32_t head_dim, const DecodeOptions& options,
+                      uint32_t group) {
+  return PickKernel(format.kind, head_dim, n_rows, n_kv_heads, group, max_length, true, options)
+      .splits;
+}
+
+std::string ChooseKernelName(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
+                             const Format& format, uint32_t head_dim,
+                             const DecodeOptions& options, uint32_t group) {
+  const KernelChoice c =
+      PickKernel(format.kind, head_dim, n_rows, n_kv_heads, group, max_length, true, options);
+  return c.kind == KernelChoice::kExact   ? "f32"
+         : c.kind == KernelChoice::kWide ? "all-heads x" + std::to_string(c.hpc)
+                                         : "per-head";
 }
 
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
@@ -220,25 +251,26 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                              kv.k_token_stride;
   const bool packed = kv.k_head_stride == row_bytes && kv.v_head_stride == row_bytes &&
                       kv.k_token_stride == kv.v_token_stride && run_bits % 16 == 0;
-  const KernelChoice choice =
-      PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, packed, options);
   // The last answer, kept: a decode step asks the same question for every layer.
   struct Key {
-    uint32_t n_rows, n_kv_heads, max_length, format_id, head_dim, kind, hpc;
+    uint32_t n_rows, n_kv_heads, group, max_length, format_id, head_dim, hpc_opt;
+    bool exact, per_head, packed;
     bool operator==(const Key&) const = default;
   };
   static thread_local Key last_key{};
-  static thread_local uint32_t last_splits = 0;
-  uint32_t n_splits = options.n_splits;
-  if (n_splits == 0) {
-    const Key key{kv.n_rows, kv.n_kv_heads, options.max_length, kv.k_format.id(), kv.head_dim,
-                  static_cast<uint32_t>(choice.kind), static_cast<uint32_t>(choice.hpc)};
-    if (last_splits == 0 || !(key == last_key)) {
-      last_splits = SplitsFor(choice, kv.n_rows, kv.n_kv_heads, options.max_length);
-      last_key = key;
-    }
-    n_splits = last_splits;
+  static thread_local KernelChoice last_choice{};
+  static thread_local bool have_last = false;
+  const Key key{kv.n_rows,         kv.n_kv_heads,    group,         options.max_length,
+                kv.k_format.id(),  kv.head_dim,      options.heads_per_block,
+                options.exact,     options.per_head, packed};
+  if (!have_last || !(key == last_key)) {
+    last_choice = PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, group,
+                             options.max_length, packed, options);
+    last_key = key;
+    have_last = true;
   }
+  const KernelChoice choice = last_choice;
+  uint32_t n_splits = options.n_splits != 0 ? options.n_splits : choice.splits;
   n_splits = std::max(1u, std::min(n_splits, 65535u));
   uint32_t chunk = choice.tile;
   if (n_splits > 1) {
@@ -273,6 +305,17 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     }
     p.part_o = ws->partial.as<float>();
     p.part_lse = p.part_o + heads * n_splits * kv.head_dim;
+    // The tensor-core kernels merge in their last thread block (float4 rows of out).
+    if (choice.kind != KernelChoice::kExact && !options.separate_merge &&
+        reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+      const size_t items = static_cast<size_t>(kv.n_rows) * (kv.n_kv_heads / choice.hpc);
+      if (ws->counters.size() < items * sizeof(uint32_t)) {
+        ws->counters = DeviceBuffer();
+        KVTIER_ASSIGN_OR_RETURN(ws->counters, DeviceBuffer::Allocate(items * sizeof(uint32_t)));
+        KVTIER_RETURN_IF_ERROR(ws->counters.Fill(0));
+      }
+      p.counters = ws->counters.as<uint32_t>();
+    }
   }
   const auto stream = static_cast<cudaStream_t>(options.stream);
   if (choice.kind == KernelChoice::kExact) {
@@ -287,7 +330,7 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                                                             kv.n_rows, kv.n_kv_heads, stream,
                                                             nullptr));
   }
-  if (n_splits > 1) {
+  if (n_splits > 1 && !p.counters) {
     MergeSplitsKernel<<<static_cast<unsigned>(heads), std::min<uint32_t>(kv.head_dim, 256), 0,
                         stream>>>(p.part_o, p.part_lse, out, n_splits, kv.head_dim);
     KVTIER_CUDA_RETURN(cudaGetLastError());

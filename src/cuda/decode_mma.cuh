@@ -376,6 +376,34 @@ __device__ __forceinline__ void MmaUnit(const uint8_t* kr, const uint8_t* vr, ui
 // worked on the same KV head merge: warp w worked on KV head h0 + w % hpc (hpc KV heads per
 // thread block). Heads >= group are dropped. Writes p.out (one split) or the split's partial
 // result and log-sum-exp.
+// The staged tile loop of both tensor-core kernels: tiles' row offsets computed by threads
+// 0 .. T-1 two tiles ahead (double-buffered), copies issued S - 1 tiles ahead by cp.async, then
+// per tile: wait for its copies, issue tile it + S - 1, compute tile it + S's offsets, body(it)
+// on the staged tile. Ends with every copy landed and the block synchronized (the caller may
+// reuse the staging memory).
+template <int S, int T, class Offsets, class Issue, class Body>
+__device__ __forceinline__ void StagedTiles(int n_tiles, int tid, Offsets&& offsets,
+                                            Issue&& issue, Body&& body) {
+  for (int x = 0; x < S - 1; ++x) {
+    if (tid < T && x < n_tiles) offsets(x);
+    __syncthreads();
+    if (x < n_tiles) issue(x);
+    CpAsyncCommit();
+    __syncthreads();
+  }
+  if (tid < T && S - 1 < n_tiles) offsets(S - 1);
+  for (int it = 0; it < n_tiles; ++it) {
+    CpAsyncWait<S - 2>();
+    __syncthreads();
+    if (it + S - 1 < n_tiles) issue(it + S - 1);
+    CpAsyncCommit();
+    if (tid < T && it + S < n_tiles) offsets(it + S);
+    body(it);
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+}
+
 template <int HD, int NW>
 struct WarpMergeSmem {
   float* acc;  // [NW][8][HD]
@@ -402,6 +430,52 @@ __device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
     ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d0] = acc[m][1];
     ms.acc[(warp * 8 + 2 * c4) * HD + d1] = acc[m][2];
     ms.acc[(warp * 8 + 2 * c4 + 1) * HD + d1] = acc[m][3];
+  }
+}
+
+// The fused split merge (no second launch): every thread block of a (row, KV-head group) item
+// writes its split's partial result, then takes a ticket; the one that arrives last merges
+// the item's n_heads_item heads (starting at head0) over all splits by log-sum-exp, as
+// MergeSplitsKernel does, and resets the ticket. The partials are read through L2 (ld.cg):
+// other SMs wrote them. A thread takes 4 dims of one head and keeps 4 splits in flight.
+template <int HD>
+__device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint32_t n_heads_item,
+                                             size_t head0, size_t item) {
+  __shared__ uint32_t ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(&p.counters[item], 1u);
+  __syncthreads();
+  if (ticket != p.n_splits - 1) return;
+  if (threadIdx.x == 0) p.counters[item] = 0;  // ready for the next call
+  __threadfence();
+  const uint32_t S = p.n_splits;
+  constexpr int kQuads = HD / 4;
+  for (uint32_t i = threadIdx.x; i < n_heads_item * kQuads; i += blockDim.x) {
+    const size_t head = head0 + i / kQuads;
+    const int d4 = static_cast<int>(i % kQuads);
+    const float* lse = p.part_lse + head * S;
+    const float4* po = reinterpret_cast<const float4*>(p.part_o + head * S * HD) + d4;
+    float m = -INFINITY;
+    for (uint32_t s = 0; s < S; ++s) m = fmaxf(m, __ldcg(lse + s));
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float den = 0.0f;
+    if (m != -INFINITY) {
+#pragma unroll 4
+      for (uint32_t s = 0; s < S; ++s) {
+        const float l = __ldcg(lse + s);
+        const float4 o = __ldcg(po + static_cast<size_t>(s) * kQuads);
+        const float w = l == -INFINITY ? 0.0f : expf(l - m);
+        num.x = fmaf(w, o.x, num.x);
+        num.y = fmaf(w, o.y, num.y);
+        num.z = fmaf(w, o.z, num.z);
+        num.w = fmaf(w, o.w, num.w);
+        den += w;
+      }
+    }
+    reinterpret_cast<float4*>(p.out + head * HD)[d4] =
+        den > 0.0f ? make_float4(num.x / den, num.y / den, num.z / den, num.w / den)
+                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
@@ -439,6 +513,11 @@ __device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMer
             L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
       }
     }
+  }
+  if (p.n_splits > 1 && p.counters) {
+    FusedSplitMerge<HD>(p, static_cast<uint32_t>(hpc * group),
+                        static_cast<size_t>(r) * p.n_heads + h0 * p.group,
+                        static_cast<size_t>(r) * gridDim.y + blockIdx.y);
   }
 }
 
@@ -538,32 +617,15 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     }
   };
 
-  for (int x = 0; x < S - 1; ++x) {
-    if (tid < T && x < n_tiles) compute_offsets(x);
-    __syncthreads();
-    if (x < n_tiles) issue(x);
-    dev::CpAsyncCommit();
-    __syncthreads();
-  }
-  if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
-
   dev::MmaState<HD> st;
   st.Clear();
-  for (int it = 0; it < n_tiles; ++it) {
-    dev::CpAsyncWait<S - 2>();
-    __syncthreads();
-    if (it + S - 1 < n_tiles) issue(it + S - 1);
-    dev::CpAsyncCommit();
-    if (tid < T && it + S < n_tiles) compute_offsets(it + S);
-
+  dev::StagedTiles<S, T>(n_tiles, tid, compute_offsets, issue, [&](int it) {
     const uint32_t wt0 = begin + it * T + warp * 16;
-    if (wt0 >= end) continue;
+    if (wt0 >= end) return;
     const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes + warp * 16 * Geo::kRawPitch;
     dev::MmaUnit<F, HD, Geo::kRawPitch>(sraw, sraw + T * Geo::kRawPitch, wt0, end, qh, ql,
                                         p.softcap, lane, st);
-  }
-  dev::CpAsyncWait<0>();
-  __syncthreads();
+  });
   dev::MergeWarpsAndStore<HD, kThreads / 32>(p, smem, st, 1, h, r, split);
 }
 

@@ -575,24 +575,9 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
     }
   };
 
-  for (int x = 0; x < S - 1; ++x) {
-    if (tid < T && x < n_tiles) compute_offsets(x);
-    __syncthreads();
-    if (x < n_tiles) issue(x);
-    dev::CpAsyncCommit();
-    __syncthreads();
-  }
-  if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
-
   dev::MmaStateT<HD> st;
   st.Clear();
-  for (int it = 0; it < n_tiles; ++it) {
-    dev::CpAsyncWait<S - 2>();
-    __syncthreads();
-    if (it + S - 1 < n_tiles) issue(it + S - 1);
-    dev::CpAsyncCommit();
-    if (tid < T && it + S < n_tiles) compute_offsets(it + S);
-
+  dev::StagedTiles<S, T>(n_tiles, tid, compute_offsets, issue, [&](int it) {
     const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes;
     if constexpr (KVTIER_CUDA_WIDE_FUSED_SOFTMAX && Geo::kUnits > 1) {
       // The warp's kUnits units of the tile in one online-softmax step.
@@ -631,9 +616,7 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
         }
       }
     }
-  }
-  dev::CpAsyncWait<0>();
-  __syncthreads();
+  });
   dev::MergeWarpsAndStoreT<F, HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
 }
 

@@ -3,7 +3,8 @@
 # dependencies), run the `cuda` tests, the PyTorch SDPA baseline and kvtier_cuda_bench, all in
 # the same call (same card). Run from a tree holding include/, src/ and a googletest source
 # tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
-#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1
+#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1;
+#   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -47,6 +48,16 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
       2>&1 | tee "$OUT/bench_exact.txt" | tail -4
   fi
+fi
+if [ -n "${SWEEP:-}" ]; then
+  # SWEEP="flags;flags;...": kvtier_cuda_bench once per flag set (e.g. "--hpc 2 --batches 1").
+  echo "== sweep (${SECONDS}s)"
+  IFS=';' read -ra sweeps <<< "$SWEEP"
+  for a in "${sweeps[@]}"; do
+    echo "-- $a"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --formats "${SWEEP_FORMATS:-bf16,q8_0,q4_0}" \
+      $a 2>&1 | grep -E "^(bf16|f16|q8_0|q4_0) "
+  done
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   echo "== pipeline-depth variants of the tensor-core kernel (${SECONDS}s)"
