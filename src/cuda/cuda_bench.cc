@@ -8,7 +8,9 @@
 //   kvtier_cuda_bench [--contexts 32768,131072] [--batches 1,8,32] [--formats bf16,f16,q8_0,q4_0]
 //                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
 //                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--per-head] [--sequential]
-//                     [--hpc 2|4|8] [--splits N] [--separate-merge]
+//                     [--hpc 2|4|8] [--splits N] [--separate-merge] [--clean-flush]
+// --clean-flush: the L2 flush also reads its buffer back, so the timed call starts with clean
+// lines in L2 (the plain flush leaves up to 50 MB of dirty lines that the call writes back).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -54,6 +56,7 @@ int Main(int argc, char** argv) {
   double peak = 3352;
   std::string sdpa_file;
   bool exact = false, per_head = false, sequential = false, separate_merge = false;
+  bool clean_flush = false;
   uint32_t hpc = 0, splits_opt = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -80,6 +83,7 @@ int Main(int argc, char** argv) {
     else if (a == "--hpc") hpc = std::stoul(next());
     else if (a == "--splits") splits_opt = std::stoul(next());
     else if (a == "--separate-merge") separate_merge = true;
+    else if (a == "--clean-flush") clean_flush = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -105,9 +109,9 @@ int Main(int argc, char** argv) {
   std::printf("device: %s\n", DeviceDescription().c_str());
   std::printf("device copy: %.0f GB/s (read + write); HBM peak taken as %.0f GB/s\n", *copy, peak);
   std::printf("shape: %u q / %u KV heads, head_dim %u, %u-token blocks (%s), f32 q/out, "
-              "median of %u calls, L2 flushed before each; %s kernel\n",
+              "median of %u calls, L2 flushed before each%s; %s kernel\n",
               heads, kv_heads, head_dim, block_tokens, sequential ? "in order" : "shuffled", iters,
-              exact ? "f32 (exact)" : (per_head ? "per-head tensor-core" : "tensor-core"));
+              clean_flush ? " and read back (clean lines)" : "", exact ? "f32 (exact)" : (per_head ? "per-head tensor-core" : "tensor-core"));
   std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s  %s\n", "format", "context", "batch",
               "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa", "kernel");
 
@@ -195,6 +199,9 @@ int Main(int argc, char** argv) {
         std::vector<double> ms;
         for (uint32_t it = 0; it < iters + 3; ++it) {
           if (Status st = flush->Fill(static_cast<uint8_t>(it)); !st.ok()) return Fail(st);
+          if (clean_flush) {
+            if (Status st = ReadThrough(*flush); !st.ok()) return Fail(st);
+          }
           auto t = TimeOnDevice([&] { return DecodeAttention(view, q->as<const float>(), p, out->as<float>(), o, &ws); });
           if (!t.ok()) return Fail(t.status());
           if (it >= 3) ms.push_back(*t);

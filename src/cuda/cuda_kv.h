@@ -165,6 +165,10 @@ std::string ChooseKernelName(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_
 // `scale`, from `seed` (for tests and the benchmark; deterministic).
 Status FillRandom(void* dst, size_t n, DType t, uint64_t seed, float scale = 1.0f);
 
+// Reads every 16-byte word of `b` (bytes a multiple of 16) on `stream`: after a Fill, an L2
+// flush that leaves clean lines, so the next kernel does not pay for writing back dirty ones.
+Status ReadThrough(const DeviceBuffer& b, void* stream = nullptr);
+
 // Milliseconds of device time that fn's work takes on `stream` (events around it; waits).
 Result<double> TimeOnDevice(const std::function<Status()>& fn, void* stream = nullptr);
 

@@ -2,6 +2,7 @@
 // the splits (see cuda_kv.h and decode.cuh).
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_kv.h"
 #include "cuda/decode_wide.cuh"
@@ -87,6 +88,7 @@ int SmCount() {
 }
 
 constexpr uint32_t kMinChunk = 256;  // tokens a split reads at least
+constexpr uint64_t kFusedMergeBytes = 512 * 1024;
 
 // Which kernel serves a call: the f32 one (exact), the all-heads one (hpc KV heads per thread
 // block) where the view allows, else the per-head tensor-core one; and into how many splits a
@@ -151,30 +153,39 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
   }
   if (!o.per_head && packed) {
     const WideLauncher wide = WideLauncherFor(f);
-    uint64_t best = UINT64_MAX;
-    KernelChoice w;
-    w.kind = KernelChoice::kWide;
-    for (int hpc : {8, 4, 2}) {
-      if (n_kv_heads % hpc != 0 || !wide ||
-          (o.heads_per_block != 0 && o.heads_per_block != static_cast<uint32_t>(hpc))) {
-        continue;
-      }
+    // KV heads per thread block, as measured on the H100 (docs/results/cuda.md, third
+    // slice): f16/bf16 2 at every batch; q8_0 8 from 4 (row, group) items, else 2 (a row of 8
+    // KV heads: x2 0.057 ms, x4 0.066, x8 0.101 at 32K); q4_0 8 from 16 items (batch 32),
+    // else 4 (its 32-token tiles x 3 stages keep 2 blocks per SM only at x8 and x2; x4 at 128K
+    // batch 8: 0.619 ms vs x8 0.689).
+    const uint64_t rows = n_rows;
+    auto items = [&](int hpc) { return rows * (n_kv_heads / hpc); };
+    std::vector<int> order;
+    if (o.heads_per_block != 0) {
+      order = {static_cast<int>(o.heads_per_block)};
+    } else if (f == FormatKind::kF16 || f == FormatKind::kBF16) {
+      order = {2, 4, 8};
+    } else if (f == FormatKind::kQ8_0) {
+      order = items(8) >= 4 ? std::vector<int>{8, 4, 2}
+              : items(4) >= 4 ? std::vector<int>{4, 2, 8}
+                              : std::vector<int>{2, 4, 8};
+    } else {
+      order = items(8) >= 16 ? std::vector<int>{8, 4, 2} : std::vector<int>{4, 8, 2};
+    }
+    for (int hpc : order) {
+      if (hpc <= 0 || n_kv_heads % hpc != 0 || !wide) continue;
       int occ = 0;
       if (!wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
         cudaGetLastError();
         continue;
       }
-      w.hpc = hpc;
-      w.occ = occ;
-      w.tile = WideTile(f, hpc);
-      const uint64_t cost =
-          BestSplits(w, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &w.splits);
-      if (cost < best) {
-        best = cost;
-        c = w;
-      }
+      c.kind = KernelChoice::kWide;
+      c.hpc = hpc;
+      c.occ = occ;
+      c.tile = WideTile(f, hpc);
+      BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
+      return c;
     }
-    if (best != UINT64_MAX) return c;
   }
   const MmaLauncher launch = MmaLauncherFor(f);
   if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
@@ -305,9 +316,15 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     }
     p.part_o = ws->partial.as<float>();
     p.part_lse = p.part_o + heads * n_splits * kv.head_dim;
-    // The tensor-core kernels merge in their last thread block (float4 rows of out).
-    if (choice.kind != KernelChoice::kExact && !options.separate_merge &&
-        reinterpret_cast<uintptr_t>(out) % 16 == 0) {
+    // The all-heads kernel merges in its last thread block per (row, KV-head group) where the
+    // weights fit its shared memory and the group's partials are at most kFusedMergeBytes
+    // (one thread block reads them all: at 32 heads x 33 splits, 540 KB, a second launch
+    // spread over every head was faster); out's rows are written as float4.
+    const uint64_t heads_item = static_cast<uint64_t>(choice.hpc) * group;
+    if (choice.kind == KernelChoice::kWide && !options.separate_merge &&
+        reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+        heads_item * (n_splits + 1) * 4 <= static_cast<uint64_t>(dev::kFusedMergeSmem) &&
+        heads_item * n_splits * kv.head_dim * 4 <= kFusedMergeBytes) {
       const size_t items = static_cast<size_t>(kv.n_rows) * (kv.n_kv_heads / choice.hpc);
       if (ws->counters.size() < items * sizeof(uint32_t)) {
         ws->counters = DeviceBuffer();

@@ -437,10 +437,15 @@ __device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
 // writes its split's partial result, then takes a ticket; the one that arrives last merges
 // the item's n_heads_item heads (starting at head0) over all splits by log-sum-exp, as
 // MergeSplitsKernel does, and resets the ticket. The partials are read through L2 (ld.cg):
-// other SMs wrote them. A thread takes 4 dims of one head and keeps 4 splits in flight.
+// other SMs wrote them. Shared memory (the caller's, free again by then) holds the weights
+// exp(lse - max) [n_heads_item][n_splits] and each head's 1 / sum (decode.cu fuses only where
+// they fit in kFusedMergeSmem bytes); a thread then takes 4 dims of one head with 8 splits'
+// loads in flight.
+constexpr int kFusedMergeSmem = 32 * 1024;
+
 template <int HD>
-__device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint32_t n_heads_item,
-                                             size_t head0, size_t item) {
+__device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint8_t* smem,
+                                             uint32_t n_heads_item, size_t head0, size_t item) {
   __shared__ uint32_t ticket;
   __threadfence();
   __syncthreads();
@@ -450,29 +455,48 @@ __device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint32_t n_h
   if (threadIdx.x == 0) p.counters[item] = 0;  // ready for the next call
   __threadfence();
   const uint32_t S = p.n_splits;
+  float* w = reinterpret_cast<float*>(smem);  // [n_heads_item][S]
+  float* inv = w + n_heads_item * S;           // [n_heads_item]
+  for (uint32_t i = threadIdx.x; i < n_heads_item * S; i += blockDim.x) {
+    w[i] = __ldcg(p.part_lse + head0 * S + i);
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  for (uint32_t h = warp; h < n_heads_item; h += n_warps) {
+    float m = -INFINITY;
+    for (uint32_t s = lane; s < S; s += 32) m = fmaxf(m, w[h * S + s]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float den = 0.0f;
+    for (uint32_t s = lane; s < S; s += 32) {
+      const float l = w[h * S + s];
+      const float e = l == -INFINITY ? 0.0f : expf(l - m);
+      w[h * S + s] = e;
+      den += e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) inv[h] = den;
+  }
+  __syncthreads();
   constexpr int kQuads = HD / 4;
   for (uint32_t i = threadIdx.x; i < n_heads_item * kQuads; i += blockDim.x) {
-    const size_t head = head0 + i / kQuads;
+    const uint32_t hl = i / kQuads;
+    const size_t head = head0 + hl;
     const int d4 = static_cast<int>(i % kQuads);
-    const float* lse = p.part_lse + head * S;
     const float4* po = reinterpret_cast<const float4*>(p.part_o + head * S * HD) + d4;
-    float m = -INFINITY;
-    for (uint32_t s = 0; s < S; ++s) m = fmaxf(m, __ldcg(lse + s));
+    const float* wh = w + hl * S;
     float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float den = 0.0f;
-    if (m != -INFINITY) {
-#pragma unroll 4
-      for (uint32_t s = 0; s < S; ++s) {
-        const float l = __ldcg(lse + s);
-        const float4 o = __ldcg(po + static_cast<size_t>(s) * kQuads);
-        const float w = l == -INFINITY ? 0.0f : expf(l - m);
-        num.x = fmaf(w, o.x, num.x);
-        num.y = fmaf(w, o.y, num.y);
-        num.z = fmaf(w, o.z, num.z);
-        num.w = fmaf(w, o.w, num.w);
-        den += w;
-      }
+#pragma unroll 8
+    for (uint32_t s = 0; s < S; ++s) {
+      const float4 o = __ldcg(po + static_cast<size_t>(s) * kQuads);
+      const float e = wh[s];
+      num.x = fmaf(e, o.x, num.x);
+      num.y = fmaf(e, o.y, num.y);
+      num.z = fmaf(e, o.z, num.z);
+      num.w = fmaf(e, o.w, num.w);
     }
+    const float den = inv[hl];
     reinterpret_cast<float4*>(p.out + head * HD)[d4] =
         den > 0.0f ? make_float4(num.x / den, num.y / den, num.z / den, num.w / den)
                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -515,7 +539,7 @@ __device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMer
     }
   }
   if (p.n_splits > 1 && p.counters) {
-    FusedSplitMerge<HD>(p, static_cast<uint32_t>(hpc * group),
+    FusedSplitMerge<HD>(p, reinterpret_cast<uint8_t*>(ms.acc), static_cast<uint32_t>(hpc * group),
                         static_cast<size_t>(r) * p.n_heads + h0 * p.group,
                         static_cast<size_t>(r) * gridDim.y + blockIdx.y);
   }

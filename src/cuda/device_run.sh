@@ -4,7 +4,8 @@
 # the same call (same card). Run from a tree holding include/, src/ and a googletest source
 # tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
 #   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1;
-#   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run
+#   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run;
+#   CLEAN=1 both benchmarks again with a clean-line L2 flush
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -35,6 +36,13 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "== kvtier_cuda_bench, run $rep (${SECONDS}s)"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa$sfx.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench$sfx.txt"
   done
+  if [ "${CLEAN:-0}" = 1 ]; then
+    # The same with an L2 flush that leaves clean lines (fill, then read back) on both sides.
+    echo "== SDPA and kvtier_cuda_bench, clean-line L2 flush (${SECONDS}s)"
+    PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py --clean-flush > "$OUT/sdpa_clean.csv" 2> "$OUT/sdpa_clean.log"
+    cat "$OUT/sdpa_clean.log"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa_clean.csv" --clean-flush ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_clean.txt"
+  fi
   if [ "${PER_HEAD:-1}" = 1 ]; then
     echo "== the per-head tensor-core kernel (the first slice's), same card (${SECONDS}s)"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --per-head ${BENCH_ARGS:-} 2>&1 \
