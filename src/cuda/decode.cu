@@ -316,12 +316,12 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     }
     p.part_o = ws->partial.as<float>();
     p.part_lse = p.part_o + heads * n_splits * kv.head_dim;
-    // The all-heads kernel merges in its last thread block per (row, KV-head group) where the
-    // weights fit its shared memory and the group's partials are at most kFusedMergeBytes
+    // The all-heads kernel merges in its last thread block per (row, KV-head group) where it
+    // runs one block per SM (dev::MergeStored's kFuse), the weights fit its shared memory and the group's partials are at most kFusedMergeBytes
     // (one thread block reads them all: at 32 heads x 33 splits, 540 KB, a second launch
     // spread over every head was faster); out's rows are written as float4.
     const uint64_t heads_item = static_cast<uint64_t>(choice.hpc) * group;
-    if (choice.kind == KernelChoice::kWide && !options.separate_merge &&
+    if (choice.kind == KernelChoice::kWide && choice.occ == 1 && !options.separate_merge &&
         reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
         heads_item * (n_splits + 1) * 4 <= static_cast<uint64_t>(dev::kFusedMergeSmem) &&
         heads_item * n_splits * kv.head_dim * 4 <= kFusedMergeBytes) {

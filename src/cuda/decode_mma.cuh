@@ -443,6 +443,7 @@ __device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
 // loads in flight.
 constexpr int kFusedMergeSmem = 32 * 1024;
 
+
 template <int HD>
 __device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint8_t* smem,
                                              uint32_t n_heads_item, size_t head0, size_t item) {
@@ -503,7 +504,10 @@ __device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint8_t* sme
   }
 }
 
-template <int HD, int NW>
+// kFuse: compile the fused merge in (kernels without a register cap; a call in the 2-blocks
+// per SM q4_0 kernel cost it 28% at batch 32: docs/results/cuda.md). decode.cu sets p.counters
+// only for kernels that run 1 block per SM, which all have it.
+template <int HD, int NW, bool kFuse = false>
 __device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMergeSmem<HD, NW>& ms,
                                             int hpc, uint32_t h0, uint32_t r, uint32_t split) {
   __syncthreads();
@@ -538,10 +542,12 @@ __device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMer
       }
     }
   }
+  if constexpr (kFuse) {
   if (p.n_splits > 1 && p.counters) {
     FusedSplitMerge<HD>(p, reinterpret_cast<uint8_t*>(ms.acc), static_cast<uint32_t>(hpc * group),
                         static_cast<size_t>(r) * p.n_heads + h0 * p.group,
                         static_cast<size_t>(r) * gridDim.y + blockIdx.y);
+  }
   }
 }
 

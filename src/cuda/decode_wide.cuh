@@ -501,7 +501,7 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
   PVT<F, HD, PITCH>(vr, s[0], lane, st.acc);
 }
 
-template <FormatKind F, int HD, int NW>
+template <FormatKind F, int HD, int NW, bool kFuse>
 __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8_t* smem,
                                                     const MmaStateT<HD>& st, int hpc,
                                                     uint32_t h0, uint32_t r, uint32_t split) {
@@ -524,7 +524,7 @@ __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8
   } else {
     StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
   }
-  MergeStored<HD, NW>(p, ms, hpc, h0, r, split);
+  MergeStored<HD, NW, kFuse>(p, ms, hpc, h0, r, split);
 }
 
 }  // namespace dev
@@ -617,7 +617,8 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
       }
     }
   });
-  dev::MergeWarpsAndStoreT<F, HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
+  dev::MergeWarpsAndStoreT<F, HD, kWideWarps, Geo::kMinBlocks == 1>(p, smem, st, HPC, h0, r,
+                                                                     split);
 }
 
 template <FormatKind F, int HD, int HPC>
@@ -640,6 +641,10 @@ Status LaunchDecodeWide(const DecodeParams& p, uint32_t n_rows, uint32_t n_kv_he
     if (occupancy) {
       *occupancy = occ;
       return Status::OK();
+    }
+    if (p.counters && (Geo::kMinBlocks != 1 || occ != 1)) {
+      return Status::Internal("CUDA decode attention: fused split merge asked of a kernel "
+                              "without it");
     }
     const dim3 grid(p.n_splits, n_kv_heads / HPC, n_rows);
     DecodeWideKernel<F, HD, HPC><<<grid, kWideThreads, smem, stream>>>(p);
