@@ -15,7 +15,7 @@ echo "== build (${SECONDS}s)"
 cmake -S src/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGTEST_SOURCE_DIR="$PWD/googletest" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" \
   -DCMAKE_CUDA_FLAGS="--resource-usage" > /tmp/cmake.log 2>&1 || { tail -30 /tmp/cmake.log; exit 1; }
-ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
+ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_forward_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; exit 1; }
 # Registers and spills of the decode kernels (ptxas --resource-usage).
 grep -A1 "Function properties for .*Decode\(Wide\|Mma\)Kernel" "$OUT/build.log" | grep -o "_Z[^ ]*\|[0-9]* bytes spill stores" | paste - - | sort -u | head -40 || true
@@ -24,6 +24,8 @@ echo "== tests (${SECONDS}s)"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  build/cuda/kvtier_cuda_forward_test 2>&1 | tee "$OUT/forward_test.log" | grep -v "^\[ RUN\|^\[       OK" || true
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
