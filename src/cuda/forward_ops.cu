@@ -1,12 +1,14 @@
 // Forward-pass building blocks on the GPU; see forward_ops.h.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <string>
 
 #include "cuda/cuda_common.cuh"
+#include "cuda/cuda_kv.h"
 #include "cuda/forward_ops.h"
 
 namespace kvtier::cuda {
@@ -132,7 +134,154 @@ __global__ void MatVecKernel(const uint8_t* w, uint32_t n_out, uint32_t k, size_
   }
 }
 
+template <class T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// A thread per 32-value block: out [n_rows, k] of T.
+template <FormatKind F, class T>
+__global__ void DequantRowsKernel(const uint8_t* w, uint32_t n_rows, uint32_t k,
+                                  size_t row_stride, T* out) {
+  const uint32_t bpr = k / 32;
+  const size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i >= static_cast<size_t>(n_rows) * bpr) return;
+  const size_t r = i / bpr;
+  const uint32_t b = static_cast<uint32_t>(i % bpr);
+  float v[32];
+  DecodeBlock<F>(w + r * row_stride, b, v);
+  T* o = out + r * k + 32 * b;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) o[j] = FromFloat<T>(v[j]);
+}
+
+template <class T>
+__global__ void ConvertKernel(const float* x, size_t n, T* out) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    out[i] = FromFloat<T>(x[i]);
+  }
+}
+
+template <class T>
+Status DequantRows(const uint8_t* w, FormatKind f, uint32_t n_rows, uint32_t k,
+                   size_t row_stride, T* out, cudaStream_t s) {
+  const size_t n = static_cast<size_t>(n_rows) * (k / 32);
+  const unsigned grid = static_cast<unsigned>((n + 127) / 128);
+  switch (f) {
+    case FormatKind::kF32: DequantRowsKernel<FormatKind::kF32, T><<<grid, 128, 0, s>>>(w, n_rows, k, row_stride, out); break;
+    case FormatKind::kF16: DequantRowsKernel<FormatKind::kF16, T><<<grid, 128, 0, s>>>(w, n_rows, k, row_stride, out); break;
+    case FormatKind::kBF16: DequantRowsKernel<FormatKind::kBF16, T><<<grid, 128, 0, s>>>(w, n_rows, k, row_stride, out); break;
+    case FormatKind::kQ8_0: DequantRowsKernel<FormatKind::kQ8_0, T><<<grid, 128, 0, s>>>(w, n_rows, k, row_stride, out); break;
+    case FormatKind::kQ4_0: DequantRowsKernel<FormatKind::kQ4_0, T><<<grid, 128, 0, s>>>(w, n_rows, k, row_stride, out); break;
+    default: return Status::Unimplemented("CUDA GEMM: weight format (f32, f16, bf16, q8_0, q4_0 so far)");
+  }
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  return Status::OK();
+}
+
+const char* CublasName(cublasStatus_t st) {
+  switch (st) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "cuBLAS error";
+  }
+}
+
 }  // namespace
+
+struct GemmWorkspace::Impl {
+  cublasHandle_t handle = nullptr;
+  DeviceBuffer w, x;
+};
+
+GemmWorkspace::GemmWorkspace() : impl_(new Impl) {}
+GemmWorkspace::~GemmWorkspace() {
+  if (impl_->handle) cublasDestroy(impl_->handle);
+  delete impl_;
+}
+
+Status GemmRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
+                size_t row_stride, const float* x, uint32_t n_tok, float* y, DType compute,
+                GemmWorkspace* ws, void* stream) {
+  const std::string what = "CUDA GEMM: ";
+  if (k == 0 || k % 32 != 0) {
+    return Status::InvalidArgument(what + "k " + std::to_string(k) + " must be a multiple of 32");
+  }
+  if (row_stride < format.row_bytes(k)) {
+    return Status::InvalidArgument(what + "row_stride " + std::to_string(row_stride) +
+                                   " is below the " + std::to_string(format.row_bytes(k)) +
+                                   " bytes of a " + format.spec() + " row of " +
+                                   std::to_string(k) + " values");
+  }
+  if (compute != DType::kF32 && compute != DType::kF16 && compute != DType::kBF16) {
+    return Status::InvalidArgument(what + "compute type must be f32, f16 or bf16");
+  }
+  if (n_out == 0 || n_tok == 0) return Status::OK();
+  if (!w || !x || !y || !ws) return Status::InvalidArgument(what + "null pointer");
+  GemmWorkspace::Impl& im = *ws->impl();
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (!im.handle) {
+    const cublasStatus_t st = cublasCreate(&im.handle);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      im.handle = nullptr;
+      return Status::Internal(what + "cublasCreate: " + CublasName(st));
+    }
+  }
+  cublasSetStream(im.handle, s);
+  const size_t esize = compute == DType::kF32 ? 4 : 2;
+  const size_t wbytes = static_cast<size_t>(n_out) * k * esize;
+  const size_t xbytes = static_cast<size_t>(n_tok) * k * esize;
+  if (im.w.size() < wbytes) {
+    im.w = DeviceBuffer();
+    KVTIER_ASSIGN_OR_RETURN(im.w, DeviceBuffer::Allocate(wbytes));
+  }
+  if (compute != DType::kF32 && im.x.size() < xbytes) {
+    im.x = DeviceBuffer();
+    KVTIER_ASSIGN_OR_RETURN(im.x, DeviceBuffer::Allocate(xbytes));
+  }
+  const auto* wb = static_cast<const uint8_t*>(w);
+  const size_t nx = static_cast<size_t>(n_tok) * k;
+  const unsigned cgrid = static_cast<unsigned>(std::min<size_t>((nx + 255) / 256, 4096));
+  const void* xa = x;
+  cudaDataType_t ab = CUDA_R_32F;
+  if (compute == DType::kF32) {
+    KVTIER_RETURN_IF_ERROR(DequantRows(wb, format.kind, n_out, k, row_stride, im.w.as<float>(), s));
+  } else if (compute == DType::kF16) {
+    KVTIER_RETURN_IF_ERROR(DequantRows(wb, format.kind, n_out, k, row_stride, im.w.as<__half>(), s));
+    ConvertKernel<__half><<<cgrid, 256, 0, s>>>(x, nx, im.x.as<__half>());
+    xa = im.x.data();
+    ab = CUDA_R_16F;
+  } else {
+    KVTIER_RETURN_IF_ERROR(
+        DequantRows(wb, format.kind, n_out, k, row_stride, im.w.as<__nv_bfloat16>(), s));
+    ConvertKernel<__nv_bfloat16><<<cgrid, 256, 0, s>>>(x, nx, im.x.as<__nv_bfloat16>());
+    xa = im.x.data();
+    ab = CUDA_R_16BF;
+  }
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  // Row-major y [n_tok, n_out] = x . W^T is column-major Y^T = W^T' . X: A = W (k x n_out,
+  // transposed), B = x (k x n_tok).
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = cublasGemmEx(
+      im.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tok),
+      static_cast<int>(k), &one, im.w.data(), ab, static_cast<int>(k), xa, ab,
+      static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(n_out),
+      compute == DType::kF32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) return Status::Internal(what + "cublasGemmEx: " + CublasName(st));
+  return Status::OK();
+}
 
 Status RmsNormRows(const float* x, const float* w, uint32_t n_tok, uint32_t n, float eps,
                    float* y, void* stream) {

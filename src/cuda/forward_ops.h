@@ -47,4 +47,26 @@ Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t 
                   size_t row_stride, const float* x, uint32_t n_tok, float* y,
                   void* stream = nullptr);
 
+// Prefill's matrix product through cuBLAS: W's rows are dequantized into the workspace as
+// `compute` (f32: an exact SGEMM of the dequantized weights; f16 / bf16: tensor cores with
+// f32 accumulation, x rounded to the same type), then y [n_tok, n_out] (f32) = x . W^T.
+// Shapes and refusals as MatVecRows. The workspace owns a cuBLAS handle and the scratch
+// (grows as needed); one per stream, not thread-safe.
+class GemmWorkspace {
+ public:
+  GemmWorkspace();
+  ~GemmWorkspace();
+  GemmWorkspace(const GemmWorkspace&) = delete;
+  GemmWorkspace& operator=(const GemmWorkspace&) = delete;
+  struct Impl;
+  Impl* impl() { return impl_; }
+
+ private:
+  Impl* impl_;
+};
+
+Status GemmRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
+                size_t row_stride, const float* x, uint32_t n_tok, float* y, DType compute,
+                GemmWorkspace* ws, void* stream = nullptr);
+
 }  // namespace kvtier::cuda

@@ -190,6 +190,52 @@ TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
               "CPU-dequantized weights\n", n, worst);
 }
 
+// Prefill's dequantize-then-GEMM (cuBLAS) against the same float64 product: f32 compute is an
+// exact SGEMM of the dequantized weights (bound 1e-6); f16 / bf16 round x and W once more
+// (bounds 2e-3 and 1.5e-2, a few units of their 11- and 8-bit mantissas over random sums).
+TEST_F(CudaForward, GemmMatchesTheDequantizedFloat64Product) {
+  GemmWorkspace ws;
+  double worst[3] = {0, 0, 0};
+  int n = 0;
+  for (const Format& f : {Format::F16(), Format::BF16(), Format::Q8_0(), Format::Q4_0()}) {
+    for (DType ct : {DType::kF32, DType::kF16, DType::kBF16}) {
+      const uint32_t n_out = 200, k = 1024, n_tok = 33;
+      const size_t stride = f.row_bytes(k);
+      std::vector<float> wf = Random(static_cast<size_t>(n_out) * k, 11 + n);
+      std::vector<uint8_t> wq(n_out * stride);
+      ASSERT_TRUE(QuantizeRowsRef(f, DType::kF32, wf.data(), n_out, k, wq.data()).ok());
+      std::vector<float> wd(wf.size());
+      ASSERT_TRUE(DequantizeRowsRef(f, wq.data(), n_out, k, DType::kF32, wd.data()).ok());
+      const std::vector<float> x = Random(static_cast<size_t>(n_tok) * k, 13 + n);
+      std::vector<double> want(static_cast<size_t>(n_tok) * n_out);
+      for (uint32_t t = 0; t < n_tok; ++t) {
+        for (uint32_t r = 0; r < n_out; ++r) {
+          double acc = 0;
+          for (uint32_t i = 0; i < k; ++i) {
+            acc += double(wd[static_cast<size_t>(r) * k + i]) * double(x[static_cast<size_t>(t) * k + i]);
+          }
+          want[static_cast<size_t>(t) * n_out + r] = acc;
+        }
+      }
+      DeviceBuffer dw = ToDevice(wq), dx = ToDevice(x);
+      auto dy = DeviceBuffer::Allocate(want.size() * sizeof(float));
+      ASSERT_TRUE(dy.ok());
+      ASSERT_TRUE(dy->Fill(0xFF).ok());
+      const Status st = GemmRows(dw.data(), f, n_out, k, stride, dx.as<float>(), n_tok,
+                                 dy->as<float>(), ct, &ws);
+      ASSERT_TRUE(st.ok()) << st.ToString();
+      const double e = RelErr(FromDevice(*dy, want.size()), want);
+      const int c = ct == DType::kF32 ? 0 : ct == DType::kF16 ? 1 : 2;
+      const double bound = c == 0 ? 1e-6 : c == 1 ? 2e-3 : 1.5e-2;
+      EXPECT_LT(e, bound) << f.spec() << " compute " << c;
+      worst[c] = std::max(worst[c], e);
+      ++n;
+    }
+  }
+  std::printf("gemm: %d cases, worst relative error f32 %.2e, f16 %.2e, bf16 %.2e\n", n,
+              worst[0], worst[1], worst[2]);
+}
+
 TEST_F(CudaForward, MatVecRefusesBadShapes) {
   auto b = DeviceBuffer::Allocate(4096);
   ASSERT_TRUE(b.ok());
