@@ -9,6 +9,7 @@
 //                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
 //                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--per-head] [--sequential]
 //                     [--hpc 2|4|8] [--splits N] [--separate-merge] [--clean-flush]
+//                     [--wide-variant 0|1]
 // --clean-flush: the L2 flush also reads its buffer back, so the timed call starts with clean
 // lines in L2 (the plain flush leaves up to 50 MB of dirty lines that the call writes back).
 #include <algorithm>
@@ -57,7 +58,7 @@ int Main(int argc, char** argv) {
   std::string sdpa_file;
   bool exact = false, per_head = false, sequential = false, separate_merge = false;
   bool clean_flush = false;
-  uint32_t hpc = 0, splits_opt = 0;
+  uint32_t hpc = 0, splits_opt = 0, wide_variant = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -84,6 +85,7 @@ int Main(int argc, char** argv) {
     else if (a == "--splits") splits_opt = std::stoul(next());
     else if (a == "--separate-merge") separate_merge = true;
     else if (a == "--clean-flush") clean_flush = true;
+    else if (a == "--wide-variant") wide_variant = std::stoul(next());
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -189,6 +191,7 @@ int Main(int argc, char** argv) {
         o.heads_per_block = hpc;
         o.n_splits = splits_opt;
         o.separate_merge = separate_merge;
+        o.wide_variant = wide_variant;
         DecodeWorkspace ws;
         const uint32_t splits = splits_opt ? splits_opt
                                            : ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, o,

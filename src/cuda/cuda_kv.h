@@ -141,6 +141,9 @@ struct DecodeOptions {
   // Merge the splits in a second launch instead of in the last thread block of each (row,
   // KV-head group) (for comparisons; the f32 kernel always does).
   bool separate_merge = false;
+  // 0: the all-heads kernel's default variant everywhere (q4_0 x4 at 3 stages also for several
+  // rows, for comparisons); else the measured choice.
+  uint32_t wide_variant = 1;
   void* stream = nullptr;  // cudaStream_t
 };
 

@@ -159,6 +159,7 @@ struct Case {
   bool per_head = false;  // the per-KV-head tensor-core kernel, not the all-heads one
   uint32_t hpc = 0;       // the all-heads kernel's KV heads per thread block (0: chosen)
   bool separate_merge = false;
+  uint32_t wide_variant = 1;  // DecodeOptions::wide_variant
   int calls = 1;          // calls with the same workspace (the last one is checked)
   uint64_t seed = 1;
 };
@@ -169,6 +170,7 @@ std::string Describe(const Case& c) {
     << c.block_tokens << " splits " << c.n_splits << (c.exact ? " exact" : (c.per_head ? " mma per-head" : " mma")) << " rows";
   if (c.hpc) s << " x" << c.hpc;
   if (c.separate_merge) s << " separate-merge";
+  if (c.wide_variant == 0) s << " variant 0";
   if (c.calls > 1) s << " calls " << c.calls;
   for (uint32_t n : c.lengths) s << " " << n;
   if (c.window) s << " window " << c.window;
@@ -251,6 +253,7 @@ double RelError(const Case& c) {
   o.all_heads = !c.per_head;
   o.heads_per_block = c.hpc;
   o.separate_merge = c.separate_merge;
+  o.wide_variant = c.wide_variant;
   DecodeWorkspace ws;
   const PagedKvView dview = pool.View(1, drows_buf.as<const PagedKvRow>(), n_rows);
   Status st;
@@ -386,6 +389,7 @@ TEST_F(Cuda, DecodeFusedSplitMergeMatchesTheReferenceOverRepeatedCalls) {
         c.n_splits = splits == 201 ? 200 : splits;
         c.hpc = hpc;
         c.separate_merge = splits == 201;
+        c.wide_variant = splits == 64 ? 0 : 1;  // q4_0 x4: 3 stages (fused) or 2
         c.calls = 3;
         c.seed = ++seed;
         const double err = RelError(c);

@@ -96,6 +96,7 @@ constexpr uint64_t kFusedMergeBytes = 512 * 1024;
 struct KernelChoice {
   enum Kind { kExact, kPerHead, kWide } kind = kPerHead;
   int hpc = 1;      // KV heads per thread block
+  int variant = 0;  // the all-heads kernel's variant (LaunchDecodeWideVariant)
   int occ = 1;      // thread blocks per SM
   uint32_t tile = kMmaTile;
   uint32_t splits = 1;
@@ -174,13 +175,18 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
     }
     for (int hpc : order) {
       if (hpc <= 0 || n_kv_heads % hpc != 0 || !wide) continue;
+      // q4_0 x4 at 2 stages from 2 rows (call 4: 0.156 vs 0.174 ms at 32K batch 8, 0.527 vs
+      // 0.635 at 128K); one row keeps 3 stages and the fused merge (0.045 vs 0.069).
+      const int variant =
+          f == FormatKind::kQ4_0 && hpc == 4 && n_rows >= 2 && o.wide_variant != 0 ? 1 : 0;
       int occ = 0;
-      if (!wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
+      if (!wide(dummy, hd, hpc | (variant << 8), 0, 0, nullptr, &occ).ok()) {
         cudaGetLastError();
         continue;
       }
       c.kind = KernelChoice::kWide;
       c.hpc = hpc;
+      c.variant = variant;
       c.occ = occ;
       c.tile = WideTile(f, hpc);
       BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
@@ -207,9 +213,10 @@ std::string ChooseKernelName(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_
                              const DecodeOptions& options, uint32_t group) {
   const KernelChoice c =
       PickKernel(format.kind, head_dim, n_rows, n_kv_heads, group, max_length, true, options);
-  return c.kind == KernelChoice::kExact   ? "f32"
-         : c.kind == KernelChoice::kWide ? "all-heads x" + std::to_string(c.hpc)
-                                         : "per-head";
+  return c.kind == KernelChoice::kExact ? "f32"
+         : c.kind == KernelChoice::kWide
+             ? "all-heads x" + std::to_string(c.hpc) + (c.variant ? " (2 stages)" : "")
+             : "per-head";
 }
 
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
@@ -264,16 +271,17 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                       kv.k_token_stride == kv.v_token_stride && run_bits % 16 == 0;
   // The last answer, kept: a decode step asks the same question for every layer.
   struct Key {
-    uint32_t n_rows, n_kv_heads, group, max_length, format_id, head_dim, hpc_opt;
+    uint32_t n_rows, n_kv_heads, group, max_length, format_id, head_dim, hpc_opt, variant_opt;
     bool exact, per_head, packed;
     bool operator==(const Key&) const = default;
   };
   static thread_local Key last_key{};
   static thread_local KernelChoice last_choice{};
   static thread_local bool have_last = false;
-  const Key key{kv.n_rows,         kv.n_kv_heads,    group,         options.max_length,
-                kv.k_format.id(),  kv.head_dim,      options.heads_per_block,
-                options.exact,     options.per_head, packed};
+  const Key key{kv.n_rows,          kv.n_kv_heads,           group,
+                options.max_length, kv.k_format.id(),        kv.head_dim,
+                options.heads_per_block, options.wide_variant, options.exact,
+                options.per_head,   packed};
   if (!have_last || !(key == last_key)) {
     last_choice = PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, group,
                              options.max_length, packed, options);
@@ -340,7 +348,8 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                                   kv.n_rows, kv.n_kv_heads, stream, nullptr));
   } else if (choice.kind == KernelChoice::kWide) {
     KVTIER_RETURN_IF_ERROR(WideLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
-                                                             choice.hpc, kv.n_rows,
+                                                             choice.hpc | (choice.variant << 8),
+                                                             kv.n_rows,
                                                              kv.n_kv_heads, stream, nullptr));
   } else {
     KVTIER_RETURN_IF_ERROR(MmaLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
