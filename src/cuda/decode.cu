@@ -175,10 +175,11 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
     }
     for (int hpc : order) {
       if (hpc <= 0 || n_kv_heads % hpc != 0 || !wide) continue;
-      // q4_0 x4 at 2 stages from 2 rows (call 4: 0.156 vs 0.174 ms at 32K batch 8, 0.527 vs
-      // 0.635 at 128K); one row keeps 3 stages and the fused merge (0.045 vs 0.069).
+      // q4_0 x4 at 2 stages from 4 rows (device call 8: 0.157 vs 0.174 ms at 32K batch 8,
+      // 0.531 vs 0.626 at 128K; 4 rows 0.098 vs 0.099, 0.285 vs 0.325; 2 rows at 32K 0.074 vs
+      // 0.063); fewer rows keep 3 stages and one row the fused merge (0.045 vs 0.069).
       const int variant =
-          f == FormatKind::kQ4_0 && hpc == 4 && n_rows >= 2 && o.wide_variant != 0 ? 1 : 0;
+          f == FormatKind::kQ4_0 && hpc == 4 && n_rows >= 4 && o.wide_variant != 0 ? 1 : 0;
       int occ = 0;
       if (!wide(dummy, hd, hpc | (variant << 8), 0, 0, nullptr, &occ).ok()) {
         cudaGetLastError();

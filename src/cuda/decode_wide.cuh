@@ -655,8 +655,8 @@ Status LaunchDecodeWide(const DecodeParams& p, uint32_t n_rows, uint32_t n_kv_he
   }
 }
 
-// Variant 1: q4_0 at 4 KV heads per block with 2 stages (2 blocks per SM; batch >= 2, where
-// it ran 1.1-1.2x faster than 3 stages: docs/results/cuda.md); elsewhere the same as 0.
+// Variant 1: q4_0 at 4 KV heads per block with 2 stages (2 blocks per SM; from 4 rows, where
+// it ran up to 1.2x faster than 3 stages: docs/results/cuda.md); elsewhere the same as 0.
 template <FormatKind F, int HD, int HPC>
 Status LaunchDecodeWideVariant(const DecodeParams& p, uint32_t n_rows, uint32_t n_kv_heads,
                                cudaStream_t stream, int* occupancy, int variant) {
