@@ -5,7 +5,7 @@
 # tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
 #   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1;
 #   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run;
-#   CLEAN=1 both benchmarks again with a clean-line L2 flush
+#   CLEAN=1 both benchmarks again with a clean-line L2 flush; MATVEC=1 kvtier_cuda_bench --matvec
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -58,6 +58,10 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --exact --contexts 32768 --batches 32 \
       2>&1 | tee "$OUT/bench_exact.txt" | tail -4
   fi
+fi
+if [ "${MATVEC:-0}" = 1 ]; then
+  echo "== forward-pass matvec / GEMM (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --matvec 2>&1 | tee "$OUT/matvec.txt"
 fi
 if [ -n "${SWEEP:-}" ]; then
   # SWEEP="flags;flags;...": kvtier_cuda_bench once per flag set (e.g. "--hpc 2 --batches 1").
