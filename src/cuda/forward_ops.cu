@@ -93,82 +93,36 @@ __device__ __forceinline__ void DecodeBlock(const uint8_t* row, uint32_t b, floa
 constexpr int kMvWarps = 4;
 constexpr int kMvTokens = 8;  // tokens per pass over a weight row
 
-constexpr int kMvChunk = 32;  // 32-value blocks of a q8_0 / q4_0 row staged per warp per step
-
-// One value of an f32 / f16 / bf16 row.
-template <FormatKind F>
-__device__ __forceinline__ float PlainValue(const uint8_t* row, uint32_t i) {
-  if constexpr (F == FormatKind::kF32) {
-    return reinterpret_cast<const float*>(row)[i];
-  } else if constexpr (F == FormatKind::kF16) {
-    return __half2float(reinterpret_cast<const __half*>(row)[i]);
-  } else {
-    return __bfloat162float(reinterpret_cast<const __nv_bfloat16*>(row)[i]);
-  }
-}
-
-// A warp per output row; lane l takes value l of every 32-value block, so the warp's loads of
-// W and x are contiguous. q8_0 / q4_0 rows are staged kMvChunk blocks at a time in shared
-// memory (16-byte loads where the row allows), the lane decoding its code as code * d (the CPU
-// dequantizer's rounding). Tokens in passes of kMvTokens over the row.
+// A warp per output row; lane l takes the row's 32-value blocks l, l + 32, ...; tokens in
+// passes of kMvTokens.
 template <FormatKind F>
 __global__ void MatVecKernel(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                              const float* x, uint32_t n_tok, float* y) {
-  constexpr bool kPlain =
-      F == FormatKind::kF32 || F == FormatKind::kF16 || F == FormatKind::kBF16;
-  constexpr int kBB = F == FormatKind::kQ8_0 ? 34 : 18;  // bytes per q8_0 / q4_0 block
-  __shared__ __align__(16) uint8_t stage[kMvWarps][kPlain ? 16 : kMvChunk * kBB];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const uint32_t row = blockIdx.x * kMvWarps + warp;
+  const uint32_t row = blockIdx.x * kMvWarps + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
   if (row >= n_out) return;
   const uint8_t* wr = w + row * row_stride;
   const uint32_t n_blocks = k / 32;
   for (uint32_t t0 = 0; t0 < n_tok; t0 += kMvTokens) {
     float acc[kMvTokens] = {};
-    const float* xt = x + static_cast<size_t>(t0) * k + lane;
-    for (uint32_t c0 = 0; c0 < n_blocks; c0 += kMvChunk) {
-      const uint32_t nb = min(static_cast<uint32_t>(kMvChunk), n_blocks - c0);
-      if constexpr (kPlain) {
-        for (uint32_t b = 0; b < nb; ++b) {
-          const uint32_t i = 32 * (c0 + b);
-          const float v = PlainValue<F>(wr, i + lane);
+    for (uint32_t b = lane; b < n_blocks; b += 32) {
+      float v[32];
+      DecodeBlock<F>(wr, b, v);
 #pragma unroll
-          for (int j = 0; j < kMvTokens; ++j) {
-            if (t0 + j < n_tok) acc[j] = fmaf(v, xt[static_cast<size_t>(j) * k + i], acc[j]);
-          }
-        }
-      } else {
-        const uint8_t* src = wr + static_cast<size_t>(c0) * kBB;
-        const uint32_t bytes = nb * kBB;
-        uint8_t* dst = stage[warp];
-        uint32_t done = 0;
-        if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
-          done = bytes & ~15u;
-          for (uint32_t o = 16 * lane; o < done; o += 512) {
-            *reinterpret_cast<uint4*>(dst + o) = __ldg(reinterpret_cast<const uint4*>(src + o));
-          }
-        }
-        for (uint32_t o = done + lane; o < bytes; o += 32) dst[o] = src[o];
-        __syncwarp();
-        for (uint32_t b = 0; b < nb; ++b) {
-          const uint8_t* blk = dst + b * kBB;
-          const float d =
-              __half2float(__ushort_as_half(static_cast<uint16_t>(blk[0] | (blk[1] << 8))));
-          float q;
-          if constexpr (F == FormatKind::kQ8_0) {
-            q = static_cast<float>(static_cast<int8_t>(blk[2 + lane]));
-          } else {
-            const int byte = blk[2 + (lane & 15)];
-            q = static_cast<float>((lane < 16 ? (byte & 0x0f) : (byte >> 4)) - 8);
-          }
-          const float v = q * d;
-          const uint32_t i = 32 * (c0 + b);
+      for (int j = 0; j < kMvTokens; ++j) {
+        if (t0 + j < n_tok) {
+          const float4* xp = reinterpret_cast<const float4*>(x + (t0 + j) * static_cast<size_t>(k) + 32 * b);
+          float s = 0.0f;
 #pragma unroll
-          for (int j = 0; j < kMvTokens; ++j) {
-            if (t0 + j < n_tok) acc[j] = fmaf(v, xt[static_cast<size_t>(j) * k + i], acc[j]);
+          for (int q = 0; q < 8; ++q) {
+            const float4 xv = xp[q];
+            s = fmaf(v[4 * q], xv.x, s);
+            s = fmaf(v[4 * q + 1], xv.y, s);
+            s = fmaf(v[4 * q + 2], xv.z, s);
+            s = fmaf(v[4 * q + 3], xv.w, s);
           }
+          acc[j] += s;
         }
-        __syncwarp();
       }
     }
 #pragma unroll
@@ -374,6 +328,9 @@ Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t 
   }
   if (n_out == 0 || n_tok == 0) return Status::OK();
   if (!w || !x || !y) return Status::InvalidArgument(what + "null pointer");
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    return Status::InvalidArgument(what + "x must be 16-byte aligned");
+  }
   const auto* wb = static_cast<const uint8_t*>(w);
   const dim3 grid((n_out + kMvWarps - 1) / kMvWarps);
   const auto s = static_cast<cudaStream_t>(stream);

@@ -41,9 +41,8 @@ Status SwiGluRows(float* g, const float* u, size_t n, void* stream = nullptr);
 // y [n_tok, n_out] = x [n_tok, k] . W^T for W's n_out rows of k values stored in `format`
 // (f32, f16, bf16, q8_0, q4_0: src/quant's row layouts, the same bytes as GGUF's weight
 // types), row r at w + r * row_stride. A warp per output row reads it once for up to 8 tokens
-// at a time (lane l: value l of each 32-value block), decoding codes to f32 (code * d) and
-// summing in f32; the decode step's dequantizing GEMV. k must be a multiple of 32.
-// InvalidArgument names a bad shape.
+// at a time, decoding each 32-value block to f32 (code * d) and summing in f32; the decode
+// step's dequantizing GEMV. k must be a multiple of 32. InvalidArgument names a bad shape.
 Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
                   size_t row_stride, const float* x, uint32_t n_tok, float* y,
                   void* stream = nullptr);
