@@ -8,6 +8,13 @@
 //   kvtier_cuda_bench [--contexts 32768,131072] [--batches 1,8,32] [--formats bf16,f16,q8_0,q4_0]
 //                     [--heads 32] [--kv-heads 8] [--head-dim 128] [--block-tokens 32]
 //                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--per-head] [--sequential]
+//                     [--hpc 2|4|8] [--splits N] [--separate-merge] [--clean-flush]
+//                     [--wide-variant 0|1]
+//   kvtier_cuda_bench --matvec [--iters 20]: the forward pass's MatVecRows (1 and 8 tokens)
+//                     and GemmRows (512 tokens, bf16 compute) at an 8B model's projection
+//                     shapes, GB/s of weight bytes and TFLOP/s, L2 flushed before each call.
+// --clean-flush: the L2 flush also reads its buffer back, so the timed call starts with clean
+// lines in L2 (the plain flush leaves up to 50 MB of dirty lines that the call writes back).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +28,7 @@
 #include <vector>
 
 #include "cuda/cuda_kv.h"
+#include "cuda/forward_ops.h"
 
 namespace kvtier::cuda {
 namespace {
@@ -46,13 +54,87 @@ int Fail(const Status& s) {
   return 1;
 }
 
+// --matvec: weights [n_out, k] of each format with random codes (q8_0 / q4_0 blocks get a
+// fixed scale 2^-7; bf16 values from random normals), built on the host.
+int MatVecBench(uint32_t iters) {
+  struct Shape {
+    uint32_t n_out, k;
+  };
+  const Shape shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+  auto flush = DeviceBuffer::Allocate(size_t{256} << 20);
+  if (!flush.ok()) return Fail(flush.status());
+  std::printf("matvec / gemm: y [tokens, n_out] = x [tokens, k] . W^T, f32 x and y; median of "
+              "%u calls, L2 flushed before each; GB/s of W's bytes\n", iters);
+  std::printf("%-6s %6s %6s %6s %9s %8s %9s\n", "format", "n_out", "k", "tokens", "ms",
+              "GB/s", "TFLOP/s");
+  std::mt19937_64 rng(7);
+  GemmWorkspace gws;
+  for (const char* fname : {"bf16", "q8_0", "q4_0"}) {
+    auto fmt = ParseFormat(fname);
+    if (!fmt.ok()) return Fail(fmt.status());
+    for (const Shape& sh : shapes) {
+      const size_t rb = fmt->row_bytes(sh.k);
+      std::vector<uint8_t> host(rb * sh.n_out);
+      if (fmt->kind == FormatKind::kBF16) {
+        std::normal_distribution<float> nd;
+        for (size_t i = 0; i < host.size() / 2; ++i) {
+          const float f = nd(rng);
+          uint32_t u;
+          std::memcpy(&u, &f, 4);
+          const uint16_t h = static_cast<uint16_t>(u >> 16);
+          std::memcpy(&host[2 * i], &h, 2);
+        }
+      } else {
+        const size_t bb = fmt->kind == FormatKind::kQ8_0 ? 34 : 18;
+        for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<uint8_t>(rng());
+        for (size_t i = 0; i < host.size(); i += bb) {
+          host[i] = 0x00;
+          host[i + 1] = 0x20;  // f16 2^-7
+        }
+      }
+      auto w = DeviceBuffer::Allocate(host.size());
+      auto x = DeviceBuffer::Allocate(static_cast<size_t>(512) * sh.k * 4);
+      auto y = DeviceBuffer::Allocate(static_cast<size_t>(512) * sh.n_out * 4);
+      if (!w.ok() || !x.ok() || !y.ok()) return Fail(Status::ResourceExhausted("matvec buffers"));
+      Status st = w->CopyFromHost(host.data(), host.size());
+      if (st.ok()) st = FillRandom(x->data(), static_cast<size_t>(512) * sh.k, DType::kF32, 3);
+      if (!st.ok()) return Fail(st);
+      for (uint32_t tokens : {1u, 8u, 512u}) {
+        std::vector<double> ms;
+        for (uint32_t it = 0; it < iters + 3; ++it) {
+          if (Status f = flush->Fill(static_cast<uint8_t>(it)); !f.ok()) return Fail(f);
+          if (Status f = ReadThrough(*flush); !f.ok()) return Fail(f);
+          auto t = TimeOnDevice([&] {
+            return tokens <= 8 ? MatVecRows(w->data(), *fmt, sh.n_out, sh.k, rb, x->as<float>(),
+                                            tokens, y->as<float>())
+                               : GemmRows(w->data(), *fmt, sh.n_out, sh.k, rb, x->as<float>(),
+                                          tokens, y->as<float>(), DType::kBF16, &gws);
+          });
+          if (!t.ok()) return Fail(t.status());
+          if (it >= 3) ms.push_back(*t);
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        const double gbps = static_cast<double>(host.size()) / (med * 1e-3) / 1e9;
+        const double tflops = 2.0 * sh.n_out * sh.k * tokens / (med * 1e-3) / 1e12;
+        std::printf("%-6s %6u %6u %6u %9.4f %8.0f %9.2f%s\n", fname, sh.n_out, sh.k, tokens, med,
+                    gbps, tflops, tokens > 8 ? "  (GemmRows, bf16 tensor cores)" : "");
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::vector<uint32_t> contexts = {32768, 131072}, batches = {1, 8, 32};
   std::vector<std::string> formats = {"bf16", "f16", "q8_0", "q4_0"};
   uint32_t heads = 32, kv_heads = 8, head_dim = 128, block_tokens = 32, iters = 20;
   double peak = 3352;
   std::string sdpa_file;
-  bool exact = false, per_head = false, sequential = false;
+  bool exact = false, per_head = false, sequential = false, separate_merge = false;
+  bool clean_flush = false, matvec = false;
+  uint32_t hpc = 0, splits_opt = 0, wide_variant = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -75,6 +157,12 @@ int Main(int argc, char** argv) {
     else if (a == "--exact") exact = true;
     else if (a == "--per-head") per_head = true;
     else if (a == "--sequential") sequential = true;
+    else if (a == "--hpc") hpc = std::stoul(next());
+    else if (a == "--splits") splits_opt = std::stoul(next());
+    else if (a == "--separate-merge") separate_merge = true;
+    else if (a == "--clean-flush") clean_flush = true;
+    else if (a == "--wide-variant") wide_variant = std::stoul(next());
+    else if (a == "--matvec") matvec = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -85,6 +173,7 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kvtier_cuda_bench: %s\n", why.c_str());
     return 1;
   }
+  if (matvec) return MatVecBench(iters);
   std::map<std::pair<uint32_t, uint32_t>, double> sdpa;
   if (!sdpa_file.empty()) {
     std::ifstream in(sdpa_file);
@@ -100,11 +189,11 @@ int Main(int argc, char** argv) {
   std::printf("device: %s\n", DeviceDescription().c_str());
   std::printf("device copy: %.0f GB/s (read + write); HBM peak taken as %.0f GB/s\n", *copy, peak);
   std::printf("shape: %u q / %u KV heads, head_dim %u, %u-token blocks (%s), f32 q/out, "
-              "median of %u calls, L2 flushed before each; %s kernel\n",
+              "median of %u calls, L2 flushed before each%s; %s kernel\n",
               heads, kv_heads, head_dim, block_tokens, sequential ? "in order" : "shuffled", iters,
-              exact ? "f32 (exact)" : (per_head ? "per-head tensor-core" : "tensor-core"));
-  std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s\n", "format", "context", "batch",
-              "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa");
+              clean_flush ? " and read back (clean lines)" : "", exact ? "f32 (exact)" : (per_head ? "per-head tensor-core" : "tensor-core"));
+  std::printf("%-6s %7s %5s %6s %9s %8s %7s %7s %9s %8s  %s\n", "format", "context", "batch",
+              "splits", "ms", "GB/s", "%peak", "%copy", "sdpa ms", "vs sdpa", "kernel");
 
   const uint32_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
   const uint32_t max_b = *std::max_element(batches.begin(), batches.end());
@@ -177,11 +266,23 @@ int Main(int argc, char** argv) {
         o.max_length = ctx;
         o.exact = exact;
         o.per_head = per_head;
+        o.heads_per_block = hpc;
+        o.n_splits = splits_opt;
+        o.separate_merge = separate_merge;
+        o.wide_variant = wide_variant;
         DecodeWorkspace ws;
-        const uint32_t splits = ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, o);
+        const uint32_t splits = splits_opt ? splits_opt
+                                           : ChooseSplits(b, kv_heads, ctx, *fmt, head_dim, o,
+                                                          heads / kv_heads);
+        const std::string kname =
+            ChooseKernelName(b, kv_heads, ctx, *fmt, head_dim, o, heads / kv_heads) +
+            (separate_merge ? ", separate merge" : "");
         std::vector<double> ms;
         for (uint32_t it = 0; it < iters + 3; ++it) {
           if (Status st = flush->Fill(static_cast<uint8_t>(it)); !st.ok()) return Fail(st);
+          if (clean_flush) {
+            if (Status st = ReadThrough(*flush); !st.ok()) return Fail(st);
+          }
           auto t = TimeOnDevice([&] { return DecodeAttention(view, q->as<const float>(), p, out->as<float>(), o, &ws); });
           if (!t.ok()) return Fail(t.status());
           if (it >= 3) ms.push_back(*t);
@@ -196,8 +297,9 @@ int Main(int argc, char** argv) {
           std::snprintf(sd, sizeof sd, "%.3f", it->second);
           std::snprintf(vs, sizeof vs, "%.2fx", it->second / med);
         }
-        std::printf("%-6s %7u %5u %6u %9.3f %8.0f %6.1f%% %6.1f%% %9s %8s\n", fname.c_str(), ctx, b,
-                    splits, med, gbps, 100 * gbps / peak, 100 * gbps / *copy, sd, vs);
+        std::printf("%-6s %7u %5u %6u %9.3f %8.0f %6.1f%% %6.1f%% %9s %8s  %s\n", fname.c_str(),
+                    ctx, b, splits, med, gbps, 100 * gbps / peak, 100 * gbps / *copy, sd, vs,
+                    kname.c_str());
         std::fflush(stdout);
       }
     }

@@ -17,7 +17,8 @@
 // q8_0, q4_0), read in place; head_dim 64, 128, 256; f32 query and output. Tensor cores
 // (mma.sync) by default: a thread block over up to 8 KV heads of a token range where the view
 // allows and the batch has several rows (decode_wide.cuh), else one per KV head
-// (decode_mma.cuh); DecodeOptions::exact selects the f32 kernel.
+// (decode_mma.cuh); DecodeOptions::exact selects the f32 kernel. The splits of a row merge in
+// the last thread block to finish (no second launch).
 //
 // Every function returns a Status naming what failed (a CUDA error names the call and the
 // runtime's message). Not thread-safe per pool; distinct pools and streams are independent.
@@ -115,8 +116,10 @@ Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const v
                 void* stream = nullptr);
 
 // Scratch memory for the split-K partial results, reused across calls (grows as needed).
+// counters: the fused merge's tickets (zero between calls).
 struct DecodeWorkspace {
   DeviceBuffer partial;
+  DeviceBuffer counters;
 };
 
 struct DecodeOptions {
@@ -133,6 +136,14 @@ struct DecodeOptions {
   // all_heads: the all-heads one wherever it applies, also for a single row (for tests).
   bool per_head = false;
   bool all_heads = false;
+  // KV heads per thread block of the all-heads kernel (2, 4 or 8; 0: chosen with the split).
+  uint32_t heads_per_block = 0;
+  // Merge the splits in a second launch instead of in the last thread block of each (row,
+  // KV-head group) (for comparisons; the f32 kernel always does).
+  bool separate_merge = false;
+  // 0: the all-heads kernel's default variant everywhere (q4_0 x4 at 3 stages also for several
+  // rows, for comparisons); else the measured choice.
+  uint32_t wide_variant = 1;
   void* stream = nullptr;  // cudaStream_t
 };
 
@@ -143,14 +154,23 @@ struct DecodeOptions {
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
                        float* out, const DecodeOptions& options, DecodeWorkspace* ws);
 
-// The split DecodeAttention would choose for a pool's packed view (the benchmark's report).
+// The split DecodeAttention would choose for a pool's packed view (the benchmark's report),
+// at `group` query heads per KV head.
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
                       const Format& format, uint32_t head_dim,
-                      const DecodeOptions& options = DecodeOptions());
+                      const DecodeOptions& options = DecodeOptions(), uint32_t group = 4);
+// The kernel it would run: "all-heads x8", "per-head" or "f32".
+std::string ChooseKernelName(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
+                             const Format& format, uint32_t head_dim,
+                             const DecodeOptions& options = DecodeOptions(), uint32_t group = 4);
 
 // Fills a device buffer with `n` values of dtype `t`, normal-ish (sum of uniforms), scaled by
 // `scale`, from `seed` (for tests and the benchmark; deterministic).
 Status FillRandom(void* dst, size_t n, DType t, uint64_t seed, float scale = 1.0f);
+
+// Reads every 16-byte word of `b` (bytes a multiple of 16) on `stream`: after a Fill, an L2
+// flush that leaves clean lines, so the next kernel does not pay for writing back dirty ones.
+Status ReadThrough(const DeviceBuffer& b, void* stream = nullptr);
 
 // Milliseconds of device time that fn's work takes on `stream` (events around it; waits).
 Result<double> TimeOnDevice(const std::function<Status()>& fn, void* stream = nullptr);

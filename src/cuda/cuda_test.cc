@@ -157,6 +157,10 @@ struct Case {
   uint32_t n_splits = 0;  // 0 = the kernel's choice
   bool exact = false;     // the f32 kernel instead of the tensor-core one
   bool per_head = false;  // the per-KV-head tensor-core kernel, not the all-heads one
+  uint32_t hpc = 0;       // the all-heads kernel's KV heads per thread block (0: chosen)
+  bool separate_merge = false;
+  uint32_t wide_variant = 1;  // DecodeOptions::wide_variant
+  int calls = 1;          // calls with the same workspace (the last one is checked)
   uint64_t seed = 1;
 };
 
@@ -164,6 +168,10 @@ std::string Describe(const Case& c) {
   std::ostringstream s;
   s << c.f.spec() << " d" << c.head_dim << " kvh" << c.n_kv_heads << " G" << c.group << " bt"
     << c.block_tokens << " splits " << c.n_splits << (c.exact ? " exact" : (c.per_head ? " mma per-head" : " mma")) << " rows";
+  if (c.hpc) s << " x" << c.hpc;
+  if (c.separate_merge) s << " separate-merge";
+  if (c.wide_variant == 0) s << " variant 0";
+  if (c.calls > 1) s << " calls " << c.calls;
   for (uint32_t n : c.lengths) s << " " << n;
   if (c.window) s << " window " << c.window;
   if (c.softcap > 0) s << " softcap";
@@ -232,7 +240,6 @@ double RelError(const Case& c) {
   DeviceBuffer dq = ToDevice(q);
   auto dout = DeviceBuffer::Allocate(q.size() * sizeof(float));
   EXPECT_TRUE(dout.ok());
-  EXPECT_TRUE(dout->Fill(0xFF).ok());  // NaN: every output must be written
   AttentionParams p;
   p.n_heads = n_heads;
   p.window = c.window;
@@ -244,11 +251,18 @@ double RelError(const Case& c) {
   o.exact = c.exact;
   o.per_head = c.per_head;
   o.all_heads = !c.per_head;
+  o.heads_per_block = c.hpc;
+  o.separate_merge = c.separate_merge;
+  o.wide_variant = c.wide_variant;
   DecodeWorkspace ws;
   const PagedKvView dview = pool.View(1, drows_buf.as<const PagedKvRow>(), n_rows);
-  Status st = DecodeAttention(dview, dq.as<const float>(), p, dout->as<float>(), o, &ws);
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  EXPECT_TRUE(Synchronize().ok());
+  Status st;
+  for (int call = 0; call < c.calls; ++call) {
+    EXPECT_TRUE(dout->Fill(0xFF).ok());  // NaN: every output must be written, every call
+    st = DecodeAttention(dview, dq.as<const float>(), p, dout->as<float>(), o, &ws);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    EXPECT_TRUE(Synchronize().ok());
+  }
   std::vector<float> got(q.size());
   EXPECT_TRUE(dout->CopyToHost(got.data(), got.size() * sizeof(float)).ok());
   // The reference reads a host copy of the pool through the same offsets.
@@ -350,6 +364,43 @@ TEST_F(Cuda, DecodeAllHeadsKernelMatchesTheReference) {
   }
   std::printf("decode, 8 and 4 KV heads, both tensor-core kernels: %d cases; worst %.2e (f16/bf16), "
               "%.2e (q8_0/q4_0)\n", n, worst[0], worst[1]);
+}
+
+// The fused split merge (the last thread block of a row's KV-head group merges) against the
+// reference and against the separate merge kernel: 2, 4 and 8 KV heads per thread block, up to
+// 200 splits (rows shorter than that leave splits empty: -inf log-sum-exp), a window, three
+// calls on one workspace (the tickets must return to zero: each call's output buffer is set to
+// NaN first and the third call's output is checked).
+TEST_F(Cuda, DecodeFusedSplitMergeMatchesTheReferenceOverRepeatedCalls) {
+  uint64_t seed = 7000;
+  double worst[2] = {0, 0};  // [quantized]
+  int n = 0;
+  for (const Format& f : {Format::BF16(), Format::F16(), Format::Q8_0(), Format::Q4_0()}) {
+    for (uint32_t hpc : {0u, 2u, 4u, 8u}) {
+      for (uint32_t splits : {0u, 64u, 200u, 201u}) {
+        Case c;
+        c.f = f;
+        c.head_dim = hpc == 4 ? 64 : 128;
+        c.n_kv_heads = 8;
+        c.group = 4;
+        c.block_tokens = 32;
+        c.lengths = {5000, 1, 300, 2048};
+        c.window = splits == 64 ? 3000 : 0;
+        c.n_splits = splits == 201 ? 200 : splits;
+        c.hpc = hpc;
+        c.separate_merge = splits == 201;
+        c.wide_variant = splits == 64 ? 0 : 1;  // q4_0 x4: 3 stages (fused) or 2
+        c.calls = 3;
+        c.seed = ++seed;
+        const double err = RelError(c);
+        EXPECT_LT(err, Bound(c)) << Describe(c);
+        worst[f.is_quantized()] = std::max(worst[f.is_quantized()], err);
+        ++n;
+      }
+    }
+  }
+  std::printf("decode, fused and separate split merges, 3 calls each: %d cases; worst %.2e "
+              "(f16/bf16), %.2e (q8_0/q4_0)\n", n, worst[0], worst[1]);
 }
 
 TEST_F(Cuda, DecodeWindowSoftcapBlockSizesAndLongRows) {

@@ -2,6 +2,7 @@
 // the splits (see cuda_kv.h and decode.cuh).
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "cuda/cuda_kv.h"
 #include "cuda/decode_wide.cuh"
@@ -87,87 +88,136 @@ int SmCount() {
 }
 
 constexpr uint32_t kMinChunk = 256;  // tokens a split reads at least
+constexpr uint64_t kFusedMergeBytes = 512 * 1024;
 
 // Which kernel serves a call: the f32 one (exact), the all-heads one (hpc KV heads per thread
-// block) where its shape and the view allow, else the per-head tensor-core one.
+// block) where the view allows, else the per-head tensor-core one; and into how many splits a
+// row's keys go.
 struct KernelChoice {
   enum Kind { kExact, kPerHead, kWide } kind = kPerHead;
   int hpc = 1;      // KV heads per thread block
+  int variant = 0;  // the all-heads kernel's variant (LaunchDecodeWideVariant)
   int occ = 1;      // thread blocks per SM
   uint32_t tile = kMmaTile;
+  uint32_t splits = 1;
 };
 
-// The all-heads kernel needs this many (row, KV-head group) items: below it (one row of 8 KV
-// heads) it runs ~1.2x slower than the per-head kernel, which spreads a row over more and
-// shorter thread blocks (docs/results/cuda.md).
-constexpr uint64_t kWideMinItems = 4;
+// Cost model, in bytes per SM: thread blocks run in waves of (SMs x blocks per SM); a block
+// costs its tiles plus about two tiles' worth of fixed work (Q, the warp merge, the partial
+// write), its SM shared by `occ` blocks. The last block of a (row, KV-head group) then reads
+// the group's partial results of every split from L2 (the fused merge), counted at a quarter
+// of an HBM byte. Fewest wins, ties to fewer splits.
+constexpr uint64_t kMergeByteDiv = 4;
 
-KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32_t n_kv_heads,
-                        bool packed, const DecodeOptions& o) {
-  KernelChoice c;
-  DecodeParams dummy{};
-  const int hd = static_cast<int>(head_dim);
-  if (o.exact) {
-    c.kind = KernelChoice::kExact;
-    c.tile = kTile;
-    const Launcher launch = LauncherFor(f);
-    if (launch && !launch(dummy, hd, 4, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
-    return c;
-  }
-  if (!o.per_head && packed) {
-    const WideLauncher wide = WideLauncherFor(f);
-    for (int hpc : {8, 4, 2}) {
-      if (n_kv_heads % hpc != 0 || !wide ||
-          (!o.all_heads &&
-           static_cast<uint64_t>(n_rows) * (n_kv_heads / hpc) < kWideMinItems)) {
-        continue;
-      }
-      int occ = 0;
-      if (wide(dummy, hd, hpc, 0, 0, nullptr, &occ).ok()) {
-        c.kind = KernelChoice::kWide;
-        c.hpc = hpc;
-        c.occ = occ;
-        c.tile = WideTile(f, hpc);
-        return c;
-      }
-      cudaGetLastError();
-    }
-  }
-  const MmaLauncher launch = MmaLauncherFor(f);
-  if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
-  return c;
-}
-
-// Cost model: thread blocks run in waves of (SMs x blocks per SM); a block costs its tiles
-// plus about two tiles' worth of fixed work (Q, the merge, the partial write). Fewest
-// estimated tile-times wins, ties to fewer splits.
-uint32_t SplitsFor(const KernelChoice& c, uint32_t n_rows, uint32_t n_kv_heads,
-                   uint32_t max_length) {
+uint64_t BestSplits(const KernelChoice& c, uint32_t n_rows, uint32_t n_kv_heads, uint32_t group,
+                    uint32_t max_length, size_t row_bytes, uint32_t head_dim,
+                    uint32_t* splits_out) {
   const uint64_t items =
       std::max<uint64_t>(1, static_cast<uint64_t>(n_rows) * (n_kv_heads / c.hpc));
   const uint64_t slots = static_cast<uint64_t>(SmCount()) * c.occ;
   const uint64_t tile = c.tile;
+  const uint64_t tile_bytes = tile * c.hpc * row_bytes * 2;
   const uint64_t len = std::max<uint64_t>(max_length, 1);
   const uint64_t max_splits = std::min<uint64_t>(256, std::max<uint64_t>(1, len / kMinChunk));
+  const uint64_t merge_per_split = static_cast<uint64_t>(c.hpc) * group * (head_dim + 1) * 4;
   uint64_t splits = 1, best = UINT64_MAX;
   for (uint64_t s = 1; s <= max_splits; ++s) {
     const uint64_t tiles = ((len + s - 1) / s + tile - 1) / tile;
     const uint64_t waves = (items * s + slots - 1) / slots;
-    const uint64_t cost = waves * (tiles + 2);
+    uint64_t cost = waves * (tiles + 2) * tile_bytes * c.occ;
+    if (s > 1) cost += s * merge_per_split / kMergeByteDiv;
     if (cost < best) {
       best = cost;
       splits = s;
     }
   }
-  return static_cast<uint32_t>(splits);
+  *splits_out = static_cast<uint32_t>(splits);
+  return best;
+}
+
+KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32_t n_kv_heads,
+                        uint32_t group, uint32_t max_length, bool packed,
+                        const DecodeOptions& o) {
+  KernelChoice c;
+  DecodeParams dummy{};
+  const int hd = static_cast<int>(head_dim);
+  const size_t row_bytes = f == FormatKind::kQ8_0   ? head_dim / 32 * 34
+                           : f == FormatKind::kQ4_0 ? head_dim / 32 * 18
+                                                    : head_dim * 2;
+  if (o.exact) {
+    c.kind = KernelChoice::kExact;
+    c.tile = kTile;
+    const Launcher launch = LauncherFor(f);
+    if (launch && !launch(dummy, hd, 4, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
+    BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
+    return c;
+  }
+  if (!o.per_head && packed) {
+    const WideLauncher wide = WideLauncherFor(f);
+    // KV heads per thread block, as measured on the H100 (docs/results/cuda.md, third
+    // slice): f16/bf16 2 at every batch; q8_0 8 from 4 (row, group) items, else 2 (a row of 8
+    // KV heads: x2 0.057 ms, x4 0.066, x8 0.101 at 32K); q4_0 8 from 16 items (batch 32),
+    // else 4 (its 32-token tiles x 3 stages keep 2 blocks per SM only at x8 and x2; x4 at 128K
+    // batch 8: 0.619 ms vs x8 0.689).
+    const uint64_t rows = n_rows;
+    auto items = [&](int hpc) { return rows * (n_kv_heads / hpc); };
+    std::vector<int> order;
+    if (o.heads_per_block != 0) {
+      order = {static_cast<int>(o.heads_per_block)};
+    } else if (f == FormatKind::kF16 || f == FormatKind::kBF16) {
+      order = {2, 4, 8};
+    } else if (f == FormatKind::kQ8_0) {
+      order = items(8) >= 4 ? std::vector<int>{8, 4, 2}
+              : items(4) >= 4 ? std::vector<int>{4, 2, 8}
+                              : std::vector<int>{2, 4, 8};
+    } else {
+      order = items(8) >= 16 ? std::vector<int>{8, 4, 2} : std::vector<int>{4, 8, 2};
+    }
+    for (int hpc : order) {
+      if (hpc <= 0 || n_kv_heads % hpc != 0 || !wide) continue;
+      // q4_0 x4 at 2 stages from 4 rows (device call 8: 0.157 vs 0.174 ms at 32K batch 8,
+      // 0.531 vs 0.626 at 128K; 4 rows 0.098 vs 0.099, 0.285 vs 0.325; 2 rows at 32K 0.074 vs
+      // 0.063); fewer rows keep 3 stages and one row the fused merge (0.045 vs 0.069).
+      const int variant =
+          f == FormatKind::kQ4_0 && hpc == 4 && n_rows >= 4 && o.wide_variant != 0 ? 1 : 0;
+      int occ = 0;
+      if (!wide(dummy, hd, hpc | (variant << 8), 0, 0, nullptr, &occ).ok()) {
+        cudaGetLastError();
+        continue;
+      }
+      c.kind = KernelChoice::kWide;
+      c.hpc = hpc;
+      c.variant = variant;
+      c.occ = occ;
+      c.tile = WideTile(f, hpc);
+      BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
+      return c;
+    }
+  }
+  const MmaLauncher launch = MmaLauncherFor(f);
+  if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
+  BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
+  return c;
 }
 
 }  // namespace
 
 uint32_t ChooseSplits(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
-                      const Format& format, uint32_t head_dim, const DecodeOptions& options) {
-  const KernelChoice c = PickKernel(format.kind, head_dim, n_rows, n_kv_heads, true, options);
-  return SplitsFor(c, n_rows, n_kv_heads, max_length);
+                      const Format& format, uint32_t head_dim, const DecodeOptions& options,
+                      uint32_t group) {
+  return PickKernel(format.kind, head_dim, n_rows, n_kv_heads, group, max_length, true, options)
+      .splits;
+}
+
+std::string ChooseKernelName(uint32_t n_rows, uint32_t n_kv_heads, uint32_t max_length,
+                             const Format& format, uint32_t head_dim,
+                             const DecodeOptions& options, uint32_t group) {
+  const KernelChoice c =
+      PickKernel(format.kind, head_dim, n_rows, n_kv_heads, group, max_length, true, options);
+  return c.kind == KernelChoice::kExact ? "f32"
+         : c.kind == KernelChoice::kWide
+             ? "all-heads x" + std::to_string(c.hpc) + (c.variant ? " (2 stages)" : "")
+             : "per-head";
 }
 
 Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionParams& params,
@@ -220,25 +270,27 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                              kv.k_token_stride;
   const bool packed = kv.k_head_stride == row_bytes && kv.v_head_stride == row_bytes &&
                       kv.k_token_stride == kv.v_token_stride && run_bits % 16 == 0;
-  const KernelChoice choice =
-      PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, packed, options);
   // The last answer, kept: a decode step asks the same question for every layer.
   struct Key {
-    uint32_t n_rows, n_kv_heads, max_length, format_id, head_dim, kind, hpc;
+    uint32_t n_rows, n_kv_heads, group, max_length, format_id, head_dim, hpc_opt, variant_opt;
+    bool exact, per_head, packed;
     bool operator==(const Key&) const = default;
   };
   static thread_local Key last_key{};
-  static thread_local uint32_t last_splits = 0;
-  uint32_t n_splits = options.n_splits;
-  if (n_splits == 0) {
-    const Key key{kv.n_rows, kv.n_kv_heads, options.max_length, kv.k_format.id(), kv.head_dim,
-                  static_cast<uint32_t>(choice.kind), static_cast<uint32_t>(choice.hpc)};
-    if (last_splits == 0 || !(key == last_key)) {
-      last_splits = SplitsFor(choice, kv.n_rows, kv.n_kv_heads, options.max_length);
-      last_key = key;
-    }
-    n_splits = last_splits;
+  static thread_local KernelChoice last_choice{};
+  static thread_local bool have_last = false;
+  const Key key{kv.n_rows,          kv.n_kv_heads,           group,
+                options.max_length, kv.k_format.id(),        kv.head_dim,
+                options.heads_per_block, options.wide_variant, options.exact,
+                options.per_head,   packed};
+  if (!have_last || !(key == last_key)) {
+    last_choice = PickKernel(kv.k_format.kind, kv.head_dim, kv.n_rows, kv.n_kv_heads, group,
+                             options.max_length, packed, options);
+    last_key = key;
+    have_last = true;
   }
+  const KernelChoice choice = last_choice;
+  uint32_t n_splits = options.n_splits != 0 ? options.n_splits : choice.splits;
   n_splits = std::max(1u, std::min(n_splits, 65535u));
   uint32_t chunk = choice.tile;
   if (n_splits > 1) {
@@ -273,6 +325,23 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     }
     p.part_o = ws->partial.as<float>();
     p.part_lse = p.part_o + heads * n_splits * kv.head_dim;
+    // The all-heads kernel merges in its last thread block per (row, KV-head group) where it
+    // runs one block per SM (dev::MergeStored's kFuse), the weights fit its shared memory and the group's partials are at most kFusedMergeBytes
+    // (one thread block reads them all: at 32 heads x 33 splits, 540 KB, a second launch
+    // spread over every head was faster); out's rows are written as float4.
+    const uint64_t heads_item = static_cast<uint64_t>(choice.hpc) * group;
+    if (choice.kind == KernelChoice::kWide && choice.occ == 1 && !options.separate_merge &&
+        reinterpret_cast<uintptr_t>(out) % 16 == 0 &&
+        heads_item * (n_splits + 1) * 4 <= static_cast<uint64_t>(dev::kFusedMergeSmem) &&
+        heads_item * n_splits * kv.head_dim * 4 <= kFusedMergeBytes) {
+      const size_t items = static_cast<size_t>(kv.n_rows) * (kv.n_kv_heads / choice.hpc);
+      if (ws->counters.size() < items * sizeof(uint32_t)) {
+        ws->counters = DeviceBuffer();
+        KVTIER_ASSIGN_OR_RETURN(ws->counters, DeviceBuffer::Allocate(items * sizeof(uint32_t)));
+        KVTIER_RETURN_IF_ERROR(ws->counters.Fill(0));
+      }
+      p.counters = ws->counters.as<uint32_t>();
+    }
   }
   const auto stream = static_cast<cudaStream_t>(options.stream);
   if (choice.kind == KernelChoice::kExact) {
@@ -280,14 +349,15 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                                   kv.n_rows, kv.n_kv_heads, stream, nullptr));
   } else if (choice.kind == KernelChoice::kWide) {
     KVTIER_RETURN_IF_ERROR(WideLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
-                                                             choice.hpc, kv.n_rows,
+                                                             choice.hpc | (choice.variant << 8),
+                                                             kv.n_rows,
                                                              kv.n_kv_heads, stream, nullptr));
   } else {
     KVTIER_RETURN_IF_ERROR(MmaLauncherFor(kv.k_format.kind)(p, static_cast<int>(kv.head_dim),
                                                             kv.n_rows, kv.n_kv_heads, stream,
                                                             nullptr));
   }
-  if (n_splits > 1) {
+  if (n_splits > 1 && !p.counters) {
     MergeSplitsKernel<<<static_cast<unsigned>(heads), std::min<uint32_t>(kv.head_dim, 256), 0,
                         stream>>>(p.part_o, p.part_lse, out, n_splits, kv.head_dim);
     KVTIER_CUDA_RETURN(cudaGetLastError());

@@ -34,6 +34,10 @@ struct DecodeParams {
   float* out;
   float* part_o;    // [n_rows, n_heads, n_splits, head_dim]
   float* part_lse;  // [n_rows, n_heads, n_splits]
+  // [n_rows, gridDim.y] arrival tickets of the fused split merge (tensor-core kernels): the
+  // last thread block of a (row, KV-head group) merges its splits and resets the ticket to 0.
+  // Null: decode.cu launches MergeSplitsKernel instead.
+  uint32_t* counters;
   uint32_t n_heads, group, window, n_splits, chunk;
   float scale, softcap;
 };

@@ -376,6 +376,34 @@ __device__ __forceinline__ void MmaUnit(const uint8_t* kr, const uint8_t* vr, ui
 // worked on the same KV head merge: warp w worked on KV head h0 + w % hpc (hpc KV heads per
 // thread block). Heads >= group are dropped. Writes p.out (one split) or the split's partial
 // result and log-sum-exp.
+// The staged tile loop of both tensor-core kernels: tiles' row offsets computed by threads
+// 0 .. T-1 two tiles ahead (double-buffered), copies issued S - 1 tiles ahead by cp.async, then
+// per tile: wait for its copies, issue tile it + S - 1, compute tile it + S's offsets, body(it)
+// on the staged tile. Ends with every copy landed and the block synchronized (the caller may
+// reuse the staging memory).
+template <int S, int T, class Offsets, class Issue, class Body>
+__device__ __forceinline__ void StagedTiles(int n_tiles, int tid, Offsets&& offsets,
+                                            Issue&& issue, Body&& body) {
+  for (int x = 0; x < S - 1; ++x) {
+    if (tid < T && x < n_tiles) offsets(x);
+    __syncthreads();
+    if (x < n_tiles) issue(x);
+    CpAsyncCommit();
+    __syncthreads();
+  }
+  if (tid < T && S - 1 < n_tiles) offsets(S - 1);
+  for (int it = 0; it < n_tiles; ++it) {
+    CpAsyncWait<S - 2>();
+    __syncthreads();
+    if (it + S - 1 < n_tiles) issue(it + S - 1);
+    CpAsyncCommit();
+    if (tid < T && it + S < n_tiles) offsets(it + S);
+    body(it);
+  }
+  CpAsyncWait<0>();
+  __syncthreads();
+}
+
 template <int HD, int NW>
 struct WarpMergeSmem {
   float* acc;  // [NW][8][HD]
@@ -405,7 +433,81 @@ __device__ __forceinline__ void StoreWarpAcc(const WarpMergeSmem<HD, NW>& ms,
   }
 }
 
-template <int HD, int NW>
+// The fused split merge (no second launch): every thread block of a (row, KV-head group) item
+// writes its split's partial result, then takes a ticket; the one that arrives last merges
+// the item's n_heads_item heads (starting at head0) over all splits by log-sum-exp, as
+// MergeSplitsKernel does, and resets the ticket. The partials are read through L2 (ld.cg):
+// other SMs wrote them. Shared memory (the caller's, free again by then) holds the weights
+// exp(lse - max) [n_heads_item][n_splits] and each head's 1 / sum (decode.cu fuses only where
+// they fit in kFusedMergeSmem bytes); a thread then takes 4 dims of one head with 8 splits'
+// loads in flight.
+constexpr int kFusedMergeSmem = 32 * 1024;
+
+
+template <int HD>
+__device__ __noinline__ void FusedSplitMerge(const DecodeParams& p, uint8_t* smem,
+                                             uint32_t n_heads_item, size_t head0, size_t item) {
+  __shared__ uint32_t ticket;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ticket = atomicAdd(&p.counters[item], 1u);
+  __syncthreads();
+  if (ticket != p.n_splits - 1) return;
+  if (threadIdx.x == 0) p.counters[item] = 0;  // ready for the next call
+  __threadfence();
+  const uint32_t S = p.n_splits;
+  float* w = reinterpret_cast<float*>(smem);  // [n_heads_item][S]
+  float* inv = w + n_heads_item * S;           // [n_heads_item]
+  for (uint32_t i = threadIdx.x; i < n_heads_item * S; i += blockDim.x) {
+    w[i] = __ldcg(p.part_lse + head0 * S + i);
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  for (uint32_t h = warp; h < n_heads_item; h += n_warps) {
+    float m = -INFINITY;
+    for (uint32_t s = lane; s < S; s += 32) m = fmaxf(m, w[h * S + s]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float den = 0.0f;
+    for (uint32_t s = lane; s < S; s += 32) {
+      const float l = w[h * S + s];
+      const float e = l == -INFINITY ? 0.0f : expf(l - m);
+      w[h * S + s] = e;
+      den += e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) inv[h] = den;
+  }
+  __syncthreads();
+  constexpr int kQuads = HD / 4;
+  for (uint32_t i = threadIdx.x; i < n_heads_item * kQuads; i += blockDim.x) {
+    const uint32_t hl = i / kQuads;
+    const size_t head = head0 + hl;
+    const int d4 = static_cast<int>(i % kQuads);
+    const float4* po = reinterpret_cast<const float4*>(p.part_o + head * S * HD) + d4;
+    const float* wh = w + hl * S;
+    float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+    for (uint32_t s = 0; s < S; ++s) {
+      const float4 o = __ldcg(po + static_cast<size_t>(s) * kQuads);
+      const float e = wh[s];
+      num.x = fmaf(e, o.x, num.x);
+      num.y = fmaf(e, o.y, num.y);
+      num.z = fmaf(e, o.z, num.z);
+      num.w = fmaf(e, o.w, num.w);
+    }
+    const float den = inv[hl];
+    reinterpret_cast<float4*>(p.out + head * HD)[d4] =
+        den > 0.0f ? make_float4(num.x / den, num.y / den, num.z / den, num.w / den)
+                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+// kFuse: compile the fused merge in (kernels without a register cap; a call in the 2-blocks
+// per SM q4_0 kernel cost it 28% at batch 32: docs/results/cuda.md). decode.cu sets p.counters
+// only for kernels that run 1 block per SM, which all have it.
+template <int HD, int NW, bool kFuse = false>
 __device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMergeSmem<HD, NW>& ms,
                                             int hpc, uint32_t h0, uint32_t r, uint32_t split) {
   __syncthreads();
@@ -439,6 +541,13 @@ __device__ __forceinline__ void MergeStored(const DecodeParams& p, const WarpMer
             L > 0.0f ? (M + log2f(L)) * 0.6931471805599453f : -INFINITY;
       }
     }
+  }
+  if constexpr (kFuse) {
+  if (p.n_splits > 1 && p.counters) {
+    FusedSplitMerge<HD>(p, reinterpret_cast<uint8_t*>(ms.acc), static_cast<uint32_t>(hpc * group),
+                        static_cast<size_t>(r) * p.n_heads + h0 * p.group,
+                        static_cast<size_t>(r) * gridDim.y + blockIdx.y);
+  }
   }
 }
 
@@ -538,32 +647,15 @@ __global__ void __launch_bounds__(kThreads, MmaGeo<F, HD>::kMinBlocks)
     }
   };
 
-  for (int x = 0; x < S - 1; ++x) {
-    if (tid < T && x < n_tiles) compute_offsets(x);
-    __syncthreads();
-    if (x < n_tiles) issue(x);
-    dev::CpAsyncCommit();
-    __syncthreads();
-  }
-  if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
-
   dev::MmaState<HD> st;
   st.Clear();
-  for (int it = 0; it < n_tiles; ++it) {
-    dev::CpAsyncWait<S - 2>();
-    __syncthreads();
-    if (it + S - 1 < n_tiles) issue(it + S - 1);
-    dev::CpAsyncCommit();
-    if (tid < T && it + S < n_tiles) compute_offsets(it + S);
-
+  dev::StagedTiles<S, T>(n_tiles, tid, compute_offsets, issue, [&](int it) {
     const uint32_t wt0 = begin + it * T + warp * 16;
-    if (wt0 >= end) continue;
+    if (wt0 >= end) return;
     const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes + warp * 16 * Geo::kRawPitch;
     dev::MmaUnit<F, HD, Geo::kRawPitch>(sraw, sraw + T * Geo::kRawPitch, wt0, end, qh, ql,
                                         p.softcap, lane, st);
-  }
-  dev::CpAsyncWait<0>();
-  __syncthreads();
+  });
   dev::MergeWarpsAndStore<HD, kThreads / 32>(p, smem, st, 1, h, r, split);
 }
 

@@ -71,7 +71,8 @@ constexpr int kWideWarps = 8;
 constexpr int kWideThreads = 32 * kWideWarps;
 constexpr int kSmemLimit = 227 * 1024;  // per thread block, sm_80 / sm_90
 
-template <FormatKind F, int HD, int HPC>
+// ST: the stage count (0: the format's default knob).
+template <FormatKind F, int HD, int HPC, int ST = 0>
 struct WideGeo {
   static constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
   static constexpr int kRowBytes = MmaGeo<F, HD>::kRowBytes;
@@ -88,9 +89,10 @@ struct WideGeo {
   static constexpr int kStageBytes = 2 * kTokens * kPitch;
   static constexpr int kOffsBytes = 2 * kTokens * 8;
   static constexpr int kMerge = (kWideWarps * 8 * HD + 2 * kWideWarps * 8) * 4;
-  static constexpr int kWant = kPlain ? KVTIER_CUDA_WIDE_PLAIN_STAGES
-                                      : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
-                                                                : KVTIER_CUDA_WIDE_Q4_STAGES);
+  static constexpr int kWant = ST > 0 ? ST
+                              : kPlain ? KVTIER_CUDA_WIDE_PLAIN_STAGES
+                                       : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
+                                                                 : KVTIER_CUDA_WIDE_Q4_STAGES);
   static constexpr int kFit = (kSmemLimit - kOffsBytes) / kStageBytes;
   static constexpr int kStages = kWant < kFit ? kWant : kFit;
   static constexpr int kLoop = kStages * kStageBytes;
@@ -501,7 +503,7 @@ __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, u
   PVT<F, HD, PITCH>(vr, s[0], lane, st.acc);
 }
 
-template <FormatKind F, int HD, int NW>
+template <FormatKind F, int HD, int NW, bool kFuse>
 __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8_t* smem,
                                                     const MmaStateT<HD>& st, int hpc,
                                                     uint32_t h0, uint32_t r, uint32_t split) {
@@ -524,15 +526,15 @@ __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8
   } else {
     StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
   }
-  MergeStored<HD, NW>(p, ms, hpc, h0, r, split);
+  MergeStored<HD, NW, kFuse>(p, ms, hpc, h0, r, split);
 }
 
 }  // namespace dev
 
-template <FormatKind F, int HD, int HPC>
-__global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
+template <FormatKind F, int HD, int HPC, int ST>
+__global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlocks)
     DecodeWideKernel(const DecodeParams p) {
-  using Geo = WideGeo<F, HD, HPC>;
+  using Geo = WideGeo<F, HD, HPC, ST>;
   constexpr int S = Geo::kStages, T = Geo::kTokens, WPH = kWideWarps / HPC;
   extern __shared__ __align__(16) uint8_t smem[];
   uint64_t* offs = reinterpret_cast<uint64_t*>(smem + Geo::kBody);  // [2][T]
@@ -575,24 +577,9 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
     }
   };
 
-  for (int x = 0; x < S - 1; ++x) {
-    if (tid < T && x < n_tiles) compute_offsets(x);
-    __syncthreads();
-    if (x < n_tiles) issue(x);
-    dev::CpAsyncCommit();
-    __syncthreads();
-  }
-  if (tid < T && S - 1 < n_tiles) compute_offsets(S - 1);
-
   dev::MmaStateT<HD> st;
   st.Clear();
-  for (int it = 0; it < n_tiles; ++it) {
-    dev::CpAsyncWait<S - 2>();
-    __syncthreads();
-    if (it + S - 1 < n_tiles) issue(it + S - 1);
-    dev::CpAsyncCommit();
-    if (tid < T && it + S < n_tiles) compute_offsets(it + S);
-
+  dev::StagedTiles<S, T>(n_tiles, tid, compute_offsets, issue, [&](int it) {
     const uint8_t* sraw = smem + (it % S) * Geo::kStageBytes;
     if constexpr (KVTIER_CUDA_WIDE_FUSED_SOFTMAX && Geo::kUnits > 1) {
       // The warp's kUnits units of the tile in one online-softmax step.
@@ -631,49 +618,64 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC>::kMinBlocks)
         }
       }
     }
-  }
-  dev::CpAsyncWait<0>();
-  __syncthreads();
-  dev::MergeWarpsAndStoreT<F, HD, kWideWarps>(p, smem, st, HPC, h0, r, split);
+  });
+  dev::MergeWarpsAndStoreT<F, HD, kWideWarps, Geo::kMinBlocks == 1>(p, smem, st, HPC, h0, r,
+                                                                     split);
 }
 
-template <FormatKind F, int HD, int HPC>
+template <FormatKind F, int HD, int HPC, int ST>
 Status LaunchDecodeWide(const DecodeParams& p, uint32_t n_rows, uint32_t n_kv_heads,
                         cudaStream_t stream, int* occupancy) {
-  using Geo = WideGeo<F, HD, HPC>;
+  using Geo = WideGeo<F, HD, HPC, ST>;
   if constexpr (!Geo::kSupported) {
     return Status::Unimplemented("CUDA decode attention: no all-heads kernel for this shape");
   } else {
     constexpr int smem = Geo::kSmem;
     static int occ = 0;  // thread blocks per SM; 0: attributes not set yet
     if (occ == 0) {
-      KVTIER_CUDA_RETURN(cudaFuncSetAttribute(DecodeWideKernel<F, HD, HPC>,
+      KVTIER_CUDA_RETURN(cudaFuncSetAttribute(DecodeWideKernel<F, HD, HPC, ST>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
       int n = 0;
       KVTIER_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &n, DecodeWideKernel<F, HD, HPC>, kWideThreads, smem));
+          &n, DecodeWideKernel<F, HD, HPC, ST>, kWideThreads, smem));
       occ = n > 0 ? n : 1;
     }
     if (occupancy) {
       *occupancy = occ;
       return Status::OK();
     }
+    if (p.counters && (Geo::kMinBlocks != 1 || occ != 1)) {
+      return Status::Internal("CUDA decode attention: fused split merge asked of a kernel "
+                              "without it");
+    }
     const dim3 grid(p.n_splits, n_kv_heads / HPC, n_rows);
-    DecodeWideKernel<F, HD, HPC><<<grid, kWideThreads, smem, stream>>>(p);
+    DecodeWideKernel<F, HD, HPC, ST><<<grid, kWideThreads, smem, stream>>>(p);
     KVTIER_CUDA_RETURN(cudaGetLastError());
     return Status::OK();
   }
 }
 
-// Dispatch on head_dim (64, 128, 256) and KV heads per thread block (2, 4, 8). With occupancy
-// non-null, only reports thread blocks per SM (Unimplemented: no such kernel).
+// Variant 1: q4_0 at 4 KV heads per block with 2 stages (2 blocks per SM; from 4 rows, where
+// it ran up to 1.2x faster than 3 stages: docs/results/cuda.md); elsewhere the same as 0.
+template <FormatKind F, int HD, int HPC>
+Status LaunchDecodeWideVariant(const DecodeParams& p, uint32_t n_rows, uint32_t n_kv_heads,
+                               cudaStream_t stream, int* occupancy, int variant) {
+  if constexpr (F == FormatKind::kQ4_0 && HPC == 4) {
+    if (variant == 1) return LaunchDecodeWide<F, HD, HPC, 2>(p, n_rows, n_kv_heads, stream, occupancy);
+  }
+  return LaunchDecodeWide<F, HD, HPC, 0>(p, n_rows, n_kv_heads, stream, occupancy);
+}
+
+// Dispatch on head_dim (64, 128, 256) and KV heads per thread block (2, 4, 8) (the variant
+// rides in hpc's bits 8 and up). With occupancy non-null, only reports thread blocks per SM
+// (Unimplemented: no such kernel).
 #define KVTIER_WIDE_CASE(KIND, HD, HPC)                                                   \
   case HD * 16 + HPC:                                                                     \
-    return LaunchDecodeWide<KIND, HD, HPC>(p, n_rows, kvh, s, occupancy);
+    return LaunchDecodeWideVariant<KIND, HD, HPC>(p, n_rows, kvh, s, occupancy, hpc >> 8);
 #define KVTIER_DEFINE_DECODE_WIDE_LAUNCHER(NAME, KIND)                                     \
   Status NAME(const DecodeParams& p, int hd, int hpc, uint32_t n_rows, uint32_t kvh,       \
               cudaStream_t s, int* occupancy) {                                            \
-    switch (hd * 16 + hpc) {                                                               \
+    switch (hd * 16 + (hpc & 0xff)) {                                                      \
       KVTIER_WIDE_CASE(KIND, 64, 2)                                                        \
       KVTIER_WIDE_CASE(KIND, 64, 4)                                                        \
       KVTIER_WIDE_CASE(KIND, 64, 8)                                                        \

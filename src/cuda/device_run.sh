@@ -3,7 +3,9 @@
 # dependencies), run the `cuda` tests, the PyTorch SDPA baseline and kvtier_cuda_bench, all in
 # the same call (same card). Run from a tree holding include/, src/ and a googletest source
 # tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
-#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1
+#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1;
+#   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run;
+#   CLEAN=1 both benchmarks again with a clean-line L2 flush; MATVEC=1 kvtier_cuda_bench --matvec
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -13,7 +15,7 @@ echo "== build (${SECONDS}s)"
 cmake -S src/cuda -B build/cuda -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DGTEST_SOURCE_DIR="$PWD/googletest" -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90-real}" \
   -DCMAKE_CUDA_FLAGS="--resource-usage" > /tmp/cmake.log 2>&1 || { tail -30 /tmp/cmake.log; exit 1; }
-ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
+ninja -C build/cuda -j"$(nproc)" kvtier_cuda_test kvtier_cuda_forward_test kvtier_cuda_bench > "$OUT/build.log" 2>&1 \
   || { grep -B2 -A12 "error" "$OUT/build.log" | head -80; exit 1; }
 # Registers and spills of the decode kernels (ptxas --resource-usage).
 grep -A1 "Function properties for .*Decode\(Wide\|Mma\)Kernel" "$OUT/build.log" | grep -o "_Z[^ ]*\|[0-9]* bytes spill stores" | paste - - | sort -u | head -40 || true
@@ -22,6 +24,8 @@ echo "== tests (${SECONDS}s)"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
+  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  build/cuda/kvtier_cuda_forward_test 2>&1 | tee "$OUT/forward_test.log" | grep -v "^\[ RUN\|^\[       OK" || true
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
@@ -34,6 +38,13 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
     echo "== kvtier_cuda_bench, run $rep (${SECONDS}s)"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa$sfx.csv" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench$sfx.txt"
   done
+  if [ "${CLEAN:-0}" = 1 ]; then
+    # The same with an L2 flush that leaves clean lines (fill, then read back) on both sides.
+    echo "== SDPA and kvtier_cuda_bench, clean-line L2 flush (${SECONDS}s)"
+    PYTHONUNBUFFERED=1 python3 src/cuda/sdpa_bench.py --clean-flush > "$OUT/sdpa_clean.csv" 2> "$OUT/sdpa_clean.log"
+    cat "$OUT/sdpa_clean.log"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa_clean.csv" --clean-flush ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench_clean.txt"
+  fi
   if [ "${PER_HEAD:-1}" = 1 ]; then
     echo "== the per-head tensor-core kernel (the first slice's), same card (${SECONDS}s)"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --per-head ${BENCH_ARGS:-} 2>&1 \
@@ -48,6 +59,20 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
       2>&1 | tee "$OUT/bench_exact.txt" | tail -4
   fi
 fi
+if [ "${MATVEC:-0}" = 1 ]; then
+  echo "== forward-pass matvec / GEMM (${SECONDS}s)"
+  build/cuda/kvtier_cuda_bench --matvec 2>&1 | tee "$OUT/matvec.txt"
+fi
+if [ -n "${SWEEP:-}" ]; then
+  # SWEEP="flags;flags;...": kvtier_cuda_bench once per flag set (e.g. "--hpc 2 --batches 1").
+  echo "== sweep (${SECONDS}s)"
+  IFS=';' read -ra sweeps <<< "$SWEEP"
+  for a in "${sweeps[@]}"; do
+    echo "-- $a"
+    build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --formats "${SWEEP_FORMATS:-bf16,q8_0,q4_0}" \
+      $a 2>&1 | grep -E "^(bf16|f16|q8_0|q4_0) "
+  done
+fi
 if [ "${VARIANTS:-0}" = 1 ]; then
   echo "== pipeline-depth variants of the tensor-core kernel (${SECONDS}s)"
   # Each item: KNOB=VALUE[+KNOB=VALUE...]:formats (knobs: decode_mma.cuh).
@@ -59,7 +84,7 @@ if [ "${VARIANTS:-0}" = 1 ]; then
       ninja -C "$dir" -j"$(nproc)" kvtier_cuda_bench >/dev/null 2>&1 || { echo "variant $def: build failed"; continue; }
     echo "-- KVTIER_CUDA_${def}"
     "$dir/kvtier_cuda_bench" --sdpa "$OUT/sdpa.csv" --formats "$fmts" --contexts 32768,131072 \
-      --batches 8,32 2>&1 | grep -E "^(bf16|q8_0|q4_0) "
+      --batches "${VARIANT_BATCHES:-8,32}" 2>&1 | grep -E "^(bf16|q8_0|q4_0) "
   done
 fi
 if [ "${NCU:-0}" = 1 ]; then

@@ -15,8 +15,11 @@ mkdir -p "$tmp/src"
 for d in base quant kv kernels cuda; do
   cp -r "src/$d" "$tmp/src/"
 done
+# The CPU forward's element-wise ops (the reference of forward_test.cc; no Highway needed).
+mkdir -p "$tmp/src/model"
+cp src/model/ops.h src/model/ops.cc "$tmp/src/model/"
 rm -rf "$tmp/src/quant/testdata"
-find "$tmp/src" -name '*_test.cc' ! -name cuda_test.cc -delete
+find "$tmp/src" -name '*_test.cc' ! -path '*/src/cuda/*' -delete
 # googletest/ alone (its top-level CMakeLists would want googlemock too).
 cp -r "$GTEST/googletest" "$tmp/googletest"
 rm -rf "$tmp/googletest/docs" "$tmp/googletest/samples" "$tmp/googletest/test"

@@ -355,6 +355,25 @@ Status FillRandom(void* dst, size_t n, DType t, uint64_t seed, float scale) {
   return Status::OK();
 }
 
+__global__ void ReadThroughKernel(const uint4* p, size_t n, uint32_t* sink) {
+  uint32_t x = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(p + i);
+    x ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (x == 0x9e3779b9u) *sink = x;  // keeps the loads; practically never taken
+}
+
+Status ReadThrough(const DeviceBuffer& b, void* stream) {
+  if (b.size() < 32) return Status::OK();
+  // The buffer's first 16 bytes double as the sink (it is read through, not kept).
+  ReadThroughKernel<<<1024, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      b.as<const uint4>() + 1, b.size() / 16 - 1, b.as<uint32_t>());
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  return Status::OK();
+}
+
 Result<double> TimeOnDevice(const std::function<Status()>& fn, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   cudaEvent_t e0, e1;

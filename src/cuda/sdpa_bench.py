@@ -19,6 +19,8 @@ def main():
     ap.add_argument("--kv-heads", type=int, default=8)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--clean-flush", action="store_true",
+                    help="read the flush buffer back after filling it (L2 left with clean lines)")
     a = ap.parse_args()
     dev = torch.device("cuda")
     flush = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
@@ -34,6 +36,8 @@ def main():
             times = []
             for i in range(a.iters):
                 flush.fill_(i & 0xFF)
+                if a.clean_flush:
+                    flush.view(torch.int64).max()  # reads it back (no write)
                 e0 = torch.cuda.Event(enable_timing=True)
                 e1 = torch.cuda.Event(enable_timing=True)
                 e0.record()
