@@ -55,7 +55,8 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
         {"auto", model::MatMulPath::kAuto}, {"float", model::MatMulPath::kFloat},
         {"int8-scalar", model::MatMulPath::kInt8Scalar},
         {"int8-avx2", model::MatMulPath::kInt8Avx2},
-        {"int8-avx512", model::MatMulPath::kInt8Avx512}};
+        {"int8-avx512", model::MatMulPath::kInt8Avx512},
+        {"int8-avx512-tiles", model::MatMulPath::kInt8Avx512Tiles}};
     bool found = false;
     for (const auto& [name, path] : kPaths) {
       if (c.matmul != name) continue;
@@ -65,8 +66,8 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
       }
     }
     if (!found) {
-      return Status::InvalidArgument("--matmul: expected auto, float, int8-scalar, int8-avx2 or "
-                                     "int8-avx512, got '" + c.matmul + "'");
+      return Status::InvalidArgument("--matmul: expected auto, float, int8-scalar, int8-avx2, "
+                                     "int8-avx512 or int8-avx512-tiles, got '" + c.matmul + "'");
     }
   }
   KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
