@@ -365,6 +365,11 @@ Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, Thr
     int8::RunInt8(*k, w, x, n_tok, y, pool);
     return Status::OK();
   }
+  if (n_tok >= int8::kGemmMinTokens && g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
+      int8::GemmFloatSupports(w.type, w.n_in)) {
+    int8::RunGemmFloat(w, x, n_tok, y, pool);
+    return Status::OK();
+  }
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, f, x, n_tok, y, pool);
   return Status::OK();
 }
@@ -395,6 +400,11 @@ std::string MatMulKernelName(uint32_t ggml_type, size_t n_tok) {
   if (const int8::Int8Kernels* k = Int8For(ggml_type)) {
     if (UseGemm(ggml_type, n_tok)) return GgmlTypeName(ggml_type) + " int8 gemm avx512vnni";
     return std::string(k->name) + (n_tok <= 2 * k->tile_tok ? " decode" : " prefill");
+  }
+  if (n_tok >= int8::kGemmMinTokens && g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
+      int8::GemmFloatSupports(ggml_type, 1024)) {
+    return GgmlTypeName(ggml_type) + " gemm avx512" +
+           (ggml_type == static_cast<uint32_t>(GgmlType::kBF16) ? "bf16" : "f");
   }
   return GgmlTypeName(ggml_type) + " float " + MatMulTargetName() +
          (n_tok <= 4 ? " decode" : " tiles");

@@ -35,6 +35,12 @@ bool GemmSupports(uint32_t ggml_type);
 // multiple of the type's block). pool may be null.
 void RunGemm(const WeightMatrix& w, const float* x, size_t n_tok, float* y, ThreadPool* pool);
 
+// f16 / bf16 weights (matmul_gemm_float_avx512.cc): true when RunGemmFloat handles this
+// type and row length on this CPU (f16: AVX-512; bf16: AVX512_BF16, n_in even).
+bool GemmFloatSupports(uint32_t ggml_type, size_t n_in);
+void RunGemmFloat(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
+                  ThreadPool* pool);
+
 // The fewest tokens for which MatMul uses RunGemm.
 inline constexpr size_t kGemmMinTokens = 16;
 
