@@ -217,27 +217,43 @@ const GemmType* FindType(uint32_t type) {
 //   codes [K] int8 | dx [S] f32 | nzx [S] int32 (-z * sum) | xs [S] f32 (dx * sum)
 size_t GemmActBytes(size_t K, size_t sb) { return (K + 12 * (K / sb) + 63) / 64 * 64; }
 
-void QuantizeGemmAct(const GemmType& gt, const float* x, size_t K, uint8_t* tmp, uint8_t* act) {
-  if (gt.kact) {
-    QuantizeKAct(x, K, tmp);
-  } else {
-    QuantizeNatural(x, K, tmp);
-  }
-  const int8_t* c = ActCodes(tmp);
-  const float* d32 = ActScales(tmp, K);
-  std::memcpy(act, c, K);
-  const size_t S = K / gt.sb;
+#if GEMM_AVX512
+// One token: the codes of QuantizeNatural (gt.kact false: amax per 32 values) or QuantizeKAct
+// (amax per 256): the same f32 products x * (127 / amax), rounded to nearest even (the
+// default MXCSR mode, as nearbyint), then the per-sub-block sums.
+MM_GEMM void QuantizeGemmAct(const GemmType& gt, const float* x, size_t K, uint8_t* act) {
+  const size_t G = gt.kact ? 256 : 32, S = K / gt.sb;
+  auto* codes = reinterpret_cast<int8_t*>(act);
   auto* dx = reinterpret_cast<float*>(act + K);
   auto* nzx = reinterpret_cast<int32_t*>(act + K + 4 * S);
   auto* xs = reinterpret_cast<float*>(act + K + 8 * S);
-  for (size_t s = 0; s < S; ++s) {
-    int32_t sum = 0;
-    for (size_t l = 0; l < gt.sb; ++l) sum += c[gt.sb * s + l];
-    dx[s] = d32[gt.sb * s / 32];
-    nzx[s] = -gt.z * sum;
-    xs[s] = dx[s] * static_cast<float>(sum);
+  const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (size_t g = 0; g < K / G; ++g) {
+    const float* xg = x + g * G;
+    __m512 mx = _mm512_setzero_ps();
+    for (size_t v = 0; v < G; v += 16) {
+      mx = _mm512_max_ps(mx, _mm512_and_ps(_mm512_loadu_ps(xg + v), abs_mask));
+    }
+    const float amax = _mm512_reduce_max_ps(mx);
+    const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+    const float d = amax / 127.0f;
+    for (size_t v = 0; v < G; v += gt.sb) {
+      __m512i sum = _mm512_setzero_si512();
+      for (size_t l = 0; l < gt.sb; l += 16) {
+        const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xg + v + l), id));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + g * G + v + l),
+                         _mm512_cvtepi32_epi8(q));
+        sum = _mm512_add_epi32(sum, q);
+      }
+      const int32_t total = _mm512_reduce_add_epi32(sum);
+      const size_t s = (g * G + v) / gt.sb;
+      dx[s] = d;
+      nzx[s] = -gt.z * total;
+      xs[s] = d * static_cast<float>(total);
+    }
   }
 }
+#endif
 
 #if GEMM_AVX512
 // 16 rows x NT tokens: y[t * ldy + r] for r < nr.
@@ -245,11 +261,8 @@ template <size_t SB, bool kZ, bool kMin, size_t NT>
 MM_GEMM void GemmTile(const uint8_t* wq, const float* wd, const float* wm, size_t K,
                       const uint8_t* act, size_t stride, float* y, size_t ldy, size_t nr) {
   const size_t S = K / SB;
-  __m512 accf[NT], accm[NT];
-  for (size_t t = 0; t < NT; ++t) {
-    accf[t] = _mm512_setzero_ps();
-    accm[t] = _mm512_setzero_ps();
-  }
+  __m512 accf[NT];
+  for (size_t t = 0; t < NT; ++t) accf[t] = _mm512_setzero_ps();
   const uint8_t* a[NT];
   for (size_t t = 0; t < NT; ++t) a[t] = act + t * stride;
   for (size_t s = 0; s < S; ++s) {
@@ -284,14 +297,13 @@ MM_GEMM void GemmTile(const uint8_t* wq, const float* wd, const float* wm, size_
       for (size_t t = 0; t < NT; ++t) {
         float xs;
         std::memcpy(&xs, a[t] + K + 8 * S + 4 * s, 4);
-        accm[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xs), accm[t]);
+        accf[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(xs), accf[t]);
       }
     }
   }
   const __mmask16 mask = static_cast<__mmask16>((1u << nr) - 1);
   for (size_t t = 0; t < NT; ++t) {
-    const __m512 v = kMin ? _mm512_add_ps(accf[t], accm[t]) : accf[t];
-    _mm512_mask_storeu_ps(y + t * ldy, mask, v);
+    _mm512_mask_storeu_ps(y + t * ldy, mask, accf[t]);
   }
 }
 
@@ -344,9 +356,7 @@ void RunGemm(const WeightMatrix& w, const float* x, size_t n_tok, float* y, Thre
   thread_local std::vector<uint8_t> act_buf;
   uint8_t* act = Aligned(act_buf, n_tok * stride);  // [n_tok][stride]
   auto quantize = [&](size_t t0, size_t t1) {
-    thread_local std::vector<uint8_t> tmp_buf;
-    uint8_t* tmp = Aligned(tmp_buf, KActBytes(K));
-    for (size_t t = t0; t < t1; ++t) QuantizeGemmAct(gt, x + t * K, K, tmp, act + t * stride);
+    for (size_t t = t0; t < t1; ++t) QuantizeGemmAct(gt, x + t * K, K, act + t * stride);
   };
   if (pool != nullptr) {
     pool->ParallelFor(n_tok, 0, quantize);
