@@ -37,7 +37,7 @@ namespace {
 
 constexpr size_t kRows = 16;       // rows per kernel call (one int32 lane each)
 constexpr size_t kGroupRows = 64;  // rows unpacked per work item
-constexpr size_t kNT = 8;          // tokens per kernel call
+constexpr size_t kNT2 = 6;         // tokens per 32-row kernel call (24 accumulators)
 
 uint16_t Load16(const uint8_t* p) {
   uint16_t v;
@@ -307,6 +307,97 @@ MM_GEMM void GemmTile(const uint8_t* wq, const float* wd, const float* wm, size_
   }
 }
 
+// 32 rows (two 16-row groups: codes q0 / q1, scales d0 / d1, mins m0 / m1) x NT tokens:
+// per 4 values two weight loads feed 2 NT vpdpbusd (one 16-row group's would feed NT, and
+// the loads, with the NT broadcasts, then bound the loop). y[t * ldy + r] for r < nr (<= 32).
+template <size_t SB, bool kZ, bool kMin, size_t NT>
+MM_GEMM void GemmTile2(const uint8_t* q0, const float* d0, const float* m0, const uint8_t* q1,
+                       const float* d1, const float* m1, size_t K, const uint8_t* act,
+                       size_t stride, float* y, size_t ldy, size_t nr) {
+  const size_t S = K / SB;
+  __m512 f0[NT], f1[NT];
+  for (size_t t = 0; t < NT; ++t) {
+    f0[t] = _mm512_setzero_ps();
+    f1[t] = _mm512_setzero_ps();
+  }
+  const uint8_t* a[NT];
+  for (size_t t = 0; t < NT; ++t) a[t] = act + t * stride;
+  for (size_t s = 0; s < S; ++s) {
+    __m512i i0[NT], i1[NT];
+    for (size_t t = 0; t < NT; ++t) {
+      if constexpr (kZ) {
+        int32_t v;
+        std::memcpy(&v, a[t] + K + 4 * S + 4 * s, 4);
+        i0[t] = _mm512_set1_epi32(v);
+      } else {
+        i0[t] = _mm512_setzero_si512();
+      }
+      i1[t] = i0[t];
+    }
+    const uint8_t* w0 = q0 + s * SB * kRows;
+    const uint8_t* w1 = q1 + s * SB * kRows;
+    for (size_t j = 0; j < SB / 4; ++j) {
+      const __m512i v0 = _mm512_load_si512(w0 + 64 * j), v1 = _mm512_load_si512(w1 + 64 * j);
+      for (size_t t = 0; t < NT; ++t) {
+        int32_t xv;
+        std::memcpy(&xv, a[t] + s * SB + 4 * j, 4);
+        const __m512i xb = _mm512_set1_epi32(xv);
+        i0[t] = _mm512_dpbusd_epi32(i0[t], v0, xb);
+        i1[t] = _mm512_dpbusd_epi32(i1[t], v1, xb);
+      }
+    }
+    const __m512 dv0 = _mm512_load_ps(d0 + kRows * s), dv1 = _mm512_load_ps(d1 + kRows * s);
+    for (size_t t = 0; t < NT; ++t) {
+      float dx;
+      std::memcpy(&dx, a[t] + K + 4 * s, 4);
+      const __m512 dxv = _mm512_set1_ps(dx);
+      f0[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i0[t]), _mm512_mul_ps(dv0, dxv), f0[t]);
+      f1[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i1[t]), _mm512_mul_ps(dv1, dxv), f1[t]);
+    }
+    if constexpr (kMin) {
+      const __m512 mv0 = _mm512_load_ps(m0 + kRows * s), mv1 = _mm512_load_ps(m1 + kRows * s);
+      for (size_t t = 0; t < NT; ++t) {
+        float xs;
+        std::memcpy(&xs, a[t] + K + 8 * S + 4 * s, 4);
+        const __m512 xsv = _mm512_set1_ps(xs);
+        f0[t] = _mm512_fmadd_ps(mv0, xsv, f0[t]);
+        f1[t] = _mm512_fmadd_ps(mv1, xsv, f1[t]);
+      }
+    }
+  }
+  const auto mask1 = static_cast<__mmask16>(nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+  for (size_t t = 0; t < NT; ++t) {
+    _mm512_storeu_ps(y + t * ldy, f0[t]);
+    _mm512_mask_storeu_ps(y + t * ldy + 16, mask1, f1[t]);
+  }
+}
+
+using Tile2Fn = void (*)(const uint8_t*, const float*, const float*, const uint8_t*,
+                         const float*, const float*, size_t, const uint8_t*, size_t, float*,
+                         size_t, size_t);
+
+template <size_t SB, bool kZ, bool kMin>
+Tile2Fn PickTile2(size_t nt) {
+  switch (nt) {
+    case 1: return GemmTile2<SB, kZ, kMin, 1>;
+    case 2: return GemmTile2<SB, kZ, kMin, 2>;
+    case 3: return GemmTile2<SB, kZ, kMin, 3>;
+    case 4: return GemmTile2<SB, kZ, kMin, 4>;
+    case 5: return GemmTile2<SB, kZ, kMin, 5>;
+    default: return GemmTile2<SB, kZ, kMin, 6>;
+  }
+}
+
+Tile2Fn FindTile2(const GemmType& gt, size_t nt) {
+  const bool z = gt.z != 0;
+  if (gt.sb == 16) {
+    if (z) return gt.has_min ? PickTile2<16, true, true>(nt) : PickTile2<16, true, false>(nt);
+    return gt.has_min ? PickTile2<16, false, true>(nt) : PickTile2<16, false, false>(nt);
+  }
+  if (z) return gt.has_min ? PickTile2<32, true, true>(nt) : PickTile2<32, true, false>(nt);
+  return gt.has_min ? PickTile2<32, false, true>(nt) : PickTile2<32, false, false>(nt);
+}
+
 using TileFn = void (*)(const uint8_t*, const float*, const float*, size_t, const uint8_t*,
                         size_t, float*, size_t, size_t);
 
@@ -318,9 +409,7 @@ TileFn PickTile(size_t nt) {
     case 3: return GemmTile<SB, kZ, kMin, 3>;
     case 4: return GemmTile<SB, kZ, kMin, 4>;
     case 5: return GemmTile<SB, kZ, kMin, 5>;
-    case 6: return GemmTile<SB, kZ, kMin, 6>;
-    case 7: return GemmTile<SB, kZ, kMin, 7>;
-    default: return GemmTile<SB, kZ, kMin, 8>;
+    default: return GemmTile<SB, kZ, kMin, 6>;
   }
 }
 
@@ -396,15 +485,23 @@ void RunGemm(const WeightMatrix& w, const float* x, size_t n_tok, float* y, Thre
           }
         }
       }
-      for (size_t t = 0; t < n_tok; t += kNT) {
-        const size_t nt = std::min(kNT, n_tok - t);
-        const TileFn tile = FindTile(gt, nt);
-        for (size_t g = 0; g < n_sub; ++g) {
+      // Pairs of 16-row groups (32 rows x kNT2 tokens); an odd last group alone.
+      for (size_t t = 0; t < n_tok; t += kNT2) {
+        const size_t nt = std::min(kNT2, n_tok - t);
+        const Tile2Fn tile2 = FindTile2(gt, nt);
+        for (size_t g = 0; g < n_sub; g += 2) {
           const uint8_t* gq = wb + g * group_bytes;
           const auto* gd = reinterpret_cast<const float*>(gq + K * kRows);
-          const size_t r0 = o0 + g * kRows;
-          tile(gq, gd, gd + S * kRows, K, act + t * stride, stride, y + t * n_out + r0, n_out,
-               std::min(kRows, n_out - r0));
+          const size_t r0 = o0 + g * kRows, nr = std::min(2 * kRows, n_out - r0);
+          if (g + 1 < n_sub) {
+            const uint8_t* gq1 = gq + group_bytes;
+            const auto* gd1 = reinterpret_cast<const float*>(gq1 + K * kRows);
+            tile2(gq, gd, gd + S * kRows, gq1, gd1, gd1 + S * kRows, K, act + t * stride,
+                  stride, y + t * n_out + r0, n_out, nr);
+          } else {
+            FindTile(gt, nt)(gq, gd, gd + S * kRows, K, act + t * stride, stride,
+                             y + t * n_out + r0, n_out, std::min(kRows, nr));
+          }
         }
       }
     }
