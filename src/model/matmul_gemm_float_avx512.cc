@@ -40,7 +40,7 @@ namespace kvtier::model::int8 {
 namespace {
 
 constexpr size_t kRows = 16;  // rows per vector
-constexpr size_t kNT = 16;    // tokens per kernel call
+constexpr size_t kNT = 12;    // tokens per kernel call (2 x 12 accumulators)
 
 bool DetectBf16() {
 #if GEMMF_X86
@@ -82,51 +82,73 @@ MM_GEMMF void RowF16ToF32(const uint8_t* src, size_t K, float* dst) {
   }
 }
 
-// f16 weights decoded to f32: wq [K][16] f32; xt [K][kNT] f32 (the token tile transposed,
-// so the broadcasts read one cache line per k, not NT rows that alias in L1).
-template <size_t NT>
-MM_GEMMF void TileF32(const float* wq, size_t K, const float* xt, float* y, size_t ldy,
-                      size_t nr) {
-  __m512 acc[NT];
-  for (size_t t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (size_t k = 0; k < K; ++k) {
-    const __m512 w = _mm512_load_ps(wq + kRows * k);
-    for (size_t t = 0; t < NT; ++t) acc[t] = _mm512_fmadd_ps(w, _mm512_set1_ps(xt[kNT * k + t]), acc[t]);
+// Rows r < nr (<= 32 with two groups, else <= 16) of NT tokens.
+template <bool kTwo, size_t NT>
+MM_GEMMF inline void Store(const __m512* a0, const __m512* a1, float* y, size_t ldy, size_t nr) {
+  const auto m0 = static_cast<__mmask16>(nr >= 16 ? 0xffffu : (1u << nr) - 1);
+  const auto m1 = static_cast<__mmask16>(nr > 16 ? (1u << (nr - 16)) - 1 : 0);
+  for (size_t t = 0; t < NT; ++t) {
+    _mm512_mask_storeu_ps(y + t * ldy, m0, a0[t]);
+    if constexpr (kTwo) _mm512_mask_storeu_ps(y + t * ldy + 16, m1, a1[t]);
   }
-  const auto mask = static_cast<__mmask16>((1u << nr) - 1);
-  for (size_t t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
 }
 
-// bf16: wq [K / 2][16][2] bf16; act [K / 2][kNT] uint32 (bf16 pairs, the tile transposed).
-template <size_t NT>
-MM_GEMMF void TileBf16(const uint16_t* wq, size_t K, const uint32_t* act, float* y, size_t ldy,
-                       size_t nr) {
-  __m512 acc[NT];
-  for (size_t t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  const size_t P = K / 2;
-  for (size_t p = 0; p < P; ++p) {
-    const __m512bh w = (__m512bh)_mm512_load_si512(wq + 2 * kRows * p);
+// f16 weights decoded to f32: w0 / w1 [K][16] f32 (two 16-row groups; kTwo false: w0
+// only); xt [K][kNT] f32 (the token tile transposed, so the broadcasts read one cache line
+// per k, not NT rows that alias in L1). Two weight vectors per k feed 2 NT FMAs (one would
+// feed NT, and the loads with the NT broadcasts then bound the loop).
+template <bool kTwo, size_t NT>
+MM_GEMMF void TileF32(const float* w0, const float* w1, size_t K, const float* xt, float* y,
+                      size_t ldy, size_t nr) {
+  __m512 a0[NT], a1[NT];
+  for (size_t t = 0; t < NT; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  for (size_t k = 0; k < K; ++k) {
+    const __m512 v0 = _mm512_load_ps(w0 + kRows * k);
+    const __m512 v1 = kTwo ? _mm512_load_ps(w1 + kRows * k) : v0;
     for (size_t t = 0; t < NT; ++t) {
-      acc[t] = _mm512_dpbf16_ps(acc[t], w, (__m512bh)_mm512_set1_epi32(static_cast<int>(act[kNT * p + t])));
+      const __m512 xb = _mm512_set1_ps(xt[kNT * k + t]);
+      a0[t] = _mm512_fmadd_ps(v0, xb, a0[t]);
+      if constexpr (kTwo) a1[t] = _mm512_fmadd_ps(v1, xb, a1[t]);
     }
   }
-  const auto mask = static_cast<__mmask16>((1u << nr) - 1);
-  for (size_t t = 0; t < NT; ++t) _mm512_mask_storeu_ps(y + t * ldy, mask, acc[t]);
+  Store<kTwo, NT>(a0, a1, y, ldy, nr);
 }
 
-using TileF32Fn = void (*)(const float*, size_t, const float*, float*, size_t, size_t);
-using TileBf16Fn = void (*)(const uint16_t*, size_t, const uint32_t*, float*, size_t, size_t);
+// bf16: w0 / w1 [K / 2][16][2] bf16; act [K / 2][kNT] uint32 (bf16 pairs, the tile transposed).
+template <bool kTwo, size_t NT>
+MM_GEMMF void TileBf16(const uint16_t* w0, const uint16_t* w1, size_t K, const uint32_t* act,
+                       float* y, size_t ldy, size_t nr) {
+  __m512 a0[NT], a1[NT];
+  for (size_t t = 0; t < NT; ++t) a0[t] = a1[t] = _mm512_setzero_ps();
+  for (size_t p = 0; p < K / 2; ++p) {
+    const __m512bh v0 = (__m512bh)_mm512_load_si512(w0 + 2 * kRows * p);
+    const __m512bh v1 = kTwo ? (__m512bh)_mm512_load_si512(w1 + 2 * kRows * p) : v0;
+    for (size_t t = 0; t < NT; ++t) {
+      const __m512bh xb = (__m512bh)_mm512_set1_epi32(static_cast<int>(act[kNT * p + t]));
+      a0[t] = _mm512_dpbf16_ps(a0[t], v0, xb);
+      if constexpr (kTwo) a1[t] = _mm512_dpbf16_ps(a1[t], v1, xb);
+    }
+  }
+  Store<kTwo, NT>(a0, a1, y, ldy, nr);
+}
 
-template <size_t... I>
+using TileF32Fn = void (*)(const float*, const float*, size_t, const float*, float*, size_t,
+                          size_t);
+using TileBf16Fn = void (*)(const uint16_t*, const uint16_t*, size_t, const uint32_t*, float*,
+                           size_t, size_t);
+
+template <bool kTwo, size_t... I>
 constexpr std::array<TileF32Fn, sizeof...(I)> MakeF32(std::index_sequence<I...>) {
-  return {TileF32<I + 1>...};
+  return {TileF32<kTwo, I + 1>...};
 }
-template <size_t... I>
+template <bool kTwo, size_t... I>
 constexpr std::array<TileBf16Fn, sizeof...(I)> MakeBf16(std::index_sequence<I...>) {
-  return {TileBf16<I + 1>...};
+  return {TileBf16<kTwo, I + 1>...};
 }
-const auto kTilesF32 = MakeF32(std::make_index_sequence<kNT>());
-const auto kTilesBf16 = MakeBf16(std::make_index_sequence<kNT>());
+const auto kTilesF32 = MakeF32<false>(std::make_index_sequence<kNT>());
+const auto kTilesF32x2 = MakeF32<true>(std::make_index_sequence<kNT>());
+const auto kTilesBf16 = MakeBf16<false>(std::make_index_sequence<kNT>());
+const auto kTilesBf16x2 = MakeBf16<true>(std::make_index_sequence<kNT>());
 #endif
 
 }  // namespace
@@ -147,7 +169,7 @@ void RunGemmFloat(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
   const size_t K = w.n_in, n_out = w.n_out;
   const bool bf16 = w.type == static_cast<uint32_t>(GgmlType::kBF16);
   // Rows per item: the unpacked rows stay in L2 (f32: 4 bytes a value, bf16: 2).
-  const size_t group_rows = bf16 ? 64 : 32;
+  const size_t group_rows = bf16 ? 64 : 32;  // pairs of 16-row groups
   const size_t group_bytes = kRows * K * (bf16 ? 2 : 4);  // one 16-row group
   // The activations per tile of kNT tokens, transposed: f16: [K][kNT] f32; bf16: [K / 2][kNT]
   // bf16 pairs (nearest-even); tokens past n_tok are zeros.
@@ -213,16 +235,20 @@ void RunGemmFloat(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
       }
       for (size_t t = 0; t < n_tok; t += kNT) {
         const size_t nt = std::min(kNT, n_tok - t);
-        for (size_t g = 0; g < n_sub; ++g) {
-          const size_t r0 = o0 + g * kRows, nr = std::min(kRows, n_out - r0);
-          const uint8_t* gq = wb + g * group_bytes;
+        for (size_t g = 0; g < n_sub; g += 2) {
+          const size_t r0 = o0 + g * kRows, nr = std::min(2 * kRows, n_out - r0);
+          const bool two = g + 1 < n_sub;
+          const uint8_t* g0 = wb + g * group_bytes;
+          const uint8_t* g1 = two ? g0 + group_bytes : g0;
           if (bf16) {
-            kTilesBf16[nt - 1](reinterpret_cast<const uint16_t*>(gq), K, act.data() + t * K,
-                               y + t * n_out + r0, n_out, nr);
+            (two ? kTilesBf16x2 : kTilesBf16)[nt - 1](
+                reinterpret_cast<const uint16_t*>(g0), reinterpret_cast<const uint16_t*>(g1), K,
+                act.data() + t * K, y + t * n_out + r0, n_out, nr);
           } else {
-            kTilesF32[nt - 1](reinterpret_cast<const float*>(gq), K,
-                              reinterpret_cast<const float*>(act.data() + t * K),
-                              y + t * n_out + r0, n_out, nr);
+            (two ? kTilesF32x2 : kTilesF32)[nt - 1](
+                reinterpret_cast<const float*>(g0), reinterpret_cast<const float*>(g1), K,
+                reinterpret_cast<const float*>(act.data() + t * K), y + t * n_out + r0, n_out,
+                nr);
           }
         }
       }
