@@ -351,6 +351,11 @@ bool UseGemm(uint32_t type, size_t n_tok) {
          (p == MatMulPath::kAuto || p == MatMulPath::kInt8Avx512) && int8::GemmSupports(type);
 }
 
+size_t GemmFloatMinTokens(uint32_t type) {
+  return type == static_cast<uint32_t>(GgmlType::kF16) ? int8::kGemmF16MinTokens
+                                                        : int8::kGemmMinTokens;
+}
+
 }  // namespace
 
 Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, ThreadPool* pool) {
@@ -365,7 +370,8 @@ Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, Thr
     int8::RunInt8(*k, w, x, n_tok, y, pool);
     return Status::OK();
   }
-  if (n_tok >= int8::kGemmMinTokens && g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
+  if (n_tok >= GemmFloatMinTokens(w.type) &&
+      g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
       int8::GemmFloatSupports(w.type, w.n_in)) {
     int8::RunGemmFloat(w, x, n_tok, y, pool);
     return Status::OK();
@@ -401,7 +407,8 @@ std::string MatMulKernelName(uint32_t ggml_type, size_t n_tok) {
     if (UseGemm(ggml_type, n_tok)) return GgmlTypeName(ggml_type) + " int8 gemm avx512vnni";
     return std::string(k->name) + (n_tok <= 2 * k->tile_tok ? " decode" : " prefill");
   }
-  if (n_tok >= int8::kGemmMinTokens && g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
+  if (n_tok >= GemmFloatMinTokens(ggml_type) &&
+      g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
       int8::GemmFloatSupports(ggml_type, 1024)) {
     return GgmlTypeName(ggml_type) + " gemm avx512" +
            (ggml_type == static_cast<uint32_t>(GgmlType::kBF16) ? "bf16" : "f");

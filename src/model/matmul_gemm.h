@@ -41,7 +41,11 @@ bool GemmFloatSupports(uint32_t ggml_type, size_t n_in);
 void RunGemmFloat(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
                   ThreadPool* pool);
 
-// The fewest tokens for which MatMul uses RunGemm.
-inline constexpr size_t kGemmMinTokens = 16;
+// The fewest tokens for which MatMul uses RunGemm / RunGemmFloat: below them the unpacking
+// costs more than the old tiles lose (kvtier-bench model, 1 thread, CPU time, 2026-11-27:
+// int8 at 16 tokens 0.80-0.88x the tiles, at 32 1.04-1.25x; f16 at 128 0.96x, at 256 1.10x;
+// bf16 at 64 already 1.36x).
+inline constexpr size_t kGemmMinTokens = 32;
+inline constexpr size_t kGemmF16MinTokens = 192;
 
 }  // namespace kvtier::model::int8
