@@ -174,10 +174,15 @@ void RunGemmFloat(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
   // The activations per tile of kNT tokens, transposed: f16: [K][kNT] f32; bf16: [K / 2][kNT]
   // bf16 pairs (nearest-even); tokens past n_tok are zeros.
   const size_t n_tiles = (n_tok + kNT - 1) / kNT;
-  std::vector<uint32_t> act(n_tiles * K * kNT);  // [n_tiles][K][kNT] 4-byte words
+  // [n_tiles][K][kNT] 4-byte words; the calling thread's, reused (every word is written below)
+  // (A pointer, not the thread_local itself, goes into the lambdas: pool threads would see
+  // their own instance.)
+  thread_local std::vector<uint32_t> act_buf;
+  if (act_buf.size() < n_tiles * K * kNT) act_buf.resize(n_tiles * K * kNT);
+  uint32_t* const act = act_buf.data();
   auto prep = [&](size_t i0, size_t i1) {
     for (size_t i = i0; i < i1; ++i) {
-      uint32_t* a = act.data() + i * K * kNT;
+      uint32_t* a = act + i * K * kNT;
       for (size_t t = 0; t < kNT; ++t) {
         const size_t tok = i * kNT + t;
         const float* xr = x + tok * K;
@@ -243,11 +248,11 @@ void RunGemmFloat(const WeightMatrix& w, const float* x, size_t n_tok, float* y,
           if (bf16) {
             (two ? kTilesBf16x2 : kTilesBf16)[nt - 1](
                 reinterpret_cast<const uint16_t*>(g0), reinterpret_cast<const uint16_t*>(g1), K,
-                act.data() + t * K, y + t * n_out + r0, n_out, nr);
+                act + t * K, y + t * n_out + r0, n_out, nr);
           } else {
             (two ? kTilesF32x2 : kTilesF32)[nt - 1](
                 reinterpret_cast<const float*>(g0), reinterpret_cast<const float*>(g1), K,
-                reinterpret_cast<const float*>(act.data() + t * K), y + t * n_out + r0, n_out,
+                reinterpret_cast<const float*>(act + t * K), y + t * n_out + r0, n_out,
                 nr);
           }
         }
