@@ -51,6 +51,7 @@ void ForcePathFromEnv() {
                                  : s == "int8-scalar" ? model::MatMulPath::kInt8Scalar
                                  : s == "int8-avx2"   ? model::MatMulPath::kInt8Avx2
                                  : s == "int8-avx512" ? model::MatMulPath::kInt8Avx512
+                                 : s == "int8-avx512-tiles" ? model::MatMulPath::kInt8Avx512Tiles
                                                       : model::MatMulPath::kAuto;
   if (!model::MatMulForcePath(path)) {
     std::fprintf(stderr, "KVTIER_MATMUL_PATH=%s: this CPU cannot run it\n", p);

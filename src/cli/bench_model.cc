@@ -1,7 +1,9 @@
 // `kvtier-bench model`; see bench_model.h.
 #include "cli/bench_model.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -55,7 +57,8 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
         {"auto", model::MatMulPath::kAuto}, {"float", model::MatMulPath::kFloat},
         {"int8-scalar", model::MatMulPath::kInt8Scalar},
         {"int8-avx2", model::MatMulPath::kInt8Avx2},
-        {"int8-avx512", model::MatMulPath::kInt8Avx512}};
+        {"int8-avx512", model::MatMulPath::kInt8Avx512},
+        {"int8-avx512-tiles", model::MatMulPath::kInt8Avx512Tiles}};
     bool found = false;
     for (const auto& [name, path] : kPaths) {
       if (c.matmul != name) continue;
@@ -65,8 +68,8 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
       }
     }
     if (!found) {
-      return Status::InvalidArgument("--matmul: expected auto, float, int8-scalar, int8-avx2 or "
-                                     "int8-avx512, got '" + c.matmul + "'");
+      return Status::InvalidArgument("--matmul: expected auto, float, int8-scalar, int8-avx2, "
+                                     "int8-avx512 or int8-avx512-tiles, got '" + c.matmul + "'");
     }
   }
   KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
@@ -96,26 +99,37 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
       BenchModelRow row;
       row.kv_type = kv;
       row.depth = depth;
-      std::vector<double> pp, tg;
+      std::vector<double> pp, tg, pp_cpu, tg_cpu;
+      auto cpu_now = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+      };
       for (int rep = 0; rep < c.repeats; ++rep) {
         std::span<const int32_t> rows[1] = {prompt};
         Timer t;
+        double c0 = cpu_now();
         KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &pool));
         pp.push_back(c.prefill / t.Seconds());
+        pp_cpu.push_back(c.prefill / std::max(1e-9, cpu_now() - c0));
         row.kv_bytes = kv_pool->Stats().bytes_in_use;
         KVTIER_RETURN_IF_ERROR(cache.Trim(c.prefill).status());
         int32_t next = prompt[0];
         t = Timer();
+        c0 = cpu_now();
         for (uint32_t i = 0; i < c.decode; ++i) {
           rows[0] = std::span<const int32_t>(&next, 1);
           KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &pool));
           next = static_cast<int32_t>((next + 7 * i + 1) % mc.n_vocab);
         }
         tg.push_back(c.decode / t.Seconds());
+        tg_cpu.push_back(c.decode / std::max(1e-9, cpu_now() - c0));
         KVTIER_RETURN_IF_ERROR(cache.Trim(c.decode).status());
       }
       row.prefill_tok_s = Median(pp);
       row.decode_tok_s = Median(tg);
+      row.prefill_cpu_tok_s = Median(pp_cpu);
+      row.decode_cpu_tok_s = Median(tg_cpu);
       r.rows.push_back(row);
       if (progress) progress(++step, total);
     }
@@ -127,10 +141,12 @@ std::string FormatBenchModelTable(const BenchModelReport& r) {
   std::ostringstream o;
   o << "model " << r.model_name << " (" << r.arch << ", " << DescribeBytes(r.weight_bytes)
     << " of weights), " << r.threads << " threads, matmul " << r.matmul_target << "\n";
-  TextTable t({"<kv", "depth", "prefill tok/s", "decode tok/s", "KV bytes"});
+  TextTable t({"<kv", "depth", "prefill tok/s", "decode tok/s", "KV bytes", "prefill tok/CPU-s",
+               "decode tok/CPU-s"});
   for (const auto& row : r.rows) {
     t.Row({row.kv_type, std::to_string(row.depth), Printf("%.1f", row.prefill_tok_s),
-           Printf("%.2f", row.decode_tok_s), DescribeBytes(row.kv_bytes)});
+           Printf("%.2f", row.decode_tok_s), DescribeBytes(row.kv_bytes),
+           Printf("%.1f", row.prefill_cpu_tok_s), Printf("%.2f", row.decode_cpu_tok_s)});
   }
   o << t.Render();
   return o.str();
@@ -149,6 +165,8 @@ std::string FormatBenchModelJson(const BenchModelReport& r) {
                          {"depth", row.depth},
                          {"prefill_tok_s", row.prefill_tok_s},
                          {"decode_tok_s", row.decode_tok_s},
+                         {"prefill_cpu_tok_s", row.prefill_cpu_tok_s},
+                         {"decode_cpu_tok_s", row.decode_cpu_tok_s},
                          {"kv_bytes", row.kv_bytes}});
   }
   return JsonText(j);

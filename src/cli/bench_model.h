@@ -33,7 +33,11 @@ struct BenchModelRow {
   std::string kv_type;
   uint32_t depth = 0;
   double prefill_tok_s = 0;  // median
-  double decode_tok_s = 0;   // median
+  double decode_tok_s = 0;
+  // Prefill tokens per second of process CPU time (all threads): load-independent with
+  // --threads 1, where wall-clock figures on a shared machine are not.
+  double prefill_cpu_tok_s = 0;
+  double decode_cpu_tok_s = 0;   // median
   uint64_t kv_bytes = 0;     // cache bytes in use at depth + prefill
 };
 

@@ -264,6 +264,12 @@ TEST_F(ModelCommands, BenchModelMeasuresEveryFormatAndDepth) {
     EXPECT_GT(row.prefill_tok_s, 0.0);
     EXPECT_GT(row.decode_tok_s, 0.0);
     EXPECT_GT(row.kv_bytes, 0u);
+    // Per CPU-second of all threads: finite, positive, and not above 2 threads' worth of
+    // the wall-clock rate (CPU time can't run ahead of 2 busy threads), with slack for the
+    // two clocks' granularity.
+    EXPECT_GT(row.prefill_cpu_tok_s, 0.0);
+    EXPECT_GT(row.decode_cpu_tok_s, 0.0);
+    EXPECT_GT(row.prefill_cpu_tok_s * 2.5, row.prefill_tok_s);
   }
   EXPECT_EQ(r->rows[1].depth, 100u);
   EXPECT_EQ(r->rows[2].kv_type, "q8_0/q4_0");
@@ -271,6 +277,7 @@ TEST_F(ModelCommands, BenchModelMeasuresEveryFormatAndDepth) {
   EXPECT_LT(r->rows[3].kv_bytes, r->rows[1].kv_bytes);
   const std::string json = FormatBenchModelJson(*r);
   EXPECT_NE(json.find("\"decode_tok_s\""), std::string::npos);
+  EXPECT_NE(json.find("\"prefill_cpu_tok_s\""), std::string::npos);
   c.kv_types = "q9_9";
   EXPECT_NE(RunBenchModel(c, nullptr).status().message().find("--kv-type"), std::string::npos);
 }

@@ -16,6 +16,7 @@
 #include "kvtier/quant.h"
 #include "kvtier/weights.h"
 #include "model/matmul.h"
+#include "model/matmul_gemm.h"
 #include "model/matmul_int8.h"
 #include "quant/format_traits.h"
 #include "quant/quant_simd.h"
@@ -332,13 +333,27 @@ const int8::Int8Kernels* Int8For(uint32_t type) {
     case MatMulPath::kFloat: return nullptr;
     case MatMulPath::kInt8Scalar: return int8::FindInt8Kernels(type, int8::Isa::kScalar);
     case MatMulPath::kInt8Avx2: return int8::FindInt8Kernels(type, int8::Isa::kAvx2);
-    case MatMulPath::kInt8Avx512: return int8::FindInt8Kernels(type, int8::Isa::kAvx512Vnni);
+    case MatMulPath::kInt8Avx512:
+    case MatMulPath::kInt8Avx512Tiles:
+      return int8::FindInt8Kernels(type, int8::Isa::kAvx512Vnni);
     case MatMulPath::kAuto: break;
   }
   const int8::Isa best = int8::DetectIsa();
   if (best == int8::Isa::kScalar) return nullptr;  // the float path's SIMD is faster
   if (const auto* k = int8::FindInt8Kernels(type, best)) return k;
   return best == int8::Isa::kAvx512Vnni ? int8::FindInt8Kernels(type, int8::Isa::kAvx2) : nullptr;
+}
+
+// Prefill on AVX-512 VNNI: the unpack-once GEMM (matmul_gemm.h) instead of the int8 tiles.
+bool UseGemm(uint32_t type, size_t n_tok) {
+  const MatMulPath p = g_path.load(std::memory_order_relaxed);
+  return n_tok >= int8::kGemmMinTokens &&
+         (p == MatMulPath::kAuto || p == MatMulPath::kInt8Avx512) && int8::GemmSupports(type);
+}
+
+size_t GemmFloatMinTokens(uint32_t type) {
+  return type == static_cast<uint32_t>(GgmlType::kF16) ? int8::kGemmF16MinTokens
+                                                        : int8::kGemmMinTokens;
 }
 
 }  // namespace
@@ -348,7 +363,17 @@ Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, Thr
   KVTIER_RETURN_IF_ERROR(CheckMatrix(w, &f));
   if (n_tok == 0 || w.n_out == 0) return Status::OK();
   if (const int8::Int8Kernels* k = Int8For(w.type)) {
+    if (UseGemm(w.type, n_tok)) {
+      int8::RunGemm(w, x, n_tok, y, pool);
+      return Status::OK();
+    }
     int8::RunInt8(*k, w, x, n_tok, y, pool);
+    return Status::OK();
+  }
+  if (n_tok >= GemmFloatMinTokens(w.type) &&
+      g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
+      int8::GemmFloatSupports(w.type, w.n_in)) {
+    int8::RunGemmFloat(w, x, n_tok, y, pool);
     return Status::OK();
   }
   HWY_DYNAMIC_DISPATCH(MatMulImpl)(w, f, x, n_tok, y, pool);
@@ -358,7 +383,8 @@ Status MatMul(const WeightMatrix& w, const float* x, size_t n_tok, float* y, Thr
 bool MatMulForcePath(MatMulPath p) {
   const int8::Isa best = int8::DetectIsa();
   if ((p == MatMulPath::kInt8Avx2 && best == int8::Isa::kScalar) ||
-      (p == MatMulPath::kInt8Avx512 && best != int8::Isa::kAvx512Vnni)) {
+      ((p == MatMulPath::kInt8Avx512 || p == MatMulPath::kInt8Avx512Tiles) &&
+       best != int8::Isa::kAvx512Vnni)) {
     return false;
   }
   g_path.store(p, std::memory_order_relaxed);
@@ -369,13 +395,23 @@ std::vector<MatMulPath> MatMulAvailablePaths() {
   std::vector<MatMulPath> v = {MatMulPath::kAuto, MatMulPath::kFloat, MatMulPath::kInt8Scalar};
   const int8::Isa best = int8::DetectIsa();
   if (best != int8::Isa::kScalar) v.push_back(MatMulPath::kInt8Avx2);
-  if (best == int8::Isa::kAvx512Vnni) v.push_back(MatMulPath::kInt8Avx512);
+  if (best == int8::Isa::kAvx512Vnni) {
+    v.push_back(MatMulPath::kInt8Avx512);
+    v.push_back(MatMulPath::kInt8Avx512Tiles);
+  }
   return v;
 }
 
 std::string MatMulKernelName(uint32_t ggml_type, size_t n_tok) {
   if (const int8::Int8Kernels* k = Int8For(ggml_type)) {
+    if (UseGemm(ggml_type, n_tok)) return GgmlTypeName(ggml_type) + " int8 gemm avx512vnni";
     return std::string(k->name) + (n_tok <= 2 * k->tile_tok ? " decode" : " prefill");
+  }
+  if (n_tok >= GemmFloatMinTokens(ggml_type) &&
+      g_path.load(std::memory_order_relaxed) == MatMulPath::kAuto &&
+      int8::GemmFloatSupports(ggml_type, 1024)) {
+    return GgmlTypeName(ggml_type) + " gemm avx512" +
+           (ggml_type == static_cast<uint32_t>(GgmlType::kBF16) ? "bf16" : "f");
   }
   return GgmlTypeName(ggml_type) + " float " + MatMulTargetName() +
          (n_tok <= 4 ? " decode" : " tiles");

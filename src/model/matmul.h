@@ -43,8 +43,9 @@ Status MatMulRef(const WeightMatrix& w, const float* x, size_t n_tok, double* y)
 const char* MatMulTargetName();
 
 // Which kernels MatMul uses for quantized weights. kAuto: the best int8 kernel this CPU runs,
-// else float. The others force one family / ISA (a type without a kernel there uses float).
-enum class MatMulPath { kAuto, kFloat, kInt8Scalar, kInt8Avx2, kInt8Avx512 };
+// else float. The others force one family / ISA (a type without a kernel there uses float);
+// kInt8Avx512 includes the prefill GEMM (matmul_gemm.h), kInt8Avx512Tiles does not.
+enum class MatMulPath { kAuto, kFloat, kInt8Scalar, kInt8Avx2, kInt8Avx512, kInt8Avx512Tiles };
 // Returns false (and changes nothing) when this CPU cannot run `p`.
 bool MatMulForcePath(MatMulPath p);
 // The paths this CPU runs, kAuto first.

@@ -260,6 +260,20 @@ MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* ac
   }
 }
 
+// Q3_K's 16 signed 6-bit scales (weights::UnpackQ3KScales) as 16 int8 lanes: low nibbles of
+// bytes 0-7 (s < 8) then their high nibbles (s >= 8); bits 2 (s / 4), + 1 of byte 8 + s % 4 on
+// top (a variable shift of the 32-bit word of bytes 8-11 by 2 (s / 4) per lane s / 4).
+MM_VNNI_INL __m128i Q3KScales(const uint8_t* q) {
+  const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
+  const __m128i lows =
+      _mm_and_si128(_mm_unpacklo_epi64(a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(15));
+  uint32_t w;
+  std::memcpy(&w, q + 8, 4);
+  const __m128i h = _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(w)), _mm_setr_epi32(0, 2, 4, 6));
+  const __m128i highs = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi8(3)), 4);
+  return _mm_sub_epi8(_mm_or_si128(lows, highs), _mm_set1_epi8(32));
+}
+
 // Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step;
 // Q3_K adds its hmask bit as 4 (offset 4: lanes start at init6 / 8 = -4 x their 4 codes).
 // Scales per 16 values (lane / 4). Q2_K's mins: -dmin m_g d_x (sum of the lane's 4 codes) =
@@ -289,11 +303,8 @@ MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
     for (size_t r = 0; r < R; ++r) {
       const uint8_t* blk = rows[r] + i * kBytes;
       if constexpr (kThree) {
-        alignas(16) int8_t sc[16];
-        weights::UnpackQ3KScales(blk + kQ3KScales, sc);
-        dsc[r] = _mm512_mul_ps(
-            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(sc)))),
-            _mm512_set1_ps(Half(blk + kQ3KD)));
+        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Q3KScales(blk + kQ3KScales))),
+                               _mm512_set1_ps(Half(blk + kQ3KD)));
       } else {
         const __m512i sc = _mm512_cvtepu8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));

@@ -14,6 +14,7 @@
 #include "model/kquant_layout.h"
 #include "kvtier/weights.h"
 #include "model/matmul.h"
+#include "model/matmul_gemm.h"
 #include "model/matmul_int8.h"
 
 namespace kvtier::model::int8 {
@@ -241,8 +242,48 @@ TEST_P(KQuantInt8Test, LayoutMatchesWeightsReferenceAndMatMulPaths) {
   ASSERT_TRUE(MatMulForcePath(MatMulPath::kAuto));
 }
 
+// The prefill GEMM (matmul_gemm.h) against the scalar _ref kernels: the same integer sums per
+// sub-block, so only the f32 summation order differs (2e-6 of sum |w x|), for ragged row
+// counts (past a 16-row group and a 64-row item) and token counts (past an 8-token tile).
+TEST_P(KQuantInt8Test, GemmEqualsScalar) {
+  const GgmlType type = GetParam();
+  const auto t32 = static_cast<uint32_t>(type);
+  if (!GemmSupports(t32)) GTEST_SKIP() << "no AVX-512 VNNI";
+  const Int8Kernels* ref = FindInt8Kernels(t32, Isa::kScalar);
+  ThreadPool pool(3);
+  std::mt19937_64 rng(9);
+  std::normal_distribution<float> nd;
+  uint64_t seed = 50;
+  for (uint32_t n_in : {256u, 768u}) {
+    for (uint32_t n_out : {5u, 16u, 70u, 131u}) {
+      const KMatrix m = RandomKMatrix(type, n_in, n_out, ++seed);
+      for (size_t n_tok : {16, 19, 45}) {
+        std::vector<float> x(n_tok * n_in);
+        for (float& v : x) v = nd(rng);
+        std::vector<float> want(n_tok * n_out), got(n_tok * n_out, std::nanf(""));
+        RunInt8(*ref, m.w, x.data(), n_tok, want.data(), nullptr);
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::fill(got.begin(), got.end(), std::nanf(""));
+          RunGemm(m.w, x.data(), n_tok, got.data(), p);
+          for (size_t t = 0; t < n_tok; ++t) {
+            for (size_t o = 0; o < n_out; ++o) {
+              double terms = 0;
+              for (size_t k = 0; k < n_in; ++k) {
+                terms += m.absw[o * n_in + k] * std::fabs(x[t * n_in + k]);
+              }
+              ASSERT_LE(std::fabs(got[t * n_out + o] - want[t * n_out + o]), 2e-6 * terms + 1e-30)
+                  << GgmlTypeName(t32) << " n_in " << n_in << " n_out " << n_out << " n_tok "
+                  << n_tok << " t " << t << " o " << o << (p ? " threaded" : "");
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Types, KQuantInt8Test,
-                         ::testing::Values(GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
+                         ::testing::Values(GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ2_K, GgmlType::kQ3_K, GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ4_1,
                                            GgmlType::kQ5_0, GgmlType::kQ5_1,
                                            GgmlType::kIQ4_NL, GgmlType::kIQ4_XS),
                          [](const auto& info) {

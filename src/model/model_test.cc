@@ -86,7 +86,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen2", GgmlType::kF32, Format::F32(), 1e-5, 1e-5},
                       Case{"qwen3", GgmlType::kF32, Format::F32(), 1e-5, 1e-5},
                       Case{"llama", GgmlType::kF16, Format::F16(), 1e-4, 1e-4},
-                      Case{"qwen3", GgmlType::kBF16, Format::BF16(), 1e-3, 1e-3},
+                      // kAuto: the bf16 prefill GEMM rounds the activations to bf16
+                      // (2^-9 per product term): 2.0e-3 .. 3.3e-3 measured.
+                      Case{"qwen3", GgmlType::kBF16, Format::BF16(), 1e-3, 6e-3},
                       Case{"llama", GgmlType::kQ8_0, Format::Q8_0(), 1e-2, 3e-2},
                       // 4-bit V on the attention kernels' int8 path (CPUs with AVX-512
                       // VNNI) rounds the softmax weights to int8: up to 1e-2 on each attention
