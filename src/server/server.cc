@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -23,6 +24,8 @@
 #include "server/openai.h"
 #include "server/reasoning.h"
 #include "server/server_metrics.h"
+#include "server/tool_calls.h"
+#include "server/tool_serve.h"
 
 namespace kvtier {
 
@@ -67,6 +70,7 @@ struct Server::Impl {
   std::unique_ptr<server::Dashboard> dashboard;  // null with --no-dashboard
   ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
   bool reasoning_split = false;  // the template knows <think>: split reasoning_content out
+  server::ToolSyntax tool_syntax;  // the call syntax the template teaches (tool_calls.h)
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   std::once_flag trie_once;          // the vocabulary trie for response_format, built on first use
   std::shared_ptr<const constrain::VocabTrie> trie;
@@ -163,7 +167,7 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
       return false;
     }
     *think_open = reasoning_split && server::ReasoningSplitter::PromptOpensThinking(*text);
-    if (!encode(*text)) return false;
+    if (!encode(*text + r.prompt_suffix)) return false;
   } else if (r.prompt_is_tokens) {
     const size_t vocab = tok.vocab_size();
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
@@ -224,6 +228,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
                               opt.model_id + "'",
                      "invalid_request_error", "model", "model_not_found"));
   }
+  if (!server::PrepareToolRequest(tool_syntax, &r, &e)) return Reply(x, ep, e);
   EngineRequest er;
   bool think_open = false;
   const bool prompt_ok = Prompt(r, &er.prompt, &e, &think_open);
@@ -312,6 +317,17 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
       reasoning = a.reasoning + b.reasoning;
       text = a.content + b.content;
     }
+    if (r.tools) {
+      server::ToolCallStream calls(tool_syntax, r.tools.get());
+      text = calls.Push(text);
+      server::ToolParse p = calls.Flush();
+      text += p.content;
+      x.Reply(200, "application/json",
+              server::ResponseJson(info, text, server::ToolFinish(g->finish_reason(), !p.calls.empty()),
+                                   reasoning, server::WithIds(p.calls, "call_")));
+      metrics.Request(ep, gone ? 499 : 200);
+      return;
+    }
     x.Reply(200, "application/json",
             server::ResponseJson(endpoint, info, text, g->finish_reason(), reasoning));
     metrics.Request(ep, gone ? 499 : 200);
@@ -332,9 +348,46 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   };
   if (endpoint == Endpoint::kChat) send(server::ChunkJson(endpoint, info, "", true, ""));
   std::string text;
+  std::optional<server::ToolCallStream> tool_stream;
+  if (r.tools) tool_stream.emplace(tool_syntax, r.tools.get());
+  bool have_calls = false;
   for (;;) {
     const bool end = g->Pump(50, &text);
-    if (split) {
+    if (tool_stream) {
+      // Reasoning and content as below; the content goes through the call parser first.
+      server::ReasoningSplitter::Out o;
+      if (split) {
+        o = splitter.Push(text);
+        if (end) {
+          server::ReasoningSplitter::Out rest = splitter.Flush();
+          o.reasoning += rest.reasoning;
+          o.content += rest.content;
+        }
+      } else {
+        o.content = std::move(text);
+      }
+      text.clear();
+      o.content = tool_stream->Push(o.content);
+      std::vector<server::ToolCallOut> calls;
+      if (end) {
+        server::ToolParse p = tool_stream->Flush();
+        o.content += p.content;
+        calls = server::WithIds(p.calls, "call_");
+      }
+      if (!o.reasoning.empty() || !o.content.empty()) {
+        send(server::ChunkJson(endpoint, info, o.content, false, "", o.reasoning));
+      }
+      for (size_t i = 0; i < calls.size(); ++i) {
+        // The name first, then the arguments in pieces, as OpenAI streams them.
+        send(server::ToolCallChunkJson(info, i, &calls[i], ""));
+        const std::string& a = calls[i].arguments;
+        const size_t piece = std::max<size_t>(8, (a.size() + 2) / 3);
+        for (size_t at = 0; at < a.size(); at += piece) {
+          send(server::ToolCallChunkJson(info, i, nullptr, std::string_view(a).substr(at, piece)));
+        }
+      }
+      have_calls = !calls.empty();
+    } else if (split) {
       server::ReasoningSplitter::Out o = splitter.Push(text);
       if (end) {
         server::ReasoningSplitter::Out rest = splitter.Flush();
@@ -367,7 +420,8 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   } else if (g->finish_reason() == "error") {
     send(server::ErrorJson(FromStatus(g->error())));
   } else {
-    send(server::ChunkJson(endpoint, info, "", false, g->finish_reason()));
+    send(server::ChunkJson(endpoint, info, "", false,
+                           server::ToolFinish(g->finish_reason(), have_calls)));
     if (r.include_usage) {
       info.cached_tokens = g->cached_tokens();
       info.completion_tokens = g->completion_tokens();
@@ -506,6 +560,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   if (s.context == 0) s.context = 2048;
   s.chat_renderer = ChatRenderer::ForTokenizer(*s.deps.tokenizer);
   s.reasoning_split = s.deps.tokenizer->chat_template().find("</think>") != std::string::npos;
+  s.tool_syntax = server::DetectToolSyntax(s.deps.tokenizer->chat_template());
   if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
     s.max_token_bytes = std::max<uint64_t>(
