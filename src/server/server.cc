@@ -263,8 +263,12 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   er.stop_tokens = stop_tokens;
   if (r.json_grammar) {
     std::call_once(trie_once, [this] { trie = constrain::VocabTrie::Build(*deps.tokenizer); });
+    // A forced tool call: at most one blank in a row (a call's JSON needs none).
+    constrain::MatchLimits limits = constrain::MatchLimits::Generation();
+    if (r.tools && r.tools->constrained) limits.max_ws_run = 1;
     er.constraint = std::make_shared<constrain::JsonConstraint>(r.json_grammar, trie,
-                                                                *deps.tokenizer, stop_tokens);
+                                                                *deps.tokenizer, stop_tokens,
+                                                                limits);
   }
   server::CompletionInfo info;
   info.id = NextId(endpoint);
@@ -382,8 +386,11 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
         send(server::ToolCallChunkJson(info, i, &calls[i], ""));
         const std::string& a = calls[i].arguments;
         const size_t piece = std::max<size_t>(8, (a.size() + 2) / 3);
-        for (size_t at = 0; at < a.size(); at += piece) {
-          send(server::ToolCallChunkJson(info, i, nullptr, std::string_view(a).substr(at, piece)));
+        for (size_t at = 0; at < a.size();) {
+          size_t end = std::min(a.size(), at + piece);
+          while (end < a.size() && (static_cast<unsigned char>(a[end]) & 0xC0) == 0x80) ++end;
+          send(server::ToolCallChunkJson(info, i, nullptr, std::string_view(a).substr(at, end - at)));
+          at = end;
         }
       }
       have_calls = !calls.empty();
