@@ -60,6 +60,16 @@ struct Server::Impl {
   void Log(const std::string& line) const {
     if (opt.log) opt.log(line);
   }
+  // The token mask of a request with a json_grammar (response_format, a forced tool call).
+  std::shared_ptr<LogitConstraint> MakeConstraint(const ApiRequest& r) {
+    std::call_once(trie_once, [this] { trie = constrain::VocabTrie::Build(*deps.tokenizer); });
+    // A forced tool call: at most one blank in a row (a call's JSON needs none).
+    constrain::MatchLimits limits = constrain::MatchLimits::Generation();
+    if (r.tools && r.tools->constrained) limits.max_ws_run = 1;
+    return std::make_shared<constrain::JsonConstraint>(r.json_grammar, trie, *deps.tokenizer,
+                                                       stop_tokens, limits);
+  }
+
   std::string NextId(Endpoint endpoint) {
     return (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(++ids);
   }
@@ -261,15 +271,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
     er.sampling.seed = seeder();
   }
   er.stop_tokens = stop_tokens;
-  if (r.json_grammar) {
-    std::call_once(trie_once, [this] { trie = constrain::VocabTrie::Build(*deps.tokenizer); });
-    // A forced tool call: at most one blank in a row (a call's JSON needs none).
-    constrain::MatchLimits limits = constrain::MatchLimits::Generation();
-    if (r.tools && r.tools->constrained) limits.max_ws_run = 1;
-    er.constraint = std::make_shared<constrain::JsonConstraint>(r.json_grammar, trie,
-                                                                *deps.tokenizer, stop_tokens,
-                                                                limits);
-  }
+  if (r.json_grammar) er.constraint = MakeConstraint(r);
   server::CompletionInfo info;
   info.id = NextId(endpoint);
   info.created = UnixNow();
@@ -615,6 +617,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return s.seeder();
   };
   s.messages.log = [&s](const std::string& line) { s.Log(line); };
+  s.messages.tool_syntax = s.tool_syntax;
+  s.messages.constraint = [&s](const ApiRequest& r) { return s.MakeConstraint(r); };
   if (s.opt.dashboard) {
     server::DashboardOptions dopt;
     dopt.model_id = s.opt.model_id;
