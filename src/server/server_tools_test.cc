@@ -304,3 +304,110 @@ TEST(ServerTools, BadToolFieldsAre400sAndLeakNothing) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+json AnthropicBody() {
+  return json{{"model", "claude-test"},
+              {"max_tokens", 240},
+              {"messages", json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}})},
+              {"tools", json::array({{{"name", "get_weather"}, {"description", "Weather"},
+                                      {"input_schema", kWeatherParams}},
+                                     {{"name", "noop"}, {"input_schema", kNoopParams}}})}};
+}
+
+httplib::Result PostMessages(const ToolServed& s, const json& body) {
+  httplib::Client c("127.0.0.1", s.server->port());
+  c.set_read_timeout(120);
+  return c.Post("/v1/messages", body.dump(), "application/json");
+}
+
+TEST(ServerToolsAnthropic, AnyAndNamedToolUse) {
+  const std::string tmpl = ReadTemplate("Qwen-Qwen2.5-7B-Instruct.jinja");
+  if (tmpl.empty()) GTEST_SKIP() << "no template corpus";
+  ToolServed s(tmpl);
+  for (int i = 0; i < 4; ++i) {
+    json body = AnthropicBody();
+    body["tool_choice"] = i % 2 ? json{{"type", "tool"}, {"name", "get_weather"}}
+                                : json{{"type", "any"}};
+    httplib::Result r = PostMessages(s, body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const json m = json::parse(r->body);
+    EXPECT_EQ(m["stop_reason"], "tool_use") << r->body;
+    const json& block = m["content"].back();
+    ASSERT_EQ(block["type"], "tool_use") << r->body;
+    EXPECT_EQ(block["id"].get<std::string>().rfind("toolu_", 0), 0u);
+    const std::string name = block["name"];
+    if (i % 2) {
+      EXPECT_EQ(name, "get_weather");
+    }
+    const json& schema = name == "noop" ? kNoopParams : kWeatherParams;
+    EXPECT_TRUE(constrain::testing::ValidateJson(schema, block["input"], schema)) << block;
+  }
+  // Streamed: a tool_use block started with its id and name, input_json_delta pieces that
+  // join to its input, then message_delta with stop_reason tool_use.
+  json body = AnthropicBody();
+  body["tool_choice"] = {{"type", "any"}};
+  body["stream"] = true;
+  httplib::Result r = PostMessages(s, body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  std::istringstream lines(r->body);
+  std::string line, partial, stop_reason, name;
+  size_t tool_index = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("data: ", 0) != 0) continue;
+    const json ev = json::parse(line.substr(6));
+    if (ev["type"] == "content_block_start" && ev["content_block"]["type"] == "tool_use") {
+      tool_index = ev["index"];
+      name = ev["content_block"]["name"];
+      EXPECT_EQ(ev["content_block"]["id"].get<std::string>().rfind("toolu_", 0), 0u);
+      EXPECT_EQ(ev["content_block"]["input"], json::object());
+    } else if (ev["type"] == "content_block_delta" && ev["delta"]["type"] == "input_json_delta") {
+      EXPECT_EQ(ev["index"], tool_index);
+      partial += ev["delta"]["partial_json"].get<std::string>();
+    } else if (ev["type"] == "message_delta") {
+      stop_reason = ev["delta"]["stop_reason"];
+    }
+  }
+  EXPECT_EQ(stop_reason, "tool_use");
+  ASSERT_FALSE(name.empty()) << r->body;
+  const json& schema = name == "noop" ? kNoopParams : kWeatherParams;
+  EXPECT_TRUE(constrain::testing::ValidateJson(schema, json::parse(partial), schema)) << partial;
+
+  // History: tool_use / tool_result blocks reach the template as tool calls and tool messages.
+  json hist = AnthropicBody();
+  hist["max_tokens"] = 1;
+  hist["messages"].push_back(
+      {{"role", "assistant"},
+       {"content", json::array({{{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"},
+                                 {"input", {{"city", "Oslo"}, {"days", 1}, {"unit", "c"}}}}})}});
+  hist["messages"].push_back(
+      {{"role", "user"},
+       {"content", json::array({{{"type", "tool_result"}, {"tool_use_id", "toolu_1"},
+                                 {"content", "sunny, 4 C"}}})}});
+  httplib::Client c("127.0.0.1", s.server->port());
+  httplib::Result counted = c.Post("/v1/messages/count_tokens", hist.dump(), "application/json");
+  ASSERT_TRUE(counted);
+  ASSERT_EQ(counted->status, 200) << counted->body;
+  json oai = Body();
+  oai["max_tokens"] = 1;
+  oai["messages"] = json::parse(R"([
+      {"role": "user", "content": "Weather in Oslo?"},
+      {"role": "assistant", "content": "", "tool_calls": [{"id": "toolu_1", "type": "function",
+       "function": {"name": "get_weather", "arguments": "{\"city\":\"Oslo\",\"days\":1,\"unit\":\"c\"}"}}]},
+      {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny, 4 C"}])");
+  oai["tools"][1]["function"].erase("description");
+  oai["tools"][0]["function"]["description"] = "Weather";
+  httplib::Result o = s.Post(oai);
+  ASSERT_TRUE(o);
+  ASSERT_EQ(o->status, 200) << o->body;
+  EXPECT_EQ(json::parse(counted->body)["input_tokens"],
+            json::parse(o->body)["usage"]["prompt_tokens"]);
+  EXPECT_EQ(s.pool->TotalRefs(), 0u);
+}
+
+}  // namespace
+}  // namespace kvtier
