@@ -567,9 +567,15 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   const ModelConfig& c = s.deps.model->config();
   s.context = s.opt.max_context > 0 ? s.opt.max_context : c.n_ctx_train;
   if (s.context == 0) s.context = 2048;
-  s.chat_renderer = ChatRenderer::ForTokenizer(*s.deps.tokenizer);
-  s.reasoning_split = s.deps.tokenizer->chat_template().find("</think>") != std::string::npos;
-  s.tool_syntax = server::DetectToolSyntax(s.deps.tokenizer->chat_template());
+  const Tokenizer& tok = *s.deps.tokenizer;
+  const std::string& tmpl = s.opt.chat_template.empty() ? tok.chat_template() : s.opt.chat_template;
+  s.chat_renderer = s.opt.chat_template.empty()
+                        ? ChatRenderer::ForTokenizer(tok)
+                        : ChatRenderer::FromSource(
+                              tmpl, tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "",
+                              tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "");
+  s.reasoning_split = tmpl.find("</think>") != std::string::npos;
+  s.tool_syntax = server::DetectToolSyntax(tmpl);
   if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
     s.max_token_bytes = std::max<uint64_t>(
