@@ -31,7 +31,10 @@ trap cleanup EXIT
   --max-model-len 8192 --chat-template-file "$tmpl" > "$dir/kvtier.json"
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+# The bundled model was trained at 2048 tokens; llama-server caps a slot there unless the
+# GGUF's context_length is overridden (kvtier: --max-model-len 8192 above).
 "$llama" -m "$model" -t 2 -c 8192 -np 1 --jinja --chat-template-file "$tmpl" \
+  --override-kv llama.context_length=int:8192 \
   --host 127.0.0.1 --port "$port" > "$dir/llama.log" 2>&1 &
 pid=$!
 for _ in $(seq 600); do
