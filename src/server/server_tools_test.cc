@@ -154,6 +154,32 @@ TEST(ServerTools, RequiredAndNamedAlwaysParse) {
   EXPECT_EQ(s.pool->TotalRefs(), 0u);
 }
 
+// The other JSON syntaxes: Llama 3.1 (a bare {"name", "parameters"} object, no wrapper) and
+// Mistral Nemo ([TOOL_CALLS] and an array of calls) under the same forced decoding.
+TEST(ServerTools, RequiredParsesWithLlama3AndMistralTemplates) {
+  for (const char* name : {"meta-llama-Llama-3.1-8B-Instruct.jinja",
+                           "mistralai-Mistral-Nemo-Instruct-2407.jinja"}) {
+    const std::string tmpl = ReadTemplate(name);
+    if (tmpl.empty()) GTEST_SKIP() << "no template corpus";
+    ToolServed s(tmpl);
+    for (int seed = 0; seed < 3; ++seed) {
+      json body = Body();
+      body["seed"] = seed;
+      body["tool_choice"] = "required";
+      body["parallel_tool_calls"] = false;
+      httplib::Result r = s.Post(body);
+      ASSERT_TRUE(r);
+      ASSERT_EQ(r->status, 200) << name << ": " << r->body;
+      const json out = json::parse(r->body);
+      const json& choice = out["choices"][0];
+      EXPECT_EQ(choice["finish_reason"], "tool_calls") << name << ": " << r->body;
+      ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << name << ": " << r->body;
+      ExpectValidCall(choice["message"]["tool_calls"][0]);
+    }
+    EXPECT_EQ(s.pool->TotalRefs(), 0u);
+  }
+}
+
 // The SSE stream's chunks, reassembled as the openai client does.
 struct Reassembled {
   std::string content;

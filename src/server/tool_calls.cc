@@ -386,6 +386,7 @@ ToolParse ToolCallStream::Flush() {
   ToolParse p = tools_ != nullptr && tools_->constrained ? ParseConstrained(syntax_, held)
                                                          : ParseToolCalls(syntax_, held, tools_);
   if (p.calls.empty()) return {std::move(held), {}};
+  if (tools_ != nullptr && !tools_->parallel && p.calls.size() > 1) p.calls.resize(1);
   return p;
 }
 

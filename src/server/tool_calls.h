@@ -87,6 +87,7 @@ class ToolCallStream {
   // Returns the content that can be sent now.
   std::string Push(std::string_view text);
   // The end: the calls, and any content still held (all of it when the calls are malformed).
+  // Without parallel_tool_calls only the first call is kept.
   ToolParse Flush();
 
  private:

@@ -249,6 +249,18 @@ TEST(ToolCallStreamTest, EverySplitMatchesTheWholeParse) {
   }
 }
 
+TEST(ToolCallStreamTest, WithoutParallelCallsOnlyTheFirstIsKept) {
+  ToolRequest tools;
+  tools.parallel = false;
+  ToolCallStream s(Syntax(ToolFormat::kHermes), &tools);
+  EXPECT_EQ(s.Push("<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}"
+                   "</tool_call>"),
+            "");
+  ToolParse p = s.Flush();
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].name, "a");
+}
+
 TEST(ToolCallStreamTest, ContentBeforeAMarkerIsNotHeldLonger) {
   ToolCallStream s(Syntax(ToolFormat::kHermes), nullptr);
   EXPECT_EQ(s.Push("Hello wor"), "Hello wor");
