@@ -452,6 +452,7 @@ TEST(AnthropicServer, ErrorsAreAnthropicErrorObjectsAndNothingLeaks) {
   // Tools are served now (anthropic_tools.h); an input_schema the grammar cannot take is not.
   tools["tools"] = json::array(
       {{{"name", "f"}, {"input_schema", {{"type", "object"}, {"patternProperties", json::object()}}}}});
+  tools["tool_choice"] = {{"type", "any"}};  // a forced call needs the schema compiled
   const std::vector<std::tuple<std::string, std::string, int, std::string>> cases = {
       {"/v1/messages", "{\"model\":", 400, "malformed JSON"},
       {"/v1/messages", R"({"model":"m","messages":[{"role":"user","content":"x"}]})", 400,

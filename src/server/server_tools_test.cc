@@ -304,6 +304,7 @@ TEST(ServerTools, BadToolFieldsAre400sAndLeakNothing) {
   cases.push_back({b, "tools[1].function.parameters"});
   b = Body();
   b["tools"][0]["function"]["parameters"]["properties"]["city"]["type"] = "text";
+  b["tool_choice"] = "required";  // auto only renders the schema
   cases.push_back({b, "tools[0].function.parameters"});
   b = Body();
   b["tool_choice"] = "sometimes";

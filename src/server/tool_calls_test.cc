@@ -329,7 +329,7 @@ TEST(ToolRequestParse, BadFieldsAreNamed) {
        "tools[0].function.parameters"},
       {R"({"tools": [{"type": "function", "function": {"name": "a"}},
                      {"type": "function", "function": {"name": "b", "parameters":
-                      {"type": "object", "patternProperties": {}}}}]})",
+                      {"type": "object", "patternProperties": {}}}}], "tool_choice": "required"})",
        "tools[1].function.parameters"},
       {R"({"tools": [{"type": "function", "function": {"name": "a"}},
                      {"type": "function", "function": {"name": "a"}}]})",
@@ -352,6 +352,18 @@ TEST(ToolRequestParse, BadFieldsAreNamed) {
     EXPECT_EQ(e.param, param) << body << " -> " << e.message;
     EXPECT_NE(e.message.find(param), std::string::npos) << e.message;
   }
+}
+
+TEST(ToolRequestParse, AutoAcceptsSchemasTheGrammarCannotForce) {
+  const std::string tools = R"({"tools": [{"type": "function", "function": {"name": "a",
+      "parameters": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}}}}])";
+  ApiRequest r;
+  ApiError e;
+  EXPECT_TRUE(ParseTools(tools + "}", &r, &e)) << e.message;
+  r = {};
+  EXPECT_FALSE(ParseTools(tools + R"(, "tool_choice": "required"})", &r, &e));
+  EXPECT_EQ(e.param, "tools[0].function.parameters");
+  EXPECT_NE(e.message.find("minimum"), std::string::npos) << e.message;
 }
 
 TEST(ToolRequestParse, ChoicesAndHistory) {

@@ -74,11 +74,6 @@ bool ParseOpenAiTools(const json& body, ApiRequest* r, ApiError* e) {
         if (!params->is_object()) {
           return WrongType(e, p + ".function.parameters", "an object (a JSON Schema)", *params);
         }
-        if (!params->empty()) {
-          Result<std::shared_ptr<const constrain::JsonGrammar>> g =
-              constrain::CompileJsonSchema(*params);
-          if (!g.ok()) return Bad(e, p + ".function.parameters", g.status().message());
-        }
         def.parameters = *params;
       }
       req->tools.push_back(std::move(def));
@@ -126,6 +121,24 @@ bool ParseOpenAiTools(const json& body, ApiRequest* r, ApiError* e) {
     }
   }
   if (!have_tools || req->tools.empty() || none) return true;
+  // A forced call is decoded under the tools' schemas: each must compile (with auto they are
+  // only shown to the model, so keywords the compiler lacks, e.g. minimum or pattern, pass).
+  if (req->choice != ToolChoice::kAuto) {
+    for (size_t i = 0; i < req->tools.size(); ++i) {
+      const ToolDef& d = req->tools[i];
+      if (d.parameters.empty() || (req->choice == ToolChoice::kNamed && d.name != req->named)) {
+        continue;
+      }
+      Result<std::shared_ptr<const constrain::JsonGrammar>> g =
+          constrain::CompileJsonSchema(d.parameters);
+      if (!g.ok()) {
+        return Bad(e, "tools[" + std::to_string(i) + "].function.parameters",
+                   g.status().message() + " (needed to force the call: tool_choice is " +
+                       (req->choice == ToolChoice::kNamed ? "a named function" : "required") +
+                       ")");
+      }
+    }
+  }
   r->tools = std::move(req);
   return true;
 }

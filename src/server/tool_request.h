@@ -1,8 +1,9 @@
 // The tool fields of an OpenAI /v1/chat/completions body (issue 31): `tools`, `tool_choice`,
 // `parallel_tool_calls`, and the history's assistant `tool_calls` / `role: tool` messages.
-// Every bad field is a 400 naming it (tools[1].function.name, messages[3].tool_call_id, ...);
-// each tool's `parameters` schema is compiled (constrain/json_schema.h) so that an invalid one
-// is refused up front. Pure functions, thread-safe.
+// Every bad field is a 400 naming it (tools[1].function.name, messages[3].tool_call_id, ...).
+// With a forced call (tool_choice required / named) each forced tool's `parameters` schema is
+// compiled (constrain/json_schema.h), and one the compiler refuses is a 400 naming it; with
+// auto the schemas are only rendered for the model. Pure functions, thread-safe.
 #pragma once
 
 #include <nlohmann/json.hpp>
