@@ -267,13 +267,8 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
       // Each call its own block after the text: start (input {}), the input's JSON in
       // pieces (split on UTF-8 boundaries), stop.
       send(ToolUseBlockStartEvent(i + 1, calls[i]));
-      const std::string& a = calls[i].arguments;
-      const size_t piece = std::max<size_t>(8, (a.size() + 2) / 3);
-      for (size_t at = 0; at < a.size();) {
-        size_t end = std::min(a.size(), at + piece);
-        while (end < a.size() && (static_cast<unsigned char>(a[end]) & 0xC0) == 0x80) ++end;
-        send(InputJsonDeltaEvent(i + 1, std::string_view(a).substr(at, end - at)));
-        at = end;
+      for (std::string_view piece : ArgumentPieces(calls[i].arguments)) {
+        send(InputJsonDeltaEvent(i + 1, piece));
       }
       send(BlockStopEvent(i + 1));
     }

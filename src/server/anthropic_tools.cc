@@ -33,7 +33,8 @@ bool AnthropicToolChat(const json& body, MessagesRequest* r, ApiError* e) {
     if (sys->is_string()) {
       text = sys->get<std::string>();
     } else {
-      for (size_t i = 0; i < sys->size(); ++i) text += (i ? "\n" : "") + BlockText(json::array({(*sys)[i]}));
+      for (size_t i = 0; i < sys->size(); ++i)
+        text += (i ? "\n" : "") + BlockText(json::array({(*sys)[i]}));
     }
     msgs.push_back({{"role", "system"}, {"content", text}});
   }
@@ -84,8 +85,10 @@ bool AnthropicToolChat(const json& body, MessagesRequest* r, ApiError* e) {
     oai["tools"] = list;
     if (auto choice = body.find("tool_choice"); choice != body.end() && choice->is_object()) {
       const std::string type = (*choice)["type"];
-      if (type == "none") oai["tool_choice"] = "none";
-      else if (type == "any") oai["tool_choice"] = "required";
+      if (type == "none")
+        oai["tool_choice"] = "none";
+      else if (type == "any")
+        oai["tool_choice"] = "required";
       else if (type == "tool") {
         oai["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
       }
@@ -126,7 +129,8 @@ std::string ToolUseMessageJson(const CompletionInfo& info, std::string_view text
                                std::string_view stop_reason, std::string_view stop_sequence,
                                const std::vector<ToolCallOut>& calls) {
   json content = json::array();
-  if (!text.empty() || calls.empty()) content.push_back({{"type", "text"}, {"text", std::string(text)}});
+  if (!text.empty() || calls.empty())
+    content.push_back({{"type", "text"}, {"text", std::string(text)}});
   for (const ToolCallOut& c : calls) {
     json input = json::parse(c.arguments, nullptr, false);
     if (input.is_discarded()) input = json::object();
@@ -138,35 +142,40 @@ std::string ToolUseMessageJson(const CompletionInfo& info, std::string_view text
              {"cache_read_input_tokens", cached},
              {"output_tokens", info.completion_tokens}};
   const std::string reason = calls.empty() ? std::string(stop_reason) : "tool_use";
-  return Dump(json{{"id", info.id},
-                   {"type", "message"},
-                   {"role", "assistant"},
-                   {"model", info.model},
-                   {"content", content},
-                   {"stop_reason", reason.empty() ? json(nullptr) : json(reason)},
-                   {"stop_sequence", stop_sequence.empty() || !calls.empty()
-                                         ? json(nullptr) : json(std::string(stop_sequence))},
-                   {"usage", usage}});
+  return Dump(json{
+      {"id", info.id},
+      {"type", "message"},
+      {"role", "assistant"},
+      {"model", info.model},
+      {"content", content},
+      {"stop_reason", reason.empty() ? json(nullptr) : json(reason)},
+      {"stop_sequence",
+       stop_sequence.empty() || !calls.empty() ? json(nullptr) : json(std::string(stop_sequence))},
+      {"usage", usage}});
 }
 
 std::string ToolUseBlockStartEvent(size_t index, const ToolCallOut& call) {
-  return SseEvent("content_block_start",
-                  Dump(json{{"type", "content_block_start"},
-                            {"index", index},
-                            {"content_block", {{"type", "tool_use"}, {"id", call.id},
-                                               {"name", call.name}, {"input", json::object()}}}}));
+  return SseEvent("content_block_start", Dump(json{{"type", "content_block_start"},
+                                                   {"index", index},
+                                                   {"content_block",
+                                                    {{"type", "tool_use"},
+                                                     {"id", call.id},
+                                                     {"name", call.name},
+                                                     {"input", json::object()}}}}));
 }
 
 std::string InputJsonDeltaEvent(size_t index, std::string_view partial_json) {
-  return SseEvent("content_block_delta",
-                  Dump(json{{"type", "content_block_delta"},
-                            {"index", index},
-                            {"delta", {{"type", "input_json_delta"},
-                                       {"partial_json", std::string(partial_json)}}}}));
+  return SseEvent(
+      "content_block_delta",
+      Dump(json{
+          {"type", "content_block_delta"},
+          {"index", index},
+          {"delta", {{"type", "input_json_delta"}, {"partial_json", std::string(partial_json)}}}}));
 }
 
 std::string BlockStopEvent(size_t index) {
-  return SseEvent("content_block_stop", Dump(json{{"type", "content_block_stop"}, {"index", index}}));
+  return SseEvent("content_block_stop",
+                  Dump(json{{"type", "content_block_stop"}, {"index", index}}));
 }
 
 }  // namespace kvtier::server

@@ -7,11 +7,10 @@
 // Pure functions, thread-safe.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/anthropic.h"
 #include "server/tool_calls.h"

@@ -328,9 +328,10 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
       text = calls.Push(text);
       server::ToolParse p = calls.Flush();
       text += p.content;
+      const std::string_view finish = server::ToolFinish(g->finish_reason(), !p.calls.empty());
       x.Reply(200, "application/json",
-              server::ResponseJson(info, text, server::ToolFinish(g->finish_reason(), !p.calls.empty()),
-                                   reasoning, server::WithIds(p.calls, "call_")));
+              server::ResponseJson(info, text, finish, reasoning,
+                                   server::WithIds(p.calls, "call_")));
       metrics.Request(ep, gone ? 499 : 200);
       return;
     }
@@ -386,13 +387,8 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
       for (size_t i = 0; i < calls.size(); ++i) {
         // The name first, then the arguments in pieces, as OpenAI streams them.
         send(server::ToolCallChunkJson(info, i, &calls[i], ""));
-        const std::string& a = calls[i].arguments;
-        const size_t piece = std::max<size_t>(8, (a.size() + 2) / 3);
-        for (size_t at = 0; at < a.size();) {
-          size_t end = std::min(a.size(), at + piece);
-          while (end < a.size() && (static_cast<unsigned char>(a[end]) & 0xC0) == 0x80) ++end;
-          send(server::ToolCallChunkJson(info, i, nullptr, std::string_view(a).substr(at, end - at)));
-          at = end;
+        for (std::string_view piece : server::ArgumentPieces(calls[i].arguments)) {
+          send(server::ToolCallChunkJson(info, i, nullptr, piece));
         }
       }
       have_calls = !calls.empty();

@@ -101,10 +101,13 @@ const json kNoopParams =
 json Tools() {
   return json::array(
       {{{"type", "function"},
-        {"function", {{"name", "get_weather"}, {"description", "Weather by city"},
-                      {"parameters", kWeatherParams}}}},
+        {"function",
+         {{"name", "get_weather"},
+          {"description", "Weather by city"},
+          {"parameters", kWeatherParams}}}},
        {{"type", "function"},
-        {"function", {{"name", "noop"}, {"description", "Nothing"}, {"parameters", kNoopParams}}}}});
+        {"function",
+         {{"name", "noop"}, {"description", "Nothing"}, {"parameters", kNoopParams}}}}});
 }
 
 json Body() {
@@ -157,8 +160,8 @@ TEST(ServerTools, RequiredAndNamedAlwaysParse) {
 // The other JSON syntaxes: Llama 3.1 (a bare {"name", "parameters"} object, no wrapper) and
 // Mistral Nemo ([TOOL_CALLS] and an array of calls) under the same forced decoding.
 TEST(ServerTools, RequiredParsesWithLlama3AndMistralTemplates) {
-  for (const char* name : {"meta-llama-Llama-3.1-8B-Instruct.jinja",
-                           "mistralai-Mistral-Nemo-Instruct-2407.jinja"}) {
+  for (const char* name :
+       {"meta-llama-Llama-3.1-8B-Instruct.jinja", "mistralai-Mistral-Nemo-Instruct-2407.jinja"}) {
     const std::string tmpl = ReadTemplate(name);
     if (tmpl.empty()) GTEST_SKIP() << "no template corpus";
     ToolServed s(tmpl);
@@ -203,16 +206,17 @@ Reassembled Stream(const ToolServed& s, const json& body) {
     const json& c = chunk["choices"][0];
     if (c["finish_reason"].is_string()) out.finish = c["finish_reason"];
     const json& d = c["delta"];
-    if (d.contains("content") && d["content"].is_string()) out.content += d["content"].get<std::string>();
+    if (d.contains("content") && d["content"].is_string())
+      out.content += d["content"].get<std::string>();
     if (!d.contains("tool_calls")) continue;
     for (const json& tc : d["tool_calls"]) {
       const size_t i = tc["index"];
       if (i >= out.calls.size()) {
         if (!tc.contains("id") || !tc["function"].contains("name")) out.id_and_name_first = false;
-        out.calls.push_back({{"id", tc.value("id", "")},
-                             {"type", tc.value("type", "")},
-                             {"function", {{"name", tc["function"].value("name", "")},
-                                           {"arguments", ""}}}});
+        out.calls.push_back(
+            {{"id", tc.value("id", "")},
+             {"type", tc.value("type", "")},
+             {"function", {{"name", tc["function"].value("name", "")}, {"arguments", ""}}}});
       }
       out.calls[i]["function"]["arguments"] =
           out.calls[i]["function"]["arguments"].get<std::string>() +
@@ -277,11 +281,12 @@ TEST(ServerTools, ToolsAndHistoryReachTheTemplate) {
   in.tools = jinja::ParseJson(Tools().dump()).value();
   const std::string text = renderer.Render(in).value();
   EXPECT_NE(text.find("{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\""),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("<tool_response>\nsunny, 4 C\n</tool_response>"), std::string::npos);
   EXPECT_NE(text.find("\"name\": \"noop\""), std::string::npos);  // the tool list
-  const size_t want = s.tokenizer->Encode(text, renderer.AddBos(s.tokenizer->add_bos_default(), text),
-                                          true).size();
+  const size_t want =
+      s.tokenizer->Encode(text, renderer.AddBos(s.tokenizer->add_bos_default(), text), true).size();
   EXPECT_EQ(json::parse(r->body)["usage"]["prompt_tokens"].get<size_t>(), want);
   // tool_choice none: the tools are not rendered.
   body["tool_choice"] = "none";
@@ -336,12 +341,14 @@ namespace kvtier {
 namespace {
 
 json AnthropicBody() {
-  return json{{"model", "claude-test"},
-              {"max_tokens", 240},
-              {"messages", json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}})},
-              {"tools", json::array({{{"name", "get_weather"}, {"description", "Weather"},
-                                      {"input_schema", kWeatherParams}},
-                                     {{"name", "noop"}, {"input_schema", kNoopParams}}})}};
+  return json{
+      {"model", "claude-test"},
+      {"max_tokens", 240},
+      {"messages", json::array({{{"role", "user"}, {"content", "Weather in Oslo?"}}})},
+      {"tools",
+       json::array(
+           {{{"name", "get_weather"}, {"description", "Weather"}, {"input_schema", kWeatherParams}},
+            {{"name", "noop"}, {"input_schema", kNoopParams}}})}};
 }
 
 httplib::Result PostMessages(const ToolServed& s, const json& body) {
@@ -356,8 +363,8 @@ TEST(ServerToolsAnthropic, AnyAndNamedToolUse) {
   ToolServed s(tmpl);
   for (int i = 0; i < 4; ++i) {
     json body = AnthropicBody();
-    body["tool_choice"] = i % 2 ? json{{"type", "tool"}, {"name", "get_weather"}}
-                                : json{{"type", "any"}};
+    body["tool_choice"] =
+        i % 2 ? json{{"type", "tool"}, {"name", "get_weather"}} : json{{"type", "any"}};
     httplib::Result r = PostMessages(s, body);
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
@@ -409,12 +416,14 @@ TEST(ServerToolsAnthropic, AnyAndNamedToolUse) {
   hist["max_tokens"] = 1;
   hist["messages"].push_back(
       {{"role", "assistant"},
-       {"content", json::array({{{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"},
+       {"content", json::array({{{"type", "tool_use"},
+                                 {"id", "toolu_1"},
+                                 {"name", "get_weather"},
                                  {"input", {{"city", "Oslo"}, {"days", 1}, {"unit", "c"}}}}})}});
-  hist["messages"].push_back(
-      {{"role", "user"},
-       {"content", json::array({{{"type", "tool_result"}, {"tool_use_id", "toolu_1"},
-                                 {"content", "sunny, 4 C"}}})}});
+  hist["messages"].push_back({{"role", "user"},
+                              {"content", json::array({{{"type", "tool_result"},
+                                                        {"tool_use_id", "toolu_1"},
+                                                        {"content", "sunny, 4 C"}}})}});
   httplib::Client c("127.0.0.1", s.server->port());
   httplib::Result counted = c.Post("/v1/messages/count_tokens", hist.dump(), "application/json");
   ASSERT_TRUE(counted);

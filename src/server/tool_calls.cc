@@ -29,13 +29,18 @@ size_t JsonValueEnd(std::string_view s, size_t from) {
   for (size_t i = from; i < s.size(); ++i) {
     const char c = s[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
-    if (c == '"') in_string = true;
-    else if (c == '{' || c == '[') ++depth;
+    if (c == '"')
+      in_string = true;
+    else if (c == '{' || c == '[')
+      ++depth;
     else if (c == '}' || c == ']') {
       if (--depth == 0) return i + 1;
     }
@@ -131,8 +136,10 @@ bool ParseXmlFunction(std::string_view body, const ToolRequest* tools, ToolCall*
                            schema->value("type", json()).is_string() &&
                            (*schema)["type"].get<std::string>() == "string";
     json parsed;
-    if (!is_string && ParseJson(v, &parsed)) args[pname] = parsed;
-    else args[pname] = std::string(v);
+    if (!is_string && ParseJson(v, &parsed))
+      args[pname] = parsed;
+    else
+      args[pname] = std::string(v);
     rest = next >= rest.size() ? std::string_view() : rest.substr(next);
   }
   out->arguments = args.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -160,8 +167,8 @@ ToolParse ParseBlocks(const ToolSyntax& syntax, std::string_view text, const Too
     if (end == std::string_view::npos) break;
     const size_t after = end + syntax.close.size();
     pos = text.find(syntax.open, after);
-    content += text.substr(after, pos == std::string_view::npos ? std::string_view::npos
-                                                                 : pos - after);
+    content +=
+        text.substr(after, pos == std::string_view::npos ? std::string_view::npos : pos - after);
   }
   out.content = std::string(Trim(content));
   return out;
@@ -228,8 +235,7 @@ ToolParse ParseMistral(std::string_view text) {
     if (rest.empty()) break;
     if (rest.front() == '[' || rest.front() == '{') {
       const size_t end = JsonValueEnd(rest, 0);
-      if (end == std::string_view::npos ||
-          !ParseJsonCalls(rest.substr(0, end), &out.calls)) {
+      if (end == std::string_view::npos || !ParseJsonCalls(rest.substr(0, end), &out.calls)) {
         return {std::string(text), {}};
       }
       rest = rest.substr(end);
@@ -259,10 +265,14 @@ const char* ArgsKey(ToolFormat f) { return f == ToolFormat::kLlama3 ? "parameter
 
 std::string_view ToolFormatName(ToolFormat f) {
   switch (f) {
-    case ToolFormat::kHermes: return "hermes";
-    case ToolFormat::kQwen3Coder: return "qwen3-coder";
-    case ToolFormat::kLlama3: return "llama3";
-    case ToolFormat::kMistral: return "mistral";
+    case ToolFormat::kHermes:
+      return "hermes";
+    case ToolFormat::kQwen3Coder:
+      return "qwen3-coder";
+    case ToolFormat::kLlama3:
+      return "llama3";
+    case ToolFormat::kMistral:
+      return "mistral";
   }
   return "hermes";
 }
@@ -292,9 +302,12 @@ ToolParse ParseToolCalls(const ToolSyntax& syntax, std::string_view text,
                          const ToolRequest* tools) {
   switch (syntax.format) {
     case ToolFormat::kHermes:
-    case ToolFormat::kQwen3Coder: return ParseBlocks(syntax, text, tools);
-    case ToolFormat::kLlama3: return ParseLlama3(text);
-    case ToolFormat::kMistral: return ParseMistral(text);
+    case ToolFormat::kQwen3Coder:
+      return ParseBlocks(syntax, text, tools);
+    case ToolFormat::kLlama3:
+      return ParseLlama3(text);
+    case ToolFormat::kMistral:
+      return ParseMistral(text);
   }
   return {std::string(text), {}};
 }
@@ -302,9 +315,12 @@ ToolParse ParseToolCalls(const ToolSyntax& syntax, std::string_view text,
 std::string ConstrainedPrefix(const ToolSyntax& syntax) {
   switch (syntax.format) {
     case ToolFormat::kHermes:
-    case ToolFormat::kQwen3Coder: return syntax.open + "\n";
-    case ToolFormat::kLlama3: return "";
-    case ToolFormat::kMistral: return std::string(kMistralCalls);
+    case ToolFormat::kQwen3Coder:
+      return syntax.open + "\n";
+    case ToolFormat::kLlama3:
+      return "";
+    case ToolFormat::kMistral:
+      return std::string(kMistralCalls);
   }
   return "";
 }
@@ -314,8 +330,8 @@ json ConstrainedSchema(const ToolSyntax& syntax, const ToolRequest& tools) {
   json alts = json::array();
   for (const ToolDef& t : tools.tools) {
     if (tools.choice == ToolChoice::kNamed && t.name != tools.named) continue;
-    json params = t.parameters.is_object() && !t.parameters.empty() ? t.parameters
-                                                                    : json{{"type", "object"}};
+    json params =
+        t.parameters.is_object() && !t.parameters.empty() ? t.parameters : json{{"type", "object"}};
     alts.push_back(json{{"type", "object"},
                         {"properties", {{"name", {{"const", t.name}}}, {key, params}}},
                         {"required", {"name", key}},
@@ -355,9 +371,15 @@ std::string ToolCallStream::Push(std::string_view text) {
   std::string_view marker;
   switch (syntax_.format) {
     case ToolFormat::kHermes:
-    case ToolFormat::kQwen3Coder: marker = syntax_.open; break;
-    case ToolFormat::kLlama3: marker = kPythonTag; break;
-    case ToolFormat::kMistral: marker = kMistralCalls; break;
+    case ToolFormat::kQwen3Coder:
+      marker = syntax_.open;
+      break;
+    case ToolFormat::kLlama3:
+      marker = kPythonTag;
+      break;
+    case ToolFormat::kMistral:
+      marker = kMistralCalls;
+      break;
   }
   std::string out;
   if (const size_t p = held_.find(marker); p != std::string::npos) {
@@ -391,8 +413,7 @@ ToolParse ToolCallStream::Flush() {
 }
 
 std::string NewToolCallId(std::string_view prefix) {
-  static constexpr char kAlnum[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   thread_local std::mt19937_64 rng{std::random_device{}()};
   std::string id(prefix);
   for (int i = 0; i < 24; ++i) id += kAlnum[rng() % (sizeof(kAlnum) - 1)];

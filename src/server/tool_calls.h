@@ -18,11 +18,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace kvtier::server {
 
@@ -31,9 +30,9 @@ std::string_view ToolFormatName(ToolFormat f);  // "hermes", "qwen3-coder", "lla
 
 struct ToolSyntax {
   ToolFormat format = ToolFormat::kHermes;
-  std::string open = "<tool_call>";    // kHermes / kQwen3Coder block markers
+  std::string open = "<tool_call>";  // kHermes / kQwen3Coder block markers
   std::string close = "</tool_call>";
-  bool recognised = false;             // the template showed this syntax
+  bool recognised = false;  // the template showed this syntax
 };
 ToolSyntax DetectToolSyntax(std::string_view template_source);
 
@@ -48,9 +47,9 @@ enum class ToolChoice : uint8_t { kAuto = 0, kRequired = 1, kNamed = 2 };
 struct ToolRequest {
   std::vector<ToolDef> tools;
   ToolChoice choice = ToolChoice::kAuto;
-  std::string named;          // kNamed: the function
-  bool parallel = true;       // parallel_tool_calls
-  bool constrained = false;   // the server forced the call's wrapper and grammar (kRequired/kNamed)
+  std::string named;         // kNamed: the function
+  bool parallel = true;      // parallel_tool_calls
+  bool constrained = false;  // the server forced the call's wrapper and grammar (kRequired/kNamed)
 };
 
 struct ToolCall {

@@ -91,10 +91,10 @@ TEST(ToolSyntaxDetect, EmptyTemplateFallsBack) {
 }
 
 TEST(ToolCallParse, HermesOneCallWithTextBefore) {
-  ToolParse p = ParseToolCalls(
-      Syntax(ToolFormat::kHermes),
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-      "{\"city\": \"Paris\", \"days\": 3}}\n</tool_call>");
+  ToolParse p =
+      ParseToolCalls(Syntax(ToolFormat::kHermes),
+                     "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                     "{\"city\": \"Paris\", \"days\": 3}}\n</tool_call>");
   EXPECT_EQ(p.content, "Let me check.");
   ASSERT_EQ(p.calls.size(), 1u);
   ExpectCall(p.calls[0], "get_weather", {{"city", "Paris"}, {"days", 3}});
@@ -116,8 +116,8 @@ TEST(ToolCallParse, HermesSeveralCallsAndStringArguments) {
 TEST(ToolCallParse, HermesMalformedStaysText) {
   for (const char* text : {
            "<tool_call>{\"name\": \"a\", \"arguments\": {\"x\": </tool_call>",  // bad JSON
-           "<tool_call>{\"arguments\": {}}</tool_call>",                         // no name
-           "<tool_call>{\"name\": \"a\", \"arguments\": 5}</tool_call>",           // not an object
+           "<tool_call>{\"arguments\": {}}</tool_call>",                        // no name
+           "<tool_call>{\"name\": \"a\", \"arguments\": 5}</tool_call>",        // not an object
            "<tool_call>[1, 2]</tool_call>",
            "ok <tool_call>{\"name\": \"a\"}</tool_call><tool_call>nope</tool_call>",
        }) {
@@ -149,8 +149,9 @@ TEST(ToolCallParse, Qwen3CoderXmlTypedByTheSchema) {
   ToolSyntax seed = Syntax(ToolFormat::kQwen3Coder);
   seed.open = "<seed:tool_call>";
   seed.close = "</seed:tool_call>";
-  ToolParse s = ParseToolCalls(seed, "<seed:tool_call>\n<function=f>\n<parameter=a>x</parameter>\n"
-                                     "</function>\n</seed:tool_call>");
+  ToolParse s = ParseToolCalls(seed,
+                               "<seed:tool_call>\n<function=f>\n<parameter=a>x</parameter>\n"
+                               "</function>\n</seed:tool_call>");
   ASSERT_EQ(s.calls.size(), 1u);
   ExpectCall(s.calls[0], "f", {{"a", "x"}});
   // Malformed: no function, text after </function>, an empty name.
@@ -168,10 +169,10 @@ TEST(ToolCallParse, Llama3JsonAndPythonTag) {
                                " {\"name\": \"get_time\", \"parameters\": {\"tz\": \"UTC\"}}");
   ASSERT_EQ(p.calls.size(), 1u);
   ExpectCall(p.calls[0], "get_time", {{"tz", "UTC"}});
-  ToolParse t = ParseToolCalls(
-      Syntax(ToolFormat::kLlama3),
-      "Sure<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", "
-      "\"parameters\": {\"k\": 1}}");
+  ToolParse t =
+      ParseToolCalls(Syntax(ToolFormat::kLlama3),
+                     "Sure<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", "
+                     "\"parameters\": {\"k\": 1}}");
   EXPECT_EQ(t.content, "Sure");
   ASSERT_EQ(t.calls.size(), 2u);
   ExpectCall(t.calls[1], "b", {{"k", 1}});
@@ -184,10 +185,10 @@ TEST(ToolCallParse, Llama3JsonAndPythonTag) {
 }
 
 TEST(ToolCallParse, MistralBothShapes) {
-  ToolParse p = ParseToolCalls(
-      Syntax(ToolFormat::kMistral),
-      "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", "
-      "\"arguments\": {}}]");
+  ToolParse p =
+      ParseToolCalls(Syntax(ToolFormat::kMistral),
+                     "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", "
+                     "\"arguments\": {}}]");
   ASSERT_EQ(p.calls.size(), 2u);
   ExpectCall(p.calls[0], "a", {{"x", 1}});
   ExpectCall(p.calls[1], "b", json::object());

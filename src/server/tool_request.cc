@@ -66,8 +66,7 @@ bool ParseOpenAiTools(const json& body, ApiRequest* r, ApiError* e) {
       if (!names.insert(def.name).second) {
         return Bad(e, p + ".function.name", "a second tool named \"" + def.name + "\"");
       }
-      if (auto d = fn->find("description");
-          d != fn->end() && !d->is_null() && !d->is_string()) {
+      if (auto d = fn->find("description"); d != fn->end() && !d->is_null() && !d->is_string()) {
         return WrongType(e, p + ".function.description", "a string", *d);
       }
       if (auto params = fn->find("parameters"); params != fn->end() && !params->is_null()) {
@@ -87,13 +86,17 @@ bool ParseOpenAiTools(const json& body, ApiRequest* r, ApiError* e) {
   if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
     if (tc->is_string()) {
       const std::string s = tc->get<std::string>();
-      if (s == "none") none = true;
-      else if (s == "auto") req->choice = ToolChoice::kAuto;
-      else if (s == "required") req->choice = ToolChoice::kRequired;
+      if (s == "none")
+        none = true;
+      else if (s == "auto")
+        req->choice = ToolChoice::kAuto;
+      else if (s == "required")
+        req->choice = ToolChoice::kRequired;
       else {
         return Bad(e, "tool_choice",
                    "expected \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
-                   "\"function\": {\"name\": ...}}, got \"" + s + "\"");
+                   "\"function\": {\"name\": ...}}, got \"" +
+                       s + "\"");
       }
     } else if (tc->is_object()) {
       auto type = tc->find("type");
@@ -110,8 +113,7 @@ bool ParseOpenAiTools(const json& body, ApiRequest* r, ApiError* e) {
       bool found = false;
       for (const ToolDef& d : req->tools) found |= d.name == req->named;
       if (!found) {
-        return Bad(e, "tool_choice.function.name",
-                   "no tool named \"" + req->named + "\" in tools");
+        return Bad(e, "tool_choice.function.name", "no tool named \"" + req->named + "\" in tools");
       }
     } else {
       return WrongType(e, "tool_choice", "a string or an object", *tc);
@@ -134,8 +136,7 @@ bool ParseOpenAiTools(const json& body, ApiRequest* r, ApiError* e) {
       if (!g.ok()) {
         return Bad(e, "tools[" + std::to_string(i) + "].function.parameters",
                    g.status().message() + " (needed to force the call: tool_choice is " +
-                       (req->choice == ToolChoice::kNamed ? "a named function" : "required") +
-                       ")");
+                       (req->choice == ToolChoice::kNamed ? "a named function" : "required") + ")");
       }
     }
   }
@@ -152,7 +153,8 @@ bool CheckToolHistory(const json& messages, ApiError* e) {
     if (!m.is_object()) continue;
     const std::string role = m.value("role", json("")).is_string() ? m.value("role", "") : "";
     if (auto tc = m.find("tool_calls"); tc != m.end() && !tc->is_null()) {
-      if (role != "assistant") return Bad(e, p + ".tool_calls", "only assistant messages have tool_calls");
+      if (role != "assistant")
+        return Bad(e, p + ".tool_calls", "only assistant messages have tool_calls");
       if (!tc->is_array()) return WrongType(e, p + ".tool_calls", "an array", *tc);
       for (size_t k = 0; k < tc->size(); ++k) {
         const std::string q = p + ".tool_calls[" + std::to_string(k) + "]";
@@ -163,12 +165,13 @@ bool CheckToolHistory(const json& messages, ApiError* e) {
           return Bad(e, q + ".id", "required: a non-empty string");
         }
         ids.insert(id->get<std::string>());
-        if (auto type = c.find("type"); type != c.end() && !(type->is_string() &&
-                                                             type->get<std::string>() == "function")) {
+        if (auto type = c.find("type");
+            type != c.end() && !(type->is_string() && type->get<std::string>() == "function")) {
           return Bad(e, q + ".type", "expected \"function\", got " + type->dump());
         }
         auto fn = c.find("function");
-        if (fn == c.end() || !fn->is_object()) return Bad(e, q + ".function", "required: an object");
+        if (fn == c.end() || !fn->is_object())
+          return Bad(e, q + ".function", "required: an object");
         auto name = fn->find("name");
         if (name == fn->end() || !name->is_string() || name->get<std::string>().empty()) {
           return Bad(e, q + ".function.name", "required: a non-empty string");
@@ -182,7 +185,8 @@ bool CheckToolHistory(const json& messages, ApiError* e) {
     if (role == "tool") {
       auto id = m.find("tool_call_id");
       if (id == m.end() || !id->is_string()) {
-        return Bad(e, p + ".tool_call_id", "required for a tool message: the id of the call it answers");
+        return Bad(e, p + ".tool_call_id",
+                   "required for a tool message: the id of the call it answers");
       }
       if (ids.count(id->get<std::string>()) == 0) {
         return Bad(e, p + ".tool_call_id",

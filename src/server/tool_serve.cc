@@ -1,6 +1,8 @@
 // Serving tool calls: see tool_serve.h.
 #include "server/tool_serve.h"
 
+#include <algorithm>
+
 #include "constrain/json_schema.h"
 
 namespace kvtier::server {
@@ -28,6 +30,18 @@ std::vector<ToolCallOut> WithIds(const std::vector<ToolCall>& calls, std::string
   std::vector<ToolCallOut> out;
   out.reserve(calls.size());
   for (const ToolCall& c : calls) out.push_back({NewToolCallId(prefix), c.name, c.arguments});
+  return out;
+}
+
+std::vector<std::string_view> ArgumentPieces(std::string_view a) {
+  std::vector<std::string_view> out;
+  const size_t piece = std::max<size_t>(8, (a.size() + 2) / 3);
+  for (size_t at = 0; at < a.size();) {
+    size_t cut = std::min(a.size(), at + piece);
+    while (cut < a.size() && (static_cast<unsigned char>(a[cut]) & 0xC0) == 0x80) ++cut;
+    out.push_back(a.substr(at, cut - at));
+    at = cut;
+  }
   return out;
 }
 

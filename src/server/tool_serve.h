@@ -20,6 +20,10 @@ bool PrepareToolRequest(const ToolSyntax& syntax, ApiRequest* r, ApiError* e,
 // Calls with fresh ids (`prefix`: "call_" or "toolu_").
 std::vector<ToolCallOut> WithIds(const std::vector<ToolCall>& calls, std::string_view prefix);
 
+// A call's arguments in about three streamed pieces (at least 8 bytes each), cut on UTF-8
+// character boundaries.
+std::vector<std::string_view> ArgumentPieces(std::string_view arguments);
+
 // The finish reason once calls were parsed: "tool_calls" instead of "stop".
 std::string_view ToolFinish(std::string_view finish, bool have_calls);
 
