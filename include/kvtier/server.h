@@ -68,6 +68,9 @@ struct ServerOptions {
   // (--no-dashboard). show_text lists the hottest prefixes' prompt text (--dashboard-show-text).
   bool dashboard = true;
   bool dashboard_show_text = false;
+  // A Jinja chat template used instead of the GGUF's tokenizer.chat_template ("": the GGUF's;
+  // --chat-template-file), e.g. a tool-capable one for a model whose template has no tools.
+  std::string chat_template;
   // One line per request and per cache decision (the engine's log lines come here too when
   // the caller routes them). Called from HTTP threads; must be thread-safe.
   std::function<void(const std::string&)> log;

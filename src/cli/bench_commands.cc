@@ -274,7 +274,7 @@ std::vector<Command> BenchCommands() {
     auto c = std::make_shared<BenchServeConfig>();
     auto json = std::make_shared<bool>(false);
     s.add_option("--workload", c->workload,
-                 "multiturn, two-round, batched-histories or concurrency")
+                 "multiturn, two-round, batched-histories, concurrency or agent")
         ->capture_default_str();
     s.add_option("--url", c->url,
                  "Drive this server (http://HOST:PORT) instead of starting kvtier serve");

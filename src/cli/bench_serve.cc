@@ -332,7 +332,7 @@ class Progress {
 
 const std::vector<std::string>& Workloads() {
   static const std::vector<std::string> w = {"multiturn", "two-round", "batched-histories",
-                                             "concurrency"};
+                                             "concurrency", "agent"};
   return w;
 }
 
@@ -340,6 +340,7 @@ int RequestsPerRun(const BenchServeConfig& c) {
   if (c.workload == "two-round") return 2;
   if (c.workload == "multiturn") return static_cast<int>(c.conversations * c.rounds);
   if (c.workload == "batched-histories") return static_cast<int>(2 * c.batch);
+  if (c.workload == "agent") return static_cast<int>(c.rounds);
   return static_cast<int>(c.clients * c.requests_per_client);
 }
 
@@ -348,6 +349,7 @@ uint32_t ContextOf(const BenchServeConfig& c) {
   if (c.workload == "two-round") return c.context_tokens;
   if (c.workload == "batched-histories") return c.history_tokens;
   if (c.workload == "multiturn") return c.system_tokens + c.rounds * (c.turn_tokens + c.max_tokens);
+  if (c.workload == "agent") return c.system_tokens + 600 + c.rounds * (c.turn_tokens + 120);
   return c.prompt_tokens;
 }
 uint32_t LongestRequest(const BenchServeConfig& c) {
@@ -361,11 +363,15 @@ Status CheckConfig(const BenchServeConfig& c) {
   if (std::find(Workloads().begin(), Workloads().end(), c.workload) == Workloads().end()) {
     return Status::InvalidArgument(
         "--workload: expected multiturn, two-round, "
-        "batched-histories or concurrency, got '" +
+        "batched-histories, concurrency or agent, got '" +
         c.workload + "'");
   }
   if (c.api != "completions" && c.api != "chat") {
     return Status::InvalidArgument("--api: expected completions or chat, got '" + c.api + "'");
+  }
+  if (c.workload == "agent" && c.api != "chat") {
+    return Status::InvalidArgument("--workload agent: needs --api chat (it sends tools and "
+                                   "tool messages), got --api " + c.api);
   }
   constexpr long long kMaxTokens = 1 << 20;
   KVTIER_RETURN_IF_ERROR(CheckRange("--conversations", c.conversations, 1, 1024));
@@ -472,6 +478,7 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
       Endpoint ep;
       ep.api = c.api;
       ep.response_format = c.response_format;
+      if (c.workload == "agent") ep.tools = bench_serve::AgentTools();
       ep.timeout_s = c.timeout_s;
       std::unique_ptr<ServerChild> child;
       BenchServeRun run;

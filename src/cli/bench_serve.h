@@ -15,7 +15,12 @@
 //                      extended by round 1's answer and a new turn (seed 004's live test);
 //   batched-histories  B long histories loaded (round 1, max_tokens 1), then B requests that
 //                      extend them decoding together (round 2; seed 002's protocol);
-//   concurrency        C clients at once, each sending several requests in turn.
+//   concurrency        C clients at once, each sending several requests in turn;
+//   agent              one tool-using conversation of R turns (--api chat): a ~--system-tokens
+//                      system prompt and a tool list sent with every request; after each turn
+//                      the history gains the same scripted assistant tool call, its tool result
+//                      (~--turn-tokens) and a next user message, so every server gets the same
+//                      request sequence (the answers themselves are not fed back).
 // Prompts are text cut from --text (default data/corpus/eval.txt, the corpus the setup
 // fetches; seeded random words when absent), sized in tokens through a chars-per-token ratio
 // found once per invocation (--chars-per-token; else the server's POST /tokenize, which
@@ -40,6 +45,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kvtier/status.h"
@@ -47,7 +53,7 @@
 namespace kvtier::cli {
 
 struct BenchServeConfig {
-  std::string workload = "two-round";    // multiturn | two-round | batched-histories | concurrency
+  std::string workload = "two-round";    // multiturn | two-round | batched-histories | concurrency | agent
   std::string url;                       // empty: start `kvtier serve` as a child process
   std::vector<std::string> server_args;  // --server-arg ..., and everything after --
   int server_pid = 0;                    // with --url: the server's pid, for its peak RSS
@@ -217,10 +223,15 @@ struct Endpoint {
   std::string model;  // the requests' "model" (empty: left out)
   double timeout_s = 600;
   std::string response_format;  // JSON for every request's "response_format" (empty: none)
+  std::string tools;            // JSON array sent as every chat request's "tools" (empty: none)
 };
 
 struct Msg {
-  std::string role, content;  // system | user | assistant
+  Msg() = default;
+  Msg(std::string r, std::string c, std::string x = {})
+      : role(std::move(r)), content(std::move(c)), extra(std::move(x)) {}
+  std::string role, content;  // system | user | assistant | tool
+  std::string extra;          // chat: a JSON object merged into the message (tool_calls, ...)
 };
 using Conversation = std::vector<Msg>;
 // A conversation as one completion prompt: system text, "User: ..." turns each followed by
@@ -254,6 +265,9 @@ struct WorkloadEnv {
   std::function<void()> step;                // after each request (thread-safe)
   std::chrono::steady_clock::time_point t0;  // the run's start
 };
+// The agent workload's tool list (a JSON array of OpenAI function tools).
+std::string AgentTools();
+
 // The requests of c->workload, in the order of their groups and rounds.
 std::vector<BenchServeRequest> RunWorkload(const WorkloadEnv& e);
 

@@ -72,6 +72,8 @@ std::string RenderCompletion(const Conversation& conv) {
       s += m.content + "\n\n";
     } else if (m.role == "user") {
       s += "User: " + m.content + "\n\nAssistant:";
+    } else if (m.role == "tool") {
+      s += "Tool: " + m.content + "\n\n";
     } else {
       s += m.content + "\n\n";
     }
@@ -91,8 +93,13 @@ BenchServeRequest Send(const Endpoint& ep, const Conversation& conv, uint32_t ma
   if (!ep.response_format.empty()) body["response_format"] = json::parse(ep.response_format);
   if (ep.api == "chat") {
     json msgs = json::array();
-    for (const Msg& m : conv) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    for (const Msg& m : conv) {
+      json msg{{"role", m.role}, {"content", m.content}};
+      if (!m.extra.empty()) msg.update(json::parse(m.extra));
+      msgs.push_back(std::move(msg));
+    }
     body["messages"] = msgs;
+    if (!ep.tools.empty()) body["tools"] = json::parse(ep.tools);
   } else {
     body["prompt"] = RenderCompletion(conv);
   }
@@ -330,7 +337,61 @@ std::vector<BenchServeRequest> Concurrency(const Env& e) {
   return out;
 }
 
+// One tool-using conversation (see bench_serve.h): the same scripted calls and results for
+// every server, so the request sequence is identical whatever the model answers.
+std::vector<BenchServeRequest> Agent(const Env& e) {
+  const BenchServeConfig& c = *e.c;
+  static const char* kFiles[] = {"src/kv/block_pool.cc", "src/engine/scheduler.cc",
+                                 "src/server/server.cc", "src/prefix/radix.cc",
+                                 "src/tier/ssd_tier.cc", "src/model/llama.cc",
+                                 "src/quant/q4_0.cc", "src/cli/serve.cc"};
+  Conversation conv = e.With({}, "system",
+                             e.Tag(0) + "\nYou are a coding agent. Use the tools to read and "
+                                        "edit the repository; answer briefly.\n",
+                             0, c.system_tokens, true);
+  const size_t base = e.Chars(c.system_tokens) + 4096;
+  const size_t turn_chars = e.Chars(c.turn_tokens) + 64;
+  conv = e.With(conv, "user", "Find why the cache misses. ", base, 32, false);
+  std::vector<BenchServeRequest> out;
+  std::string answer;
+  for (uint32_t round = 1; round <= c.rounds; ++round) {
+    out.push_back(e.Do(conv, c.max_tokens, 0, round, &answer));
+    const std::string id = "call_" + std::to_string(round);
+    const json args{{"path", kFiles[(round - 1) % 8]}};
+    const json calls = json::array({{{"id", id},
+                                     {"type", "function"},
+                                     {"function", {{"name", "read_file"}, {"arguments", args.dump()}}}}});
+    conv.push_back({"assistant", "", json{{"tool_calls", calls}}.dump()});
+    conv = e.With(conv, "tool", "", base + round * 2 * turn_chars, c.turn_tokens, false);
+    conv.back().extra = json{{"tool_call_id", id}}.dump();
+    conv = e.With(conv, "user", "Next: ", base + (round * 2 + 1) * turn_chars, 32, false);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string AgentTools() {
+  auto fn = [](const char* name, const char* description, json properties, json required) {
+    return json{{"type", "function"},
+                {"function",
+                 {{"name", name},
+                  {"description", description},
+                  {"parameters", {{"type", "object"}, {"properties", properties},
+                                  {"required", required}, {"additionalProperties", false}}}}}};
+  };
+  const json str{{"type", "string"}};
+  json tools = json::array(
+      {fn("read_file", "Read a file of the repository; returns its text.", {{"path", str}},
+          {"path"}),
+       fn("write_file", "Replace a file's text.", {{"path", str}, {"text", str}}, {"path", "text"}),
+       fn("search", "Search the repository for a regular expression; returns matching lines.",
+          {{"pattern", str}, {"glob", str}}, {"pattern"}),
+       fn("run_tests", "Run the test suite (or the tests matching a filter); returns the log.",
+          {{"filter", str}}, json::array()),
+       fn("list_dir", "List a directory.", {{"path", str}}, {"path"})});
+  return tools.dump();
+}
 
 Calibration Calibrate(const Endpoint& ep, const TextSource& text) {
   Calibration cal;
@@ -375,6 +436,7 @@ std::vector<BenchServeRequest> RunWorkload(const WorkloadEnv& w) {
   if (w.c->workload == "two-round") return TwoRound(e);
   if (w.c->workload == "multiturn") return Multiturn(e);
   if (w.c->workload == "batched-histories") return BatchedHistories(e);
+  if (w.c->workload == "agent") return Agent(e);
   return Concurrency(e);
 }
 

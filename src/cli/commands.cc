@@ -115,6 +115,8 @@ Command ServeCommand() {
     s.add_flag("--no-dashboard", c->no_dashboard, "No status page at / (404)");
     s.add_flag("--dashboard-show-text", c->dashboard_show_text,
                "Show the hottest cached prefixes' prompt text on the status page");
+    s.add_option("--chat-template-file", c->chat_template_file,
+                 "Jinja chat template used instead of the model's tokenizer.chat_template");
     return [c] {
       const Status st = RunServe(*c);
       return st.ok() ? 0 : Fail("kvtier serve", st);

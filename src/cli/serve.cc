@@ -19,6 +19,7 @@
 #include "cli/flags.h"
 #include "cli/model_session.h"
 #include "kvtier/engine.h"
+#include "kvtier/env.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/remote_tier.h"
 #include "kvtier/server.h"
@@ -206,6 +207,18 @@ Status RunServe(const ServeConfig& c) {
   so.body_budget_bytes = c.body_budget_mb << 20;
   so.dashboard = !c.no_dashboard;
   so.dashboard_show_text = c.dashboard_show_text;
+  if (!c.chat_template_file.empty()) {
+    Result<std::vector<uint8_t>> t = Env::Default()->ReadFile(c.chat_template_file);
+    if (!t.ok()) {
+      return Status::InvalidArgument("--chat-template-file " + c.chat_template_file + ": " +
+                                     t.status().message());
+    }
+    so.chat_template.assign(t->begin(), t->end());
+    if (so.chat_template.empty()) {
+      return Status::InvalidArgument("--chat-template-file " + c.chat_template_file +
+                                     ": the file is empty");
+    }
+  }
   so.log = LogLine;
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Create(deps, so));
   KVTIER_RETURN_IF_ERROR(server->Bind());

@@ -47,6 +47,7 @@ struct ServeConfig {
   uint32_t body_min_rate = 4096;         // --body-min-rate (bytes per second)
   uint64_t body_budget_mb = 96;          // --body-budget-mb
   bool no_dashboard = false;             // --no-dashboard: no status page at /
+  std::string chat_template_file;         // --chat-template-file: overrides the GGUF's template
   bool dashboard_show_text = false;      // --dashboard-show-text: prompts on the status page
 };
 

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "server/anthropic_tools.h"
 #include "server/json_body.h"
 
 namespace kvtier::server {
@@ -294,6 +295,7 @@ bool ParseMessagesRequest(std::string_view body_text, bool count_tokens, Message
   if (!ParseSystem(body, &system, &has_system, e)) return false;
   if (has_system) r->chat.messages.push_back(ChatMessage{"system", std::move(system)});
   if (!ParseMessages(body, r, e) || !ParseTools(body, r, e)) return false;
+  if (!r->tools_param.empty() && !AnthropicToolChat(body, r, e)) return false;
   if (!count_tokens) {
     int64_t max_tokens = 0;
     bool present = false;

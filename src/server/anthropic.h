@@ -20,8 +20,8 @@ struct MessagesRequest {
   // max_tokens, stop (stop_sequences), stream. `model` is any string (clients name their own
   // models); the server answers with its own.
   ApiRequest chat;
-  // Where tools were used ("tools", "messages[2].content[0]", ...; "" when nowhere): they are
-  // parsed and validated, but today's built-in chat templates cannot render them.
+  // Where tools were used ("tools", "messages[2].content[0]", ...; "" when nowhere): then
+  // chat.chat holds the template's messages and tools (anthropic_tools.h).
   std::string tools_param;
 };
 

@@ -4,10 +4,14 @@
 #include <malloc.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 
 #include "server/anthropic.h"
+#include "server/anthropic_tools.h"
 #include "server/generation.h"
+#include "server/tool_serve.h"
 
 namespace kvtier::server {
 namespace {
@@ -47,15 +51,7 @@ bool Prepare(MessagesHost& host, Exchange& x, bool count_tokens, MessagesRequest
   std::string().swap(x.mutable_body());
   if (large) malloc_trim(0);
   if (!parsed) return false;
-  if (!r->tools_param.empty()) {
-    *e = Err(400,
-             r->tools_param +
-                 ": tools are not supported by this model's chat template yet (kvtier renders "
-                 "its built-in template families, which have no tool syntax); the request was "
-                 "parsed and is valid otherwise",
-             r->tools_param);
-    return false;
-  }
+  if (!PrepareToolRequest(host.tool_syntax, &r->chat, e, "tools")) return false;
   // A final assistant message is a prefill: the answer continues it (and leaves it out).
   std::string prefill;
   if (!r->chat.messages.empty() && r->chat.messages.back().role == "assistant") {
@@ -137,6 +133,7 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
   er.sampling = r.chat.sampling;
   er.sampling.seed = host.seed();
   er.stop_tokens = host.stop_tokens;
+  if (r.chat.json_grammar && host.constraint) er.constraint = host.constraint(r.chat);
   CompletionInfo info;
   {
     char id[48];
@@ -190,6 +187,17 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
     if (cut) return Reply(host, x, kEp, shutdown_error);
     if (g->finish_reason() == "error") return Reply(host, x, kEp, FromStatus(g->error()));
     fill_usage();
+    if (r.chat.tools) {
+      ToolCallStream calls(host.tool_syntax, r.chat.tools.get());
+      text = calls.Push(text);
+      ToolParse p = calls.Flush();
+      text += p.content;
+      x.Reply(200, "application/json",
+              ToolUseMessageJson(info, text, StopReason(g->finish_reason(), g->stop_sequence()),
+                                 g->stop_sequence(), WithIds(p.calls, "toolu_")));
+      host.metrics->Request(kEp, gone ? 499 : 200);
+      return;
+    }
     x.Reply(200, "application/json",
             MessageJson(info, text, StopReason(g->finish_reason(), g->stop_sequence()),
                         g->stop_sequence()));
@@ -219,9 +227,20 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
     send(PingEvent());
   };
   std::string text;
+  std::optional<ToolCallStream> tool_stream;
+  if (r.chat.tools) tool_stream.emplace(host.tool_syntax, r.chat.tools.get());
+  std::vector<ToolCallOut> calls;
   for (;;) {
     const bool end = g->Pump(50, &text);
     if (end || !text.empty() || g->completion_tokens() > 0) begin();
+    if (tool_stream) {
+      text = tool_stream->Push(text);
+      if (end) {
+        ToolParse p = tool_stream->Flush();
+        text += p.content;
+        calls = WithIds(p.calls, "toolu_");
+      }
+    }
     if (!text.empty()) {
       send(TextDeltaEvent(text));
       text.clear();
@@ -244,8 +263,19 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
   } else {
     fill_usage();
     send(ContentBlockStopEvent());
-    send(MessageDeltaEvent(info, StopReason(g->finish_reason(), g->stop_sequence()),
-                           g->stop_sequence()));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      // Each call its own block after the text: start (input {}), the input's JSON in
+      // pieces (split on UTF-8 boundaries), stop.
+      send(ToolUseBlockStartEvent(i + 1, calls[i]));
+      for (std::string_view piece : ArgumentPieces(calls[i].arguments)) {
+        send(InputJsonDeltaEvent(i + 1, piece));
+      }
+      send(BlockStopEvent(i + 1));
+    }
+    send(MessageDeltaEvent(info,
+                           calls.empty() ? StopReason(g->finish_reason(), g->stop_sequence())
+                                         : std::string_view("tool_use"),
+                           calls.empty() ? g->stop_sequence() : std::string()));
     send(MessageStopEvent());
   }
   x.End();

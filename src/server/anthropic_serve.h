@@ -21,6 +21,7 @@
 #include "server/http_front.h"
 #include "server/openai.h"
 #include "server/server_metrics.h"
+#include "server/tool_calls.h"
 
 namespace kvtier::server {
 
@@ -40,6 +41,10 @@ struct MessagesHost {
   // The prompt tokens of a chat request (400 / 413 otherwise).
   std::function<bool(const ApiRequest&, std::vector<int32_t>*, ApiError*)> prompt;
   std::function<uint64_t()> seed;
+  // The call syntax of the chat template, and the constraint of a request with a json_grammar
+  // (a forced tool call).
+  ToolSyntax tool_syntax;
+  std::function<std::shared_ptr<LogitConstraint>(const ApiRequest&)> constraint;
   std::function<void(const std::string&)> log;
   std::atomic<uint64_t> ids{0};
 };

@@ -407,14 +407,17 @@ TEST(AnthropicServer, ErrorsAreAnthropicErrorObjectsAndNothingLeaks) {
   too_long["messages"][0]["content"] = long_text;
   json too_many = Greedy(1000000);
   json tools = Greedy(4);
-  tools["tools"] = json::array({{{"name", "f"}, {"input_schema", {{"type", "object"}}}}});
+  // Tools are served now (anthropic_tools.h); an input_schema the grammar cannot take is not.
+  tools["tools"] = json::array(
+      {{{"name", "f"}, {"input_schema", {{"type", "object"}, {"patternProperties", json::object()}}}}});
+  tools["tool_choice"] = {{"type", "any"}};  // a forced call needs the schema compiled
   const std::vector<std::tuple<std::string, std::string, int, std::string>> cases = {
       {"/v1/messages", "{\"model\":", 400, "malformed JSON"},
       {"/v1/messages", R"({"model":"m","messages":[{"role":"user","content":"x"}]})", 400,
        "max_tokens: required"},
       {"/v1/messages", too_long.dump(), 413, "maximum context length"},
       {"/v1/messages", too_many.dump(), 400, "max_tokens: 1000000 is too many"},
-      {"/v1/messages", tools.dump(), 400, "tools: tools are not supported"},
+      {"/v1/messages", tools.dump(), 400, "tools[0].input_schema: "},
       {"/v1/messages/count_tokens", R"({"model":"m","messages":[]})", 400, "messages"},
   };
   for (const auto& [path, body, status, says] : cases) {

@@ -3,6 +3,7 @@
 
 #include "server/json_body.h"
 #include "server/response_format.h"
+#include "server/tool_request.h"
 
 #include <algorithm>
 #include <cmath>
@@ -193,7 +194,7 @@ bool ParseStop(const json& body, ApiRequest* r, ApiError* e) {
 
 // Options that would change the answer's shape and that kvtier does not serve: refused rather
 // than silently ignored.
-bool RefuseUnsupported(const json& body, ApiError* e) {
+bool RefuseUnsupported(Endpoint endpoint, const json& body, ApiError* e) {
   std::optional<int64_t> n;
   if (!GetInteger(body, "n", 1, 1, &n, e)) {
     e->message = "n: only 1 choice per request is supported (" + e->message + ")";
@@ -207,6 +208,7 @@ bool RefuseUnsupported(const json& body, ApiError* e) {
     }
   }
   for (const char* key : {"tools", "functions", "logit_bias", "suffix"}) {
+    if (endpoint == Endpoint::kChat && std::string_view(key) == "tools") continue;
     auto it = body.find(key);
     if (it != body.end() && !it->is_null() && !it->empty()) {
       return Bad(e, key, std::string(key) + ": not supported by this server");
@@ -250,7 +252,8 @@ bool ParseChatTemplateInput(std::string_view body_text, const json& body, ApiReq
   if (!all.ok()) return Bad(e, "", "malformed JSON in the request body: " + all.status().message());
   std::vector<jinja::Value> messages;
   if (const jinja::Value* m = all->Find("messages")) {
-    for (const jinja::Value& msg : m->items()) {
+    for (const jinja::Value& sent : m->items()) {
+      const jinja::Value msg = TemplateMessage(sent);
       const jinja::Value* role = msg.Find("role");
       if (role == nullptr || !role->is_string() || role->str() != "developer") {
         messages.push_back(msg);
@@ -266,6 +269,11 @@ bool ParseChatTemplateInput(std::string_view body_text, const json& body, ApiReq
   r->chat.messages = jinja::Value::List(std::move(messages));
   if (const jinja::Value* kw = all->Find("chat_template_kwargs"); kw && kw->is_dict()) {
     r->chat.kwargs = *kw;
+  }
+  if (r->tools) {
+    if (const jinja::Value* t = all->Find("tools"); t != nullptr && t->is_list()) {
+      r->chat.tools = *t;
+    }
   }
   r->chat.add_generation_prompt = true;
   return true;
@@ -401,8 +409,12 @@ bool ParseRequest(Endpoint endpoint, std::string_view body_text, ApiRequest* r, 
   if (endpoint == Endpoint::kChat ? !ParseMessages(body, r, e) : !ParsePrompt(body, r, e)) {
     return false;
   }
-  if (endpoint == Endpoint::kChat && !ParseChatTemplateInput(body_text, body, r, e)) return false;
-  if (!RefuseUnsupported(body, e) || !ParseResponseFormat(body, r, e)) return false;
+  if (endpoint == Endpoint::kChat &&
+      (!CheckToolHistory(body.at("messages"), e) || !ParseOpenAiTools(body, r, e) ||
+       !ParseChatTemplateInput(body_text, body, r, e))) {
+    return false;
+  }
+  if (!RefuseUnsupported(endpoint, body, e) || !ParseResponseFormat(body, r, e)) return false;
   std::optional<int64_t> max_tokens;
   const char* mt_key = body.contains("max_completion_tokens") &&
                                !body["max_completion_tokens"].is_null()
@@ -467,6 +479,47 @@ std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::str
   }
   out["choices"] = json::array({choice});
   out["usage"] = Usage(info);
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ResponseJson(const CompletionInfo& info, std::string_view text,
+                         std::string_view finish_reason, std::string_view reasoning,
+                         const std::vector<ToolCallOut>& calls) {
+  json out = Head(Endpoint::kChat, info, false);
+  json choice{{"index", 0}, {"finish_reason", Finish(finish_reason)}, {"logprobs", nullptr}};
+  json message{{"role", "assistant"},
+               {"content", text.empty() && !calls.empty() ? json(nullptr) : json(std::string(text))}};
+  if (!reasoning.empty()) message["reasoning_content"] = std::string(reasoning);
+  if (!calls.empty()) {
+    json list = json::array();
+    for (const ToolCallOut& c : calls) {
+      list.push_back(json{{"id", c.id}, {"type", "function"},
+                          {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+    message["tool_calls"] = std::move(list);
+  }
+  choice["message"] = std::move(message);
+  out["choices"] = json::array({choice});
+  out["usage"] = Usage(info);
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string ToolCallChunkJson(const CompletionInfo& info, size_t index, const ToolCallOut* head,
+                              std::string_view arguments_piece) {
+  json out = Head(Endpoint::kChat, info, true);
+  json call{{"index", index}};
+  if (head != nullptr) {
+    call["id"] = head->id;
+    call["type"] = "function";
+    call["function"] = json{{"name", head->name}, {"arguments", std::string(arguments_piece)}};
+  } else {
+    call["function"] = json{{"arguments", std::string(arguments_piece)}};
+  }
+  json choice{{"index", 0},
+              {"delta", {{"tool_calls", json::array({call})}}},
+              {"finish_reason", nullptr},
+              {"logprobs", nullptr}};
+  out["choices"] = json::array({choice});
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 

@@ -16,6 +16,8 @@
 
 namespace kvtier::server {
 
+struct ToolRequest;  // server/tool_calls.h
+
 enum class Endpoint : uint8_t { kChat = 0, kCompletion = 1 };
 
 // An error as OpenAI reports it: {"error": {"message", "type", "param", "code"}}.
@@ -44,6 +46,10 @@ struct ApiRequest {
   bool include_usage = false;         // stream_options.include_usage
   // response_format json_object / json_schema (response_format.h); null: free text.
   std::shared_ptr<const constrain::JsonGrammar> json_grammar;
+  // chat: the tools offered (tool_calls.h); null when none or tool_choice "none".
+  std::shared_ptr<const ToolRequest> tools;
+  // Text the server appends to the rendered prompt (a forced tool-call wrapper).
+  std::string prompt_suffix;
 };
 
 // Parses and validates `body`. On failure returns false and fills *error (400, the field named
@@ -73,6 +79,19 @@ struct CompletionInfo {
 // `reasoning` (chat): message.reasoning_content when not empty.
 std::string ResponseJson(Endpoint endpoint, const CompletionInfo& info, std::string_view text,
                          std::string_view finish_reason, std::string_view reasoning = {});
+// A parsed tool call as the response carries it (id "call_...", arguments a JSON string).
+struct ToolCallOut {
+  std::string id, name, arguments;
+};
+// The chat response with message.tool_calls (content null when `text` is empty).
+std::string ResponseJson(const CompletionInfo& info, std::string_view text,
+                         std::string_view finish_reason, std::string_view reasoning,
+                         const std::vector<ToolCallOut>& calls);
+// A chat chunk whose delta carries one tool call's piece: the first of a call names index, id,
+// type and function.name (arguments ""), later ones only index and an arguments piece.
+std::string ToolCallChunkJson(const CompletionInfo& info, size_t index, const ToolCallOut* head,
+                              std::string_view arguments_piece);
+
 // One stream chunk ("data: " and the blank line not included). `role` adds the assistant role
 // to a chat delta (the first chunk); `finish_reason` empty: null.
 // `reasoning` (chat): delta.reasoning_content when not empty.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -23,6 +24,8 @@
 #include "server/openai.h"
 #include "server/reasoning.h"
 #include "server/server_metrics.h"
+#include "server/tool_calls.h"
+#include "server/tool_serve.h"
 
 namespace kvtier {
 
@@ -57,6 +60,16 @@ struct Server::Impl {
   void Log(const std::string& line) const {
     if (opt.log) opt.log(line);
   }
+  // The token mask of a request with a json_grammar (response_format, a forced tool call).
+  std::shared_ptr<LogitConstraint> MakeConstraint(const ApiRequest& r) {
+    std::call_once(trie_once, [this] { trie = constrain::VocabTrie::Build(*deps.tokenizer); });
+    // A forced tool call: at most one blank in a row (a call's JSON needs none).
+    constrain::MatchLimits limits = constrain::MatchLimits::Generation();
+    if (r.tools && r.tools->constrained) limits.max_ws_run = 1;
+    return std::make_shared<constrain::JsonConstraint>(r.json_grammar, trie, *deps.tokenizer,
+                                                       stop_tokens, limits);
+  }
+
   std::string NextId(Endpoint endpoint) {
     return (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(++ids);
   }
@@ -67,6 +80,7 @@ struct Server::Impl {
   std::unique_ptr<server::Dashboard> dashboard;  // null with --no-dashboard
   ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
   bool reasoning_split = false;  // the template knows <think>: split reasoning_content out
+  server::ToolSyntax tool_syntax;  // the call syntax the template teaches (tool_calls.h)
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   std::once_flag trie_once;          // the vocabulary trie for response_format, built on first use
   std::shared_ptr<const constrain::VocabTrie> trie;
@@ -163,7 +177,7 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
       return false;
     }
     *think_open = reasoning_split && server::ReasoningSplitter::PromptOpensThinking(*text);
-    if (!encode(*text)) return false;
+    if (!encode(*text + r.prompt_suffix)) return false;
   } else if (r.prompt_is_tokens) {
     const size_t vocab = tok.vocab_size();
     for (size_t i = 0; i < r.prompt_tokens.size(); ++i) {
@@ -224,6 +238,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
                               opt.model_id + "'",
                      "invalid_request_error", "model", "model_not_found"));
   }
+  if (!server::PrepareToolRequest(tool_syntax, &r, &e)) return Reply(x, ep, e);
   EngineRequest er;
   bool think_open = false;
   const bool prompt_ok = Prompt(r, &er.prompt, &e, &think_open);
@@ -256,11 +271,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
     er.sampling.seed = seeder();
   }
   er.stop_tokens = stop_tokens;
-  if (r.json_grammar) {
-    std::call_once(trie_once, [this] { trie = constrain::VocabTrie::Build(*deps.tokenizer); });
-    er.constraint = std::make_shared<constrain::JsonConstraint>(r.json_grammar, trie,
-                                                                *deps.tokenizer, stop_tokens);
-  }
+  if (r.json_grammar) er.constraint = MakeConstraint(r);
   server::CompletionInfo info;
   info.id = NextId(endpoint);
   info.created = UnixNow();
@@ -312,6 +323,18 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
       reasoning = a.reasoning + b.reasoning;
       text = a.content + b.content;
     }
+    if (r.tools) {
+      server::ToolCallStream calls(tool_syntax, r.tools.get());
+      text = calls.Push(text);
+      server::ToolParse p = calls.Flush();
+      text += p.content;
+      const std::string_view finish = server::ToolFinish(g->finish_reason(), !p.calls.empty());
+      x.Reply(200, "application/json",
+              server::ResponseJson(info, text, finish, reasoning,
+                                   server::WithIds(p.calls, "call_")));
+      metrics.Request(ep, gone ? 499 : 200);
+      return;
+    }
     x.Reply(200, "application/json",
             server::ResponseJson(endpoint, info, text, g->finish_reason(), reasoning));
     metrics.Request(ep, gone ? 499 : 200);
@@ -332,9 +355,44 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   };
   if (endpoint == Endpoint::kChat) send(server::ChunkJson(endpoint, info, "", true, ""));
   std::string text;
+  std::optional<server::ToolCallStream> tool_stream;
+  if (r.tools) tool_stream.emplace(tool_syntax, r.tools.get());
+  bool have_calls = false;
   for (;;) {
     const bool end = g->Pump(50, &text);
-    if (split) {
+    if (tool_stream) {
+      // Reasoning and content as below; the content goes through the call parser first.
+      server::ReasoningSplitter::Out o;
+      if (split) {
+        o = splitter.Push(text);
+        if (end) {
+          server::ReasoningSplitter::Out rest = splitter.Flush();
+          o.reasoning += rest.reasoning;
+          o.content += rest.content;
+        }
+      } else {
+        o.content = std::move(text);
+      }
+      text.clear();
+      o.content = tool_stream->Push(o.content);
+      std::vector<server::ToolCallOut> calls;
+      if (end) {
+        server::ToolParse p = tool_stream->Flush();
+        o.content += p.content;
+        calls = server::WithIds(p.calls, "call_");
+      }
+      if (!o.reasoning.empty() || !o.content.empty()) {
+        send(server::ChunkJson(endpoint, info, o.content, false, "", o.reasoning));
+      }
+      for (size_t i = 0; i < calls.size(); ++i) {
+        // The name first, then the arguments in pieces, as OpenAI streams them.
+        send(server::ToolCallChunkJson(info, i, &calls[i], ""));
+        for (std::string_view piece : server::ArgumentPieces(calls[i].arguments)) {
+          send(server::ToolCallChunkJson(info, i, nullptr, piece));
+        }
+      }
+      have_calls = !calls.empty();
+    } else if (split) {
       server::ReasoningSplitter::Out o = splitter.Push(text);
       if (end) {
         server::ReasoningSplitter::Out rest = splitter.Flush();
@@ -367,7 +425,8 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   } else if (g->finish_reason() == "error") {
     send(server::ErrorJson(FromStatus(g->error())));
   } else {
-    send(server::ChunkJson(endpoint, info, "", false, g->finish_reason()));
+    send(server::ChunkJson(endpoint, info, "", false,
+                           server::ToolFinish(g->finish_reason(), have_calls)));
     if (r.include_usage) {
       info.cached_tokens = g->cached_tokens();
       info.completion_tokens = g->completion_tokens();
@@ -504,8 +563,15 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
   const ModelConfig& c = s.deps.model->config();
   s.context = s.opt.max_context > 0 ? s.opt.max_context : c.n_ctx_train;
   if (s.context == 0) s.context = 2048;
-  s.chat_renderer = ChatRenderer::ForTokenizer(*s.deps.tokenizer);
-  s.reasoning_split = s.deps.tokenizer->chat_template().find("</think>") != std::string::npos;
+  const Tokenizer& tok = *s.deps.tokenizer;
+  const std::string& tmpl = s.opt.chat_template.empty() ? tok.chat_template() : s.opt.chat_template;
+  s.chat_renderer = s.opt.chat_template.empty()
+                        ? ChatRenderer::ForTokenizer(tok)
+                        : ChatRenderer::FromSource(
+                              tmpl, tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "",
+                              tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "");
+  s.reasoning_split = tmpl.find("</think>") != std::string::npos;
+  s.tool_syntax = server::DetectToolSyntax(tmpl);
   if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
     s.max_token_bytes = std::max<uint64_t>(
@@ -553,6 +619,8 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
     return s.seeder();
   };
   s.messages.log = [&s](const std::string& line) { s.Log(line); };
+  s.messages.tool_syntax = s.tool_syntax;
+  s.messages.constraint = [&s](const ApiRequest& r) { return s.MakeConstraint(r); };
   if (s.opt.dashboard) {
     server::DashboardOptions dopt;
     dopt.model_id = s.opt.model_id;
