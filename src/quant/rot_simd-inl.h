@@ -100,6 +100,15 @@ HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RE
         break;
       }
     }
+    struct Padded {
+      float v[16];
+    };
+    static constexpr Padded kPadded = [] {
+      Padded p{};
+      for (int i = 0; i < (1 << kBits); ++i) p.v[i] = RotLevels<kBits>()[i];
+      return p;
+    }();
+    const VF table = hn::LoadU(df, kPadded.v);  // first N levels (N = 16: all of them)
     HWY_ALIGN int32_t ci[kRotBlockValues];
     HWY_ALIGN float xl[kRotBlockValues], ll[kRotBlockValues];
     for (int pass = 0; pass < 2; ++pass) {
@@ -110,7 +119,12 @@ HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RE
         for (int t = 0; t + 1 < (1 << kBits); ++t) {
           c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(q, hn::Set(df, kMids.m[t])))));
         }
-        const VF l = hn::GatherIndex(df, L, c);
+        VF l;
+        if constexpr (kMaxN == 16) {  // the levels fit one register: a permute, not a gather
+          l = hn::TableLookupLanes(table, hn::IndicesFromVec(df, c));
+        } else {
+          l = hn::GatherIndex(df, L, c);
+        }
         hn::Store(c, di, ci + k * N);
         hn::Store(hn::Mul(v[k], l), df, xl + k * N);
         hn::Store(hn::Mul(l, l), df, ll + k * N);
