@@ -30,6 +30,7 @@
 
 #include "cli/flags.h"
 #include "cli/model_session.h"
+#include "cli/serve.h"
 
 #ifndef KVTIER_SERVE_TEXT
 #define KVTIER_SERVE_TEXT "data/corpus/eval.txt"
@@ -509,7 +510,7 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
         ep.origin = u.origin;
         ep.base = u.base;
         run.server = child->Describe();
-        std::string dtype = "f16";
+        std::string dtype = kServeDefaultKvType;
         if (!FindFlag(args, "--kv-type", &dtype)) FindFlag(args, "--kv-cache-dtype", &dtype);
         run.kv_format = dtype;
       } else {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/cli_test_util.h"
+#include "cli/serve.h"
 
 namespace kvtier::cli {
 namespace {
@@ -367,7 +368,7 @@ TEST(BenchServeRun, TwoRoundHitsThePrefixCache) {
   EXPECT_GT(j["round2_ttft_speedup"].get<double>(), 1.0) << out;
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0) << out;
   EXPECT_GT(j["kv_bytes_total"]["active"].get<double>(), 0) << out;
-  EXPECT_EQ(j["kv_format"], "f16");
+  EXPECT_EQ(j["kv_format"], kServeDefaultKvType);  // no --kv-type: serve's default, named
 }
 
 TEST(BenchServeRun, ConcurrencyHasNoErrors) {

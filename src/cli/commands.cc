@@ -56,10 +56,16 @@ Command ServeCommand() {
                  "Prompt tokens per request per step (chunked prefill)")
         ->capture_default_str();
     s.add_option("--kv-type,--kv-cache-dtype", c->kv_type,
-                 "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>)")
+                 "Active KV format, K or K/V (f16, bf16, f32, q8_0, q4_0, affine<b>g<g>, "
+                 "rot<b>s<seed>)")
+        ->capture_default_str();
+    s.add_option("--kv-store-type", c->kv_store_type,
+                 "Format of prefix-cache entries of --kv-cache-min-quantize-tokens or more in "
+                 "RAM, on SSD and remote ('active': the active format)")
         ->capture_default_str();
     s.add_flag("--kv-cache-quantization", c->kv_cache_quantization,
-               "Quantize prefix-cache entries on store (MLX affine)");
+               "Quantize prefix-cache entries on store with MLX affine (overrides "
+               "--kv-store-type)");
     s.add_option("--kv-cache-quantization-bits", c->kv_quantization_bits, "8 or 4")
         ->capture_default_str();
     s.add_option("--kv-cache-quantization-group-size", c->kv_quantization_group, "32, 64 or 128")

@@ -14,6 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "cli/flags.h"
@@ -95,6 +96,15 @@ Status RunServe(const ServeConfig& c) {
   // prefix cache keeps unquantized entries in this pool and gives blocks back on demand),
   // capped at a quarter of RAM (a long-context model's full contexts may not fit).
   KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-type/--kv-cache-dtype", c.kv_type));
+  std::optional<Format> store_format;  // of prefix-cache entries; none: the active formats
+  if (c.kv_store_type != "active") {
+    Result<Format> store = ParseFormat(c.kv_store_type);
+    if (!store.ok()) {
+      return Status::InvalidArgument("--kv-store-type: " + store.status().message() +
+                                     " (or 'active': the active format)");
+    }
+    store_format = *store;
+  }
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
                           KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens));
   BlockPoolOptions pool_options;
@@ -158,6 +168,8 @@ Status RunServe(const ServeConfig& c) {
     if (c.kv_cache_quantization) {
       KVTIER_ASSIGN_OR_RETURN(po.store_format,
                               PrefixStoreFormat(c.kv_quantization_bits, c.kv_quantization_group));
+    } else {
+      po.store_format = store_format;
     }
     po.min_quantize_tokens = c.min_quantize_tokens;
     po.lower_tier = lower;
@@ -239,8 +251,10 @@ Status RunServe(const ServeConfig& c) {
           std::to_string(pool->layout().block_stride * pool->capacity_blocks()) + " bytes)" +
           " prefix_cache=" +
           (cache ? std::to_string(cache->options().memory_budget_bytes) + " bytes" +
-                       (c.kv_cache_quantization ? " store=" + cache->options().store_format->name()
-                                                : "")
+                       (cache->options().store_format
+                            ? " store=" + cache->options().store_format->name() + " (from " +
+                                  std::to_string(cache->options().min_quantize_tokens) + " tokens)"
+                            : std::string(" store=active"))
                  : std::string("off")) +
           " max_num_seqs=" + std::to_string(c.max_num_seqs) +
           (cache ? " write_policy=" +

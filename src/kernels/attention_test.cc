@@ -160,6 +160,8 @@ TEST_P(AttentionTargets, MixedFormatsHeadDimsAndGqaRatios) {
       {Format::Rot(4, 1), Format::Rot(3, 0)},
       {Format::Q8_0(), Format::Rot(4, 0)},
       {Format::Rot(2, 9), Format::F16()},
+      {Format::Rot(3, 2), Format::Rot(3, 2)},  // the rot3 / rot2 register decoders
+      {Format::Rot(2, 0), Format::Rot(2, 0)},
   };
   uint64_t seed = 100;
   for (const auto& [kf, vf] : pairs) {

@@ -302,6 +302,109 @@ struct DecRot4 {
   }
 };
 
+// rot3 / rot2 blocks (quant/rot.h): f16 scale, then 32 codes of kBits bits as a little-endian
+// bit stream. A chunk of N values (N = 8 or 16, 32 / N chunks per block) is the N codes at
+// bits [o * kBits, (o + N) * kBits) of the stream, o = the chunk's offset in its block: each
+// lane shifts its copy of the chunk's bits right by kBits * lane and masks, and vpermps looks
+// the code up in a register of levels * d (8 or 4 entries, the low 3 index bits).
+template <int kBits>
+struct DecRotN {
+  static_assert(kBits == 3 || kBits == 2, "rot3 / rot2");
+  static constexpr size_t kBlockBytes = RotBlockBytes(kBits);
+  static constexpr uint32_t kMask = (1u << kBits) - 1;
+  // The levels, padded to 16 entries for the vpermps tables.
+  struct Padded {
+    float v[16];
+  };
+  static constexpr Padded MakePadded() {
+    Padded p{};
+    for (int i = 0; i < (1 << kBits); ++i) p.v[i] = RotLevels<kBits>()[i];
+    return p;
+  }
+  static constexpr Padded kLevels = MakePadded();
+  // The stream bits of values [o, o + n) of a block (n <= 16) in the low bits of one word: the
+  // bytes copied are within the block's codes, never past them.
+  // Loads of 4, 2 and 1 bytes put together in registers: a memcpy of 3 or 6 bytes into a
+  // zeroed word went through the stack and stalled on store forwarding (rot3 ran 5x slower).
+  static HWY_INLINE uint64_t Bits(const uint8_t* block, size_t o, size_t n) {
+    const size_t first = o * kBits / 8, last = ((o + n) * kBits + 7) / 8;
+    const uint8_t* p = block + 2 + first;
+    const size_t bytes = last - first;
+    uint64_t w = 0;
+    size_t i = 0;
+    for (; i + 4 <= bytes; i += 4) {
+      uint32_t x;
+      std::memcpy(&x, p + i, 4);
+      w |= uint64_t{x} << (8 * i);
+    }
+    if (i + 2 <= bytes) {
+      uint16_t x;
+      std::memcpy(&x, p + i, 2);
+      w |= uint64_t{x} << (8 * i);
+      i += 2;
+    }
+    if (i < bytes) w |= uint64_t{p[i]} << (8 * i);
+    return w >> (o * kBits % 8);
+  }
+  static HWY_INLINE VF Chunk(DF df, const uint8_t* row, size_t k, const RowCtx&) {
+    const size_t N = hn::Lanes(df);
+    const size_t v0 = k * N;
+    const uint8_t* block = row + (v0 / kRotBlockValues) * kBlockBytes;
+    const uint64_t w = Bits(block, v0 % kRotBlockValues, N);
+    const float* L = RotLevels<kBits>();
+    HWY_ALIGN float y[HWY_LANES(float)];
+    for (size_t i = 0; i < N; ++i) y[i] = L[(w >> (kBits * i)) & kMask];
+    return hn::Mul(hn::Load(df, y), BroadcastHalf(df, block));
+  }
+  static HWY_INLINE void Pair(DF df, const uint8_t* row, size_t k, const RowCtx& ctx, VF& a, VF& b) {
+#if HWY_TARGET <= HWY_AVX3
+    if constexpr (HWY_LANES(float) == 16) {
+      // Chunks k, k + 1 are one block; lanes 0-7 take bits [0, 8 kBits) of the chunk, lanes
+      // 8-15 the next 8 kBits bits.
+      const uint8_t* block = row + (k / 2) * kBlockBytes;
+      const __m512 table = _mm512_mul_ps(_mm512_loadu_ps(kLevels.v), BroadcastHalf(df, block).raw);
+      const __m512i shifts = _mm512_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits,
+                                               6 * kBits, 7 * kBits, 0, kBits, 2 * kBits, 3 * kBits,
+                                               4 * kBits, 5 * kBits, 6 * kBits, 7 * kBits);
+      const __m512i mask = _mm512_set1_epi32(static_cast<int>(kMask));
+      auto chunk = [&](size_t o) {
+        const uint64_t w = Bits(block, o, 16);
+        const __m512i words = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_set1_epi32(static_cast<int>(w))),
+            _mm256_set1_epi32(static_cast<int>(w >> (8 * kBits))), 1);
+        const __m512i idx = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), mask);
+        return VF{_mm512_permutexvar_ps(idx, table)};
+      };
+      a = chunk(0);
+      b = chunk(16);
+      return;
+    }
+#endif
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (HWY_LANES(float) == 8) {
+      const size_t v0 = k * 8;
+      const uint8_t* block = row + (v0 / kRotBlockValues) * kBlockBytes;
+      const __m256 table = _mm256_mul_ps(_mm256_loadu_ps(kLevels.v), BroadcastHalf(df, block).raw);
+      const __m256i shifts = _mm256_setr_epi32(0, kBits, 2 * kBits, 3 * kBits, 4 * kBits, 5 * kBits,
+                                               6 * kBits, 7 * kBits);
+      const __m256i mask = _mm256_set1_epi32(static_cast<int>(kMask));
+      auto chunk = [&](size_t o) {
+        const uint64_t w = Bits(block, o, 8);
+        const __m256i idx = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(w)), shifts), mask);
+        return VF{_mm256_permutevar8x32_ps(table, idx)};
+      };
+      const size_t o = v0 % kRotBlockValues;  // 0 or 16: chunks k, k + 1 share the block
+      a = chunk(o);
+      b = chunk(o + 8);
+      return;
+    }
+#endif
+    a = Chunk(df, row, k, ctx);
+    b = Chunk(df, row, k + 1, ctx);
+  }
+};
+
 // The decoder of a code layout (affine: with its scale dtype). bf16 decodes in even / odd
 // order (EvenOdd<>::Plain is its value-order twin).
 template <KvCode C, DType kScale>
@@ -314,6 +417,8 @@ template <DType S> struct DecoderOfT<KvCode::kQ4_0, S> { using type = DecQ4_0; }
 template <DType S> struct DecoderOfT<KvCode::kAffine8, S> { using type = DecAffine<8, S>; };
 template <DType S> struct DecoderOfT<KvCode::kAffine4, S> { using type = DecAffine<4, S>; };
 template <DType S> struct DecoderOfT<KvCode::kRot4, S> { using type = DecRot4; };
+template <DType S> struct DecoderOfT<KvCode::kRot3, S> { using type = DecRotN<3>; };
+template <DType S> struct DecoderOfT<KvCode::kRot2, S> { using type = DecRotN<2>; };
 template <KvCode C, DType kScale = DType::kF16>
 using DecoderOf = typename DecoderOfT<C, kScale>::type;
 

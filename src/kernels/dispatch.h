@@ -47,6 +47,8 @@ inline constexpr PairRow kPairTable[] = {
     {KvCode::kAffine8, KvCode::kAffine8, kServeInt8 | kServeQ16 | kServeFast},
     {KvCode::kAffine4, KvCode::kAffine4, kServeInt8 | kServeQ16 | kServeFast},
     {KvCode::kRot4, KvCode::kRot4, kServeFast},
+    {KvCode::kRot3, KvCode::kRot3, kServeFast},
+    {KvCode::kRot2, KvCode::kRot2, kServeFast},
 };
 inline constexpr size_t kNumPairs = sizeof(kPairTable) / sizeof(kPairTable[0]);
 

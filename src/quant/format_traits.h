@@ -93,7 +93,9 @@ struct AffineTraits {
 
 // What a fused kernel specialises on. kOther: a valid format no specialised path decodes (the
 // generic path serves it through quant's row decoders).
-enum class KvCode : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kAffine8, kAffine4, kRot4, kOther };
+enum class KvCode : uint8_t {
+  kF32, kF16, kBF16, kQ8_0, kQ4_0, kAffine8, kAffine4, kRot4, kRot3, kRot2, kOther
+};
 
 constexpr KvCode CodeOf(const Format& f) {
   switch (f.kind) {
@@ -104,9 +106,10 @@ constexpr KvCode CodeOf(const Format& f) {
     case FormatKind::kQ4_0: return KvCode::kQ4_0;
     case FormatKind::kAffine:
       return f.bits == 8 ? KvCode::kAffine8 : f.bits == 4 ? KvCode::kAffine4 : KvCode::kOther;
-    // Read in the rotated basis (the driver rotates queries and outputs); rot4 has a fast-path
-    // decoder, rot3 / rot2 run on the generic path.
-    case FormatKind::kRot: return f.bits == 4 ? KvCode::kRot4 : KvCode::kOther;
+    // Read in the rotated basis (the driver rotates queries and outputs); each width has a
+    // fast-path register decoder (kernels/decoders-inl.h).
+    case FormatKind::kRot:
+      return f.bits == 4 ? KvCode::kRot4 : f.bits == 3 ? KvCode::kRot3 : f.bits == 2 ? KvCode::kRot2 : KvCode::kOther;
   }
   return KvCode::kOther;
 }
@@ -125,6 +128,8 @@ constexpr int CodeBits(KvCode c) {
     case KvCode::kQ4_0:
     case KvCode::kAffine4:
     case KvCode::kRot4: return 4;
+    case KvCode::kRot3: return 3;
+    case KvCode::kRot2: return 2;
     case KvCode::kOther: return 0;
   }
   return 0;

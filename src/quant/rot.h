@@ -13,7 +13,8 @@
 // Each 32-value block: an f16 scale d and 32 codes of kBits bits, a little-endian bit stream
 // (value i at bits [i*kBits, (i+1)*kBits)); y_i ~ kRotLevels[code_i] * d. Quantize: d0 = the
 // first value of largest magnitude (sign kept), codes = nearest level of y / d0, then d = the
-// least-squares scale for those codes, codes again for y / d, d least squares again.
+// least-squares scale for those codes, codes again for y / d, d least squares again (the sums
+// in RotBlockSum's fixed order, which the SIMD code follows).
 // Levels: Lloyd-Max on y / d0 of Gaussian blocks of 32 with the top level fixed at 1
 // (docs/formats/kv-row-formats.md says how they were fitted); MSE per unit variance
 // measured on 6.4M Gaussian values: 4 bits 0.0058 (q4_0's uniform grid: 0.0074), 3 bits
@@ -156,10 +157,56 @@ inline void RotCodes(const float* y, float inv, uint8_t* codes) {
   }
 }
 
+// Sum of 32 values in the fixed order the SIMD code uses (so both paths agree bit for bit):
+// p_j = (a[j] + a[16 + j]) + (a[8 + j] + a[24 + j]) for j < 8 (eight independent lanes), then
+// ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)).
+inline float RotBlockSum8(const float* p) {
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+}
+inline float RotBlockSum(const float* a) {
+  float p[8];
+  for (size_t j = 0; j < 8; ++j) p[j] = (a[j] + a[16 + j]) + (a[8 + j] + a[24 + j]);
+  return RotBlockSum8(p);
+}
+
+// 32 codes -> the block's code bytes (the little-endian bit stream of PackCodes).
+template <int kBits>
+inline void PackRotCodes(const uint8_t* codes, uint8_t* out) {
+  if constexpr (kBits == 4) {
+    for (size_t k = 0; k < 16; ++k) out[k] = static_cast<uint8_t>(codes[2 * k] | codes[2 * k + 1] << 4);
+  } else if constexpr (kBits == 2) {
+    for (size_t k = 0; k < 8; ++k) {
+      out[k] = static_cast<uint8_t>(codes[4 * k] | codes[4 * k + 1] << 2 | codes[4 * k + 2] << 4 |
+                                    codes[4 * k + 3] << 6);
+    }
+  } else {
+    for (size_t k = 0; k < 4; ++k) {  // 8 codes per 3 bytes
+      uint32_t w = 0;
+      for (size_t j = 0; j < 8; ++j) w |= static_cast<uint32_t>(codes[8 * k + j]) << (3 * j);
+      out[3 * k] = static_cast<uint8_t>(w);
+      out[3 * k + 1] = static_cast<uint8_t>(w >> 8);
+      out[3 * k + 2] = static_cast<uint8_t>(w >> 16);
+    }
+  }
+}
+
+// The least-squares scale of y for the levels of `codes` (keep `d` when all levels are 0):
+// sum y_i l_i / sum l_i^2, both sums in RotBlockSum's order.
+template <int kBits>
+inline float RotLeastSquares(const float* y, const uint8_t* codes, float d) {
+  const float* L = RotLevels<kBits>();
+  float xl[kRotBlockValues], ll[kRotBlockValues];
+  for (size_t i = 0; i < kRotBlockValues; ++i) {
+    xl[i] = y[i] * L[codes[i]];
+    ll[i] = L[codes[i]] * L[codes[i]];
+  }
+  const float sxl = RotBlockSum(xl), sll = RotBlockSum(ll);
+  return sll > 0.0f ? sxl / sll : d;
+}
+
 // 32 rotated values y -> one block (RotBlockBytes(kBits) bytes).
 template <int kBits>
 inline void QuantizeRotBlock(const float* y, uint8_t* block) {
-  const float* L = RotLevels<kBits>();
   float m = 0.0f, am = 0.0f;
   for (size_t i = 0; i < kRotBlockValues; ++i) {
     if (std::fabs(y[i]) > am) {
@@ -173,17 +220,12 @@ inline void QuantizeRotBlock(const float* y, uint8_t* block) {
     d = m;
     for (int pass = 0; pass < 2; ++pass) {
       RotCodes<kBits>(y, 1.0f / d, codes);
-      float sxl = 0.0f, sll = 0.0f;
-      for (size_t i = 0; i < kRotBlockValues; ++i) {
-        sxl += y[i] * L[codes[i]];
-        sll += L[codes[i]] * L[codes[i]];
-      }
-      d = sll > 0.0f ? sxl / sll : d;
+      d = RotLeastSquares<kBits>(y, codes, d);
     }
   }
   const uint16_t dh = F32ToF16(d);
   std::memcpy(block, &dh, 2);
-  PackCodes(codes, kRotBlockValues, kBits, block + 2);
+  PackRotCodes<kBits>(codes, block + 2);
 }
 
 // One block -> its 32 codes and its scale.

@@ -1,6 +1,6 @@
 // Rotated codebook rows (rot.h) on the AVX2 / AVX-512 targets: the rotation in vectors (the
-// same butterfly stages and operations as RotateRef, so bit-identical), the codebook part of
-// each block through rot.h's shared scalar code. Included by quant_simd.cc inside its
+// same butterfly stages and operations as RotateRef, so bit-identical), the codebook fit of
+// each block in vectors too (QuantizeRotBlockVec: same operations, same summation order). Included by quant_simd.cc inside its
 // HWY_NAMESPACE and its AVX2-or-better section (uses its DF / VF / LoadF / StoreF).
 // Pure functions; thread-safe.
 
@@ -67,6 +67,78 @@ HWY_INLINE void RotateVec(float* HWY_RESTRICT x, size_t n, const RotSigns& s, bo
   if (inverse) FlipSigns(x, s.bits, n);
 }
 
+// One block of 32 rotated values on vectors of 8 or 16 lanes: QuantizeRotBlock's steps with
+// the same operations per value and the same summation order (RotBlockSum), so the same
+// bytes. y: [32] (aligned).
+template <int kBits>
+HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RESTRICT block) {
+  const DF df;
+  const DI di;
+  constexpr size_t kMaxN = hn::MaxLanes(DF());
+  static_assert(kMaxN == 8 || kMaxN == 16, "rot: AVX2 or AVX-512 vectors");
+  constexpr size_t kV = kRotBlockValues / kMaxN;  // vectors per block
+  const size_t N = hn::Lanes(df);
+  static constexpr RotMids<kBits> kMids;
+  const float* L = RotLevels<kBits>();
+  VF v[kV];
+  // The first value of largest magnitude (NaN never wins, as in the reference).
+  VF amax = hn::Zero(df);
+  for (size_t k = 0; k < kV; ++k) {
+    v[k] = hn::Load(df, y + k * N);
+    const VF a = hn::Abs(v[k]);
+    amax = hn::Max(amax, hn::IfThenElseZero(hn::Eq(a, a), a));
+  }
+  const float am = hn::GetLane(hn::MaxOfLanes(df, amax));
+  uint8_t codes[kRotBlockValues] = {};
+  float d = 0.0f;
+  if (am > 0.0f && std::isfinite(am)) {
+    const VF vam = hn::Set(df, am);
+    for (size_t k = 0; k < kV; ++k) {
+      const intptr_t at = hn::FindFirstTrue(df, hn::Eq(hn::Abs(v[k]), vam));
+      if (at >= 0) {
+        d = y[k * N + static_cast<size_t>(at)];
+        break;
+      }
+    }
+    struct Padded {
+      float v[16];
+    };
+    static constexpr Padded kPadded = [] {
+      Padded p{};
+      for (int i = 0; i < (1 << kBits); ++i) p.v[i] = RotLevels<kBits>()[i];
+      return p;
+    }();
+    const VF table = hn::LoadU(df, kPadded.v);  // first N levels (N = 16: all of them)
+    HWY_ALIGN int32_t ci[kRotBlockValues];
+    HWY_ALIGN float xl[kRotBlockValues], ll[kRotBlockValues];
+    for (int pass = 0; pass < 2; ++pass) {
+      const VF inv = hn::Set(df, 1.0f / d);
+      for (size_t k = 0; k < kV; ++k) {
+        const VF q = hn::Mul(v[k], inv);
+        auto c = hn::Zero(di);
+        for (int t = 0; t + 1 < (1 << kBits); ++t) {
+          c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(q, hn::Set(df, kMids.m[t])))));
+        }
+        VF l;
+        if constexpr (kMaxN == 16) {  // the levels fit one register: a permute, not a gather
+          l = hn::TableLookupLanes(table, hn::IndicesFromVec(df, c));
+        } else {
+          l = hn::GatherIndex(df, L, c);
+        }
+        hn::Store(c, di, ci + k * N);
+        hn::Store(hn::Mul(v[k], l), df, xl + k * N);
+        hn::Store(hn::Mul(l, l), df, ll + k * N);
+      }
+      const float sxl = RotBlockSum(xl), sll = RotBlockSum(ll);
+      d = sll > 0.0f ? sxl / sll : d;
+    }
+    for (size_t i = 0; i < kRotBlockValues; ++i) codes[i] = static_cast<uint8_t>(ci[i]);
+  }
+  const uint16_t dh = F32ToF16(d);
+  std::memcpy(block, &dh, 2);
+  PackRotCodes<kBits>(codes, block + 2);
+}
+
 template <int kBits, DType kSrc>
 void QuantizeRot(const Format& f, const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
   const DF df;
@@ -80,7 +152,7 @@ void QuantizeRot(const Format& f, const void* src, size_t n_rows, size_t head_di
     for (size_t i = 0; i < head_dim; i += N) hn::Store(LoadF<kSrc>(df, src, r * head_dim + i), df, y + i);
     RotateVec(y, head_dim, s, false);
     for (size_t b = 0; b < head_dim / kRotBlockValues; ++b) {
-      QuantizeRotBlock<kBits>(y + b * kRotBlockValues, dst + r * row_bytes + b * bb);
+      QuantizeRotBlockVec<kBits>(y + b * kRotBlockValues, dst + r * row_bytes + b * bb);
     }
   }
 }

@@ -20,8 +20,13 @@ export function kvtierBin() {
 
 // Starts `$KVTIER_BIN serve --port 0 --host 127.0.0.1 ...extraArgs` and resolves once it
 // printed its listening line: { port, model, baseURL, url, proc, stderr(), stop() }.
+// The tests' memory arithmetic (tiny KV pools, 1 MiB caches, bytes on the status page) counts
+// f16 blocks, so they name f16 unless they pass a format (serve's default is quantized).
 export function startServer(extraArgs = []) {
-  const args = ["serve", "--port", "0", "--host", "127.0.0.1", ...extraArgs];
+  const named = (f) => extraArgs.includes(f);
+  const formats = named("--kv-type") || named("--kv-cache-dtype") ? [] : ["--kv-type", "f16"];
+  if (!named("--kv-store-type") && !named("--kv-cache-quantization")) formats.push("--kv-store-type", "active");
+  const args = ["serve", "--port", "0", "--host", "127.0.0.1", ...formats, ...extraArgs];
   const proc = spawn(kvtierBin(), args, { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   let stdoutBuf = "";
