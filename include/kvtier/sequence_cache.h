@@ -94,6 +94,18 @@ class SequenceCache {
   // blocks past the new end; blocks nobody else holds go back to the pool. Requires
   // complete(). Trim(0) just drops reserved blocks.
   Result<uint32_t> Trim(uint32_t n);
+  // Sliding-window models: gives back the window layers' pages of every block whose tokens
+  // all lie before size() - max_window + 1, the first key a query at or after size() can
+  // attend in a window layer (BlockPool::DropWindowRows), and returns how many blocks it
+  // dropped. Blocks shared with a fork or another holder are kept whole. Incremental: each
+  // block is looked at once. A no-op for a dense pool or a forward pass half way through.
+  // After it, the sequence must only grow: Trim back into the window would expose rows that
+  // read as zeros (a prefix hit checks them: kvtier/prefix ... WindowRowsPresent).
+  uint32_t DropOutsideWindow();
+  // True when the window layers' rows of tokens [first, end) are all present (not dropped
+  // by DropOutsideWindow): checked on the data (a dropped row reads as all zeros), so it
+  // holds however the blocks came (converted, from a lower tier). Dense pools: true.
+  bool WindowRowsPresent(uint32_t first, uint32_t end) const;
   // Drops everything (size() becomes 0); the pool stays.
   void Clear();
   // Changes the owner the references are accounted to.
@@ -139,6 +151,7 @@ class SequenceCache {
   std::vector<uint32_t> len_;     // [n_layers] tokens written per layer
   uint32_t min_len_ = 0;
   uint32_t max_len_ = 0;
+  uint32_t window_scan_ = 0;  // blocks [0, window_scan_) were looked at by DropOutsideWindow
   KvOwner owner_ = KvOwner::kActive;
 };
 

@@ -64,6 +64,7 @@ SequenceCache SequenceCache::Fork() const {
   s.len_ = len_;
   s.min_len_ = min_len_;
   s.max_len_ = max_len_;
+  s.window_scan_ = window_scan_;
   s.owner_ = owner_;
   return s;
 }
@@ -373,6 +374,7 @@ Result<uint32_t> SequenceCache::Trim(uint32_t n) {
   }
   std::fill(len_.begin(), len_.end(), new_len);
   min_len_ = max_len_ = new_len;
+  window_scan_ = std::min<uint32_t>(window_scan_, static_cast<uint32_t>(keep));
   return dropped;
 }
 
@@ -381,6 +383,47 @@ void SequenceCache::Clear() {
   table_ = std::make_shared<Table>(pool_, owner_);
   std::fill(len_.begin(), len_.end(), 0);
   min_len_ = max_len_ = 0;
+  window_scan_ = 0;
+}
+
+uint32_t SequenceCache::DropOutsideWindow() {
+  if (!pool_ || !complete()) return 0;
+  const KvBlockLayout& l = pool_->layout();
+  if (!l.has_window_layers()) return 0;
+  // A query at position p >= size() attends window keys from p - max_window + 1 on.
+  const uint64_t first_needed =
+      min_len_ + uint64_t{1} > l.max_window ? min_len_ + uint64_t{1} - l.max_window : 0;
+  const size_t droppable = std::min<size_t>(first_needed / l.block_tokens, table_->ids.size());
+  if (droppable <= window_scan_) return 0;
+  uint32_t dropped = 0;
+  if (table_.use_count() == 1) {
+    for (size_t i = window_scan_; i < droppable; ++i) {
+      // Fails (and is skipped) for a block another holder shares: they may still need it.
+      dropped += pool_->DropWindowRows(table_->ids[i]).ok();
+    }
+  }
+  window_scan_ = static_cast<uint32_t>(droppable);
+  return dropped;
+}
+
+bool SequenceCache::WindowRowsPresent(uint32_t first, uint32_t end) const {
+  if (!pool_) return true;
+  const KvBlockLayout& l = pool_->layout();
+  if (!l.has_window_layers() || first >= end) return true;
+  uint32_t layer = 0;
+  while (l.layer_window[layer] == 0) ++layer;
+  end = std::min(end, layer_size(layer));
+  std::vector<float> k(static_cast<size_t>(l.shape.n_kv_heads) * l.shape.head_dim);
+  std::vector<float> v(k.size());
+  for (uint32_t t = first; t < end; t = (t / l.block_tokens + 1) * l.block_tokens) {
+    const BlockId id = table_->ids[t / l.block_tokens];
+    if (pool_->WindowRowsDropped(id)) return false;
+    // Dropped rows read as zeros wherever the block went since (conversion, a lower tier);
+    // a real key row (normed, rotated) is never all zeros.
+    if (!ReadDense(layer, t, 1, DType::kF32, k.data(), v.data()).ok()) return false;
+    if (std::all_of(k.begin(), k.end(), [](float x) { return x == 0.0f; })) return false;
+  }
+  return true;
 }
 
 Status SequenceCache::SetOwner(KvOwner owner) {
