@@ -106,6 +106,9 @@ class SequenceCache {
   // by DropOutsideWindow): checked on the data (a dropped row reads as all zeros), so it
   // holds however the blocks came (converted, from a lower tier). Dense pools: true.
   bool WindowRowsPresent(uint32_t first, uint32_t end) const;
+  // The longest length P' <= size() this sequence can resume from: the window rows a query
+  // at P' attends ([P' - max_window + 1, P')) are all present. size() for a dense pool.
+  uint32_t WindowResumePoint() const;
   // Drops everything (size() becomes 0); the pool stays.
   void Clear();
   // Changes the owner the references are accounted to.

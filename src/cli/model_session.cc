@@ -52,6 +52,7 @@ Result<std::shared_ptr<BlockPool>> MakeKvPool(const ModelConfig& c, const std::s
   o.v_format = kv.v;
   o.block_tokens = block_tokens;
   o.capacity_bytes = blocks_per_row * n_rows * layout.block_stride;
+  o.layer_window = c.layer_windows();  // window layers in their own pages (docs/model.md)
   return BlockPool::Create(o);
 }
 

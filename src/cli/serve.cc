@@ -101,6 +101,7 @@ Status RunServe(const ServeConfig& c) {
   pool_options.k_format = kv.k;
   pool_options.v_format = kv.v;
   pool_options.block_tokens = c.block_tokens;
+  pool_options.layer_window = mc.layer_windows();  // window layers in their own pages
   pool_options.capacity_bytes = c.kv_pool_mb << 20;
   if (c.kv_pool_mb == 0) {
     const uint64_t blocks_per_row = (uint64_t{context} + c.block_tokens - 1) / c.block_tokens + 1;

@@ -157,6 +157,12 @@ void Engine::Impl::Admit(Req& r) {
             (r.admitted_before ? " resumed" : ""));
       }
       r.seq = std::move(f->sequence);
+      // Sliding-window models: resume where the window rows are present (docs/prefix-cache.md).
+      if (const uint32_t p = r.seq.WindowResumePoint(); p < r.seq.size()) {
+        Log("cache_fetch id=" + std::to_string(r.id) + " window resume " +
+            std::to_string(r.seq.size()) + " -> " + std::to_string(p));
+        if (!r.seq.Trim(r.seq.size() - p).ok()) r.seq = SequenceCache(opt.pool);
+      }
     } else {
       Log("cache_fetch id=" + std::to_string(r.id) + " FAILED: " + f.status().message());
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/strings.h"
 #include "kvtier/quant.h"
@@ -404,6 +405,28 @@ uint32_t SequenceCache::DropOutsideWindow() {
   }
   window_scan_ = static_cast<uint32_t>(droppable);
   return dropped;
+}
+
+uint32_t SequenceCache::WindowResumePoint() const {
+  if (!pool_) return 0;
+  const KvBlockLayout& l = pool_->layout();
+  uint32_t p = size();
+  if (!l.has_window_layers()) return p;
+  const uint32_t bt = l.block_tokens;
+  while (p > 0) {
+    const uint32_t lo = p + 1 > l.max_window ? p + 1 - l.max_window : 0;
+    // Blocks from the last one back: the first missing one moves p to its start.
+    uint32_t missing = UINT32_MAX;
+    for (uint32_t b = (p - 1) / bt + 1; b-- > lo / bt;) {
+      if (!WindowRowsPresent(std::max(lo, b * bt), std::min(p, (b + 1) * bt))) {
+        missing = b;
+        break;
+      }
+    }
+    if (missing == UINT32_MAX) return p;
+    p = missing * bt;
+  }
+  return 0;
 }
 
 bool SequenceCache::WindowRowsPresent(uint32_t first, uint32_t end) const {
