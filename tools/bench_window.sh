@@ -2,7 +2,7 @@
 # Sliding-window KV (issue 33): a Gemma-3-1B-shaped random-weight GGUF (26 layers, 4 heads,
 # 1 KV head, head_dim 256, hidden 1152, ffn 6912, vocab 262144, window 512, every 6th layer
 # global, q8_0 weights), decode tokens/s at 4K and 32K with q8_0 KV and 2 threads, kvtier
-# (kvtier bench-model) and llama.cpp (llama-bench) side by side, and kvtier's active KV bytes
+# (kvtier-bench model) and llama.cpp (llama-bench) side by side, and kvtier's active KV bytes
 # against global layers x context + window layers x window rows.
 #
 #   tools/bench_window.sh [build dir (build/release)] [llama bin dir (/work/llama/build/bin)]
@@ -19,7 +19,7 @@ OUT=${OUT:-/tmp/kvtier_bench_window}
 MODEL=${MODEL:-$OUT/gemma3-1b-shape-q8_0.gguf}
 mkdir -p "$OUT"
 KV="$BUILD/src/cli/kvtier"
-[ -x "$KV" ] || KV="$BUILD/kvtier"
+KVB="$BUILD/src/cli/kvtier-bench"
 if [ ! -f "$MODEL" ]; then
   "$KV" make-test-model --out "$MODEL" --arch gemma3 --hidden 1152 --layers 26 --heads 4 \
     --kv-heads 1 --head-dim 256 --ffn 6912 --vocab 262144 --ctx 32768 --rope-theta 1000000 \
@@ -28,7 +28,7 @@ fi
 echo "# $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD) $(nproc) cpus; uptime:$(uptime)"
 for d in $DEPTHS; do
   for r in $(seq "$REPEATS"); do
-    "$KV" bench-model --model "$MODEL" --depth "$d" --kv-type q8_0 --prefill 32 \
+    "$KVB" model --model "$MODEL" --depth "$d" --kv-type q8_0 --prefill 32 \
       --decode "$DECODE" --threads 2 --json > "$OUT/kvtier_${d}_$r.json"
     "$LLAMA/llama-bench" -m "$MODEL" -p 0 -n "$DECODE" -d "$d" -ctk q8_0 -ctv q8_0 -fa 1 \
       -t 2 -r 1 -o json > "$OUT/llama_${d}_$r.json" 2> "$OUT/llama_${d}_$r.err"

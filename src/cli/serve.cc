@@ -95,7 +95,8 @@ Status RunServe(const ServeConfig& c) {
   // capped at a quarter of RAM (a long-context model's full contexts may not fit).
   KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-type/--kv-cache-dtype", c.kv_type));
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
-                          KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens));
+                          KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens,
+                                              mc.layer_windows()));
   BlockPoolOptions pool_options;
   pool_options.shape = mc.kv_shape();
   pool_options.k_format = kv.k;
