@@ -95,13 +95,19 @@ class SequenceCache {
   // complete(). Trim(0) just drops reserved blocks.
   Result<uint32_t> Trim(uint32_t n);
   // Sliding-window models: gives back the window layers' pages of every block whose tokens
-  // all lie before size() - max_window + 1, the first key a query at or after size() can
-  // attend in a window layer (BlockPool::DropWindowRows), and returns how many blocks it
-  // dropped. Blocks shared with a fork or another holder are kept whole. Incremental: each
+  // all lie before F - max_window + 1, where F = size() rounded down to whole blocks (the
+  // first key a query at F or later can attend in a window layer; F, not size(), so the last
+  // full-block boundary stays a resume point in tiers that keep whole blocks only), except
+  // the blocks a kept resume point needs (KeepWindowRowsAt) (BlockPool::DropWindowRows), and
+  // returns how many blocks it dropped. Blocks shared with a fork or another holder are kept whole. Incremental: each
   // block is looked at once. A no-op for a dense pool or a forward pass half way through.
   // After it, the sequence must only grow: Trim back into the window would expose rows that
   // read as zeros (a prefix hit checks them: kvtier/prefix ... WindowRowsPresent).
   uint32_t DropOutsideWindow();
+  // Keeps the window rows a resume at `pos` (and at pos rounded down to whole blocks) needs
+  // through later DropOutsideWindow calls: e.g. the end of a prompt, stored in the prefix
+  // cache while the row goes on. Forks inherit it.
+  void KeepWindowRowsAt(uint32_t pos);
   // True when the window layers' rows of tokens [first, end) are all present (not dropped
   // by DropOutsideWindow): checked on the data (a dropped row reads as all zeros), so it
   // holds however the blocks came (converted, from a lower tier). Dense pools: true.
@@ -155,6 +161,7 @@ class SequenceCache {
   uint32_t min_len_ = 0;
   uint32_t max_len_ = 0;
   uint32_t window_scan_ = 0;  // blocks [0, window_scan_) were looked at by DropOutsideWindow
+  std::vector<uint32_t> keep_points_;  // KeepWindowRowsAt positions
   KvOwner owner_ = KvOwner::kActive;
 };
 

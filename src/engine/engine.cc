@@ -167,6 +167,8 @@ void Engine::Impl::Admit(Req& r) {
       Log("cache_fetch id=" + std::to_string(r.id) + " FAILED: " + f.status().message());
     }
   }
+  // The prompt's end is stored as an entry: its window rows stay a resume point.
+  r.seq.KeepWindowRowsAt(static_cast<uint32_t>(r.req.prompt.size()));
   if (!r.admitted_before) {
     r.cached = std::min<uint32_t>(r.seq.size(), static_cast<uint32_t>(r.req.prompt.size()));
     r.admitted_before = true;

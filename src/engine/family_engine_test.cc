@@ -264,7 +264,9 @@ TEST_P(FamilyEngine, HitBetweenResumePointsGivesTheSoloTokens) {
   const uint64_t a = engine->Submit(r, sink.For()).value();
   sink.Wait(1);
   EXPECT_EQ(sink.tokens[a], Solo(m, first, 60)) << "cold, past the window";
-  if (window) EXPECT_GT(o.pool->Stats().window_dropped_bytes_total, 0u);
+  if (window) {
+    EXPECT_GT(o.pool->Stats().window_dropped_bytes_total, 0u);
+  }
   // first + 35 generated tokens + 6 new: matches 75 tokens of the stored conversation.
   std::vector<int32_t> second = first;
   second.insert(second.end(), sink.tokens[a].begin(), sink.tokens[a].begin() + 35);

@@ -66,6 +66,7 @@ SequenceCache SequenceCache::Fork() const {
   s.min_len_ = min_len_;
   s.max_len_ = max_len_;
   s.window_scan_ = window_scan_;
+  s.keep_points_ = keep_points_;
   s.owner_ = owner_;
   return s;
 }
@@ -385,22 +386,35 @@ void SequenceCache::Clear() {
   std::fill(len_.begin(), len_.end(), 0);
   min_len_ = max_len_ = 0;
   window_scan_ = 0;
+  keep_points_.clear();
+}
+
+void SequenceCache::KeepWindowRowsAt(uint32_t pos) {
+  if (std::find(keep_points_.begin(), keep_points_.end(), pos) == keep_points_.end()) {
+    keep_points_.push_back(pos);
+  }
 }
 
 uint32_t SequenceCache::DropOutsideWindow() {
   if (!pool_ || !complete()) return 0;
   const KvBlockLayout& l = pool_->layout();
   if (!l.has_window_layers()) return 0;
+  const uint32_t bt = l.block_tokens;
+  // The window keys a resume at p attends, from its last full-block boundary: [lo, p).
+  auto lo_of = [&](uint64_t p) {
+    const uint64_t f = p / bt * bt;
+    return f + 1 > l.max_window ? f + 1 - l.max_window : 0;
+  };
   // A query at position p >= size() attends window keys from p - max_window + 1 on.
-  const uint64_t first_needed =
-      min_len_ + uint64_t{1} > l.max_window ? min_len_ + uint64_t{1} - l.max_window : 0;
-  const size_t droppable = std::min<size_t>(first_needed / l.block_tokens, table_->ids.size());
+  const size_t droppable = std::min<size_t>(lo_of(min_len_) / bt, table_->ids.size());
   if (droppable <= window_scan_) return 0;
   uint32_t dropped = 0;
   if (table_.use_count() == 1) {
     for (size_t i = window_scan_; i < droppable; ++i) {
+      bool kept = false;
+      for (uint32_t p : keep_points_) kept |= (i + 1) * bt > lo_of(p) && i * bt < p;
       // Fails (and is skipped) for a block another holder shares: they may still need it.
-      dropped += pool_->DropWindowRows(table_->ids[i]).ok();
+      if (!kept) dropped += pool_->DropWindowRows(table_->ids[i]).ok();
     }
   }
   window_scan_ = static_cast<uint32_t>(droppable);

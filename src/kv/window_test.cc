@@ -74,7 +74,8 @@ TEST(WindowPool, DropGivesBackWindowPagesAndKeepsGlobalRows) {
   EXPECT_EQ(budget->used(), before);
   const testing::Dense g_before = ReadLayer(s, 2, 0, 30);
   const testing::Dense w_before = ReadLayer(s, 0, 0, 30);
-  // Next query at 30 attends window keys 23..30: blocks 0..4 (tokens 0..19) can go.
+  // A resume at 28 (the last block boundary) attends window keys 21..28: blocks 0..4
+  // (tokens 0..19) can go.
   EXPECT_EQ(s.DropOutsideWindow(), 5u);
   EXPECT_EQ(s.DropOutsideWindow(), 0u);  // incremental: nothing new
   const PoolStats st = pool->Stats();
@@ -150,6 +151,21 @@ TEST(WindowPool, ResumePointSkipsBackOverDroppedRowsAfterConversion) {
   // A sequence whose early blocks are intact resumes at the last good point.
   SequenceCache s3 = Filled(pool, 24, 13, DType::kF32);  // nothing dropped yet
   EXPECT_EQ(s3.WindowResumePoint(), 24u);
+}
+
+TEST(WindowPool, KeptResumePointsKeepTheirWindowRows) {
+  auto pool = WindowPool(64);
+  SequenceCache s(pool);
+  s.KeepWindowRowsAt(14);  // e.g. a prompt's end: a resume at 14 or 12 needs rows 5..13
+  testing::AppendAll(s, testing::RandomChunk(kShape, 40, DType::kF32, 14));
+  EXPECT_EQ(s.DropOutsideWindow(), 5u);  // blocks 0 and 4..7; 1..3 kept
+  SequenceCache at14 = s.Fork();
+  ASSERT_TRUE(at14.Trim(26).ok());
+  EXPECT_EQ(at14.WindowResumePoint(), 14u);
+  SequenceCache at30 = s.Fork();
+  ASSERT_TRUE(at30.Trim(10).ok());
+  EXPECT_EQ(at30.WindowResumePoint(), 16u) << "the last point whose window is whole";
+  EXPECT_EQ(s.WindowResumePoint(), 40u);
 }
 
 }  // namespace
