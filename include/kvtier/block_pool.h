@@ -245,7 +245,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   struct Meta {
     std::array<uint32_t, kNumKvOwners> refs{};
     uint32_t total = 0;
-    bool dropped = false;  // window layers' pages given back (DropWindowRows)
+    // Window layers' pages given back (DropWindowRows): 1 while referenced, 2 once freed and
+    // on its way back to the OS (Release then charges the budget the global part only).
+    uint8_t dropped = 0;
   };
   std::vector<Meta> meta_;          // [max_blocks_]
   std::vector<BlockId> warm_;       // freed, resident, dirty: cleared when reused (LIFO)
@@ -257,7 +259,7 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   uint64_t total_refs_ = 0;
   std::array<uint32_t, kNumKvOwners> owner_blocks_{};
   std::array<uint32_t, kNumKvOwners> owner_dropped_{};  // of owner_blocks_, dropped ones
-  uint32_t dropped_ = 0;            // referenced blocks with dropped window rows
+  uint32_t dropped_ = 0;            // referenced blocks with dropped window rows (state 1)
   uint64_t dropped_total_bytes_ = 0;
   uint64_t failed_allocations_ = 0;
   uint64_t refcount_errors_ = 0;

@@ -271,7 +271,7 @@ Status BlockPool::Ref(std::span<const BlockId> ids, KvOwner owner) {
     Meta& m = meta_[static_cast<size_t>(id)];
     if (m.refs[o]++ == 0) {
       ++owner_blocks_[o];
-      owner_dropped_[o] += m.dropped;
+      owner_dropped_[o] += m.dropped != 0;
     }
     if (m.total++ == 1) ++shared_;
   }
@@ -296,13 +296,17 @@ void BlockPool::Unref(std::span<const BlockId> ids, KvOwner owner) {
       Meta& m = meta_[static_cast<size_t>(id)];
       if (--m.refs[o] == 0) {
         --owner_blocks_[o];
-        owner_dropped_[o] -= m.dropped;
+        owner_dropped_[o] -= m.dropped != 0;
       }
       --total_refs_;
       if (--m.total == 1) --shared_;
       if (m.total > 0) continue;
+      if (m.dropped != 0) {
+        m.dropped = 2;  // freed: no longer in dropped_ (Stats), Release settles the budget
+        --dropped_;
+      }
       // A block with dropped window pages goes back to the OS whole (Release settles it).
-      if (!m.dropped && (warm_.size() + 1) * stride <= retain_free_bytes_) {
+      if (m.dropped == 0 && (warm_.size() + 1) * stride <= retain_free_bytes_) {
         warm_.push_back(id);  // stays resident (and charged); cleared when reused
         --in_use_;
       } else {
@@ -326,11 +330,8 @@ void BlockPool::Release(std::span<const BlockId> ids) {
   for (BlockId id : ids) {
     cold_.push_back(id);
     Meta& m = meta_[static_cast<size_t>(id)];
-    charged += m.dropped ? stride - layout_.window_bytes : stride;
-    if (m.dropped) {
-      m.dropped = false;
-      --dropped_;
-    }
+    charged += m.dropped == 2 ? stride - layout_.window_bytes : stride;
+    m.dropped = 0;
   }
   in_use_ -= static_cast<uint32_t>(ids.size());
   releasing_ -= static_cast<uint32_t>(ids.size());
@@ -349,13 +350,13 @@ Status BlockPool::DropWindowRows(BlockId id) {
                                      " is not a live block of this pool");
     }
     Meta& m = meta_[static_cast<size_t>(id)];
-    if (m.dropped) return Status::OK();
+    if (m.dropped != 0) return Status::OK();
     if (m.total != 1) {
       return Status::InvalidArgument("DropWindowRows: block " + std::to_string(id) + " has " +
                                         std::to_string(m.total) +
                                         " references; only a sole holder may drop rows");
     }
-    m.dropped = true;
+    m.dropped = 1;
     ++dropped_;
     dropped_total_bytes_ += layout_.window_bytes;
     for (size_t o = 0; o < m.refs.size(); ++o) owner_dropped_[o] += m.refs[o] > 0;
@@ -370,7 +371,7 @@ Status BlockPool::DropWindowRows(BlockId id) {
 bool BlockPool::WindowRowsDropped(BlockId id) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_) return false;
-  return meta_[static_cast<size_t>(id)].dropped;
+  return meta_[static_cast<size_t>(id)].dropped != 0;
 }
 
 uint64_t BlockPool::ReleaseFreeMemory() {
@@ -409,11 +410,11 @@ Status BlockPool::MoveOwner(std::span<const BlockId> ids, KvOwner from, KvOwner 
     Meta& m = meta_[static_cast<size_t>(id)];
     if (--m.refs[f] == 0) {
       --owner_blocks_[f];
-      owner_dropped_[f] -= m.dropped;
+      owner_dropped_[f] -= m.dropped != 0;
     }
     if (m.refs[t]++ == 0) {
       ++owner_blocks_[t];
-      owner_dropped_[t] += m.dropped;
+      owner_dropped_[t] += m.dropped != 0;
     }
   }
   return Status::OK();
