@@ -5,7 +5,8 @@
 //
 // For every row r of the view, the queries are the last q_lens[r] tokens of that row: query i
 // sits at position p = length_r - q_lens[r] + i and attends keys [max(0, p - window + 1), p]
-// (causal; window 0 = unlimited). One query per row is decode; more is a prefill chunk. Query
+// (causal; window: params.window, else the view's per-layer window; 0 = unlimited). One
+// query per row is decode; more is a prefill chunk. Query
 // head h reads KV head h / (n_heads / n_kv_heads) (GQA, any ratio). K and V are read from the
 // blocks in their own formats (every format of src/quant; K and V may differ); no copy of the
 // cache is made: a fixed-size tile of rows is decoded at a time, whatever the context length.

@@ -70,7 +70,12 @@ class BatchCache {
   Result<uint32_t> Trim(uint32_t n);
   Result<uint32_t> TrimRow(size_t i, uint32_t n);
 
-  // The kernel's view of `layer` for every row (lengths are that layer's).
+  // Sliding-window pools: SequenceCache::DropOutsideWindow on every row (after a forward
+  // pass); returns the blocks whose window rows went back to the OS.
+  uint32_t DropOutsideWindow();
+
+  // The kernel's view of `layer` for every row (lengths are that layer's; window: the
+  // layer's sliding window from the pool's layout, 0 = global).
   Result<PagedKvView> View(uint32_t layer);
 
  private:

@@ -6,6 +6,15 @@
 //   [n_layers] x { K: [block_tokens][n_kv_heads] rows of k_row_bytes, padded to 64 bytes,
 //                  V: [block_tokens][n_kv_heads] rows of v_row_bytes, padded to 64 bytes }
 //
+// Sliding-window models (BlockPoolOptions::layer_window) put the global layers first and the
+// window layers after them, from a page boundary (window_offset):
+//
+//   [global layers, in order][pad to 4 KiB][window layers, in order][pad to 4 KiB]
+//
+// so a block whose tokens have left every window can give its window layers' pages back to
+// the OS on their own (DropWindowRows): those rows then read as zeros, the global layers'
+// rows stay. A dense model (no window layers) has the plain layout and never drops.
+//
 // All blocks live in one address range reserved up front (capacity bytes, committed by the OS
 // only when touched; transparent huge pages where the kernel offers them), so block b starts
 // at base + b * block_stride. Freed blocks stay resident for reuse ("warm", up to
@@ -73,11 +82,28 @@ struct KvBlockLayout {
   size_t layer_stride = 0;    // k_region_bytes + v_region_bytes
   size_t payload_bytes = 0;   // block_tokens * KvBytesPerToken (what the tokens need)
   size_t block_stride = 0;    // n_layers * layer_stride rounded up to 4 KiB (whole pages)
+  // Sliding-window layout (all empty / zero for a dense model):
+  std::vector<uint32_t> layer_window;  // [n_layers] window in tokens, 0 = global; or empty
+  std::vector<size_t> layer_offset;    // [n_layers] byte offset of each layer; or empty
+  uint32_t max_window = 0;    // the largest window of a window layer (0: no window layers)
+  size_t window_offset = 0;   // start of the window layers' pages (page aligned)
+  size_t window_bytes = 0;    // block_stride - window_offset when there are window layers
 
   static Result<KvBlockLayout> Make(const KvShape& shape, const Format& k_format,
                                     const Format& v_format, uint32_t block_tokens);
-  size_t k_offset(uint32_t layer) const { return layer * layer_stride; }
-  size_t v_offset(uint32_t layer) const { return layer * layer_stride + k_region_bytes; }
+  // As above; layer_window [n_layers] gives each layer's window (0 = global). All zero (or
+  // empty) is the dense layout.
+  static Result<KvBlockLayout> Make(const KvShape& shape, const Format& k_format,
+                                    const Format& v_format, uint32_t block_tokens,
+                                    std::span<const uint32_t> layer_window);
+  bool has_window_layers() const { return max_window > 0; }
+  uint32_t window_of(uint32_t layer) const {
+    return layer_window.empty() ? 0 : layer_window[layer];
+  }
+  size_t k_offset(uint32_t layer) const {
+    return layer_offset.empty() ? layer * layer_stride : layer_offset[layer];
+  }
+  size_t v_offset(uint32_t layer) const { return k_offset(layer) + k_region_bytes; }
   // "K q8_0 / V q4_0, 32-token blocks of 1,032,192 bytes, 28 layers x 8 KV heads x ..."
   std::string ToString() const;
   // The paged view of `layer` over blocks laid out like this from `base` (a host pool's
@@ -97,6 +123,9 @@ struct BlockPoolOptions {
   std::shared_ptr<MemoryBudget> budget;
   // Freed blocks kept resident for fast reuse, at most this many bytes (default: all).
   uint64_t retain_free_bytes = UINT64_MAX;
+  // [n_layers] sliding window per layer in tokens (0 = global), or empty: every layer global.
+  // With window layers the blocks use the split layout above and DropWindowRows works.
+  std::vector<uint32_t> layer_window;
 };
 
 // A snapshot of a pool's memory. Bytes are whole blocks (block_stride each).
@@ -116,6 +145,10 @@ struct PoolStats {
   uint64_t copied_bytes = 0;      // K/V bytes ever copied (copy-on-write, same-format copies)
   uint64_t failed_allocations = 0;
   uint64_t refcount_errors = 0;   // Unref of a reference that did not exist (a bug)
+  // Blocks in use whose window layers' pages went back to the OS (DropWindowRows); their
+  // window_bytes are not in bytes_in_use / resident_bytes / owner_bytes / k / v bytes.
+  uint32_t window_dropped_blocks = 0;
+  uint64_t window_dropped_bytes_total = 0;  // window bytes ever given back this way
 };
 
 // Memory of several pools (e.g. the active pool and a prefix-cache pool in a store format),
@@ -165,6 +198,14 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   uint32_t RefCount(BlockId id) const;
   // OK if `id` is a block of this pool with at least one reference.
   Status CheckBlock(BlockId id) const;
+  // Gives the window layers' pages of block `id` back to the OS (and to the budget): its
+  // window layers' rows read as zeros from now on, its global layers' rows are kept. Only
+  // for the holder of the block's only reference, once no query of any holder can attend
+  // those rows (SequenceCache::DropOutsideWindow). An error when the pool has no
+  // window layers or the block is shared (InvalidArgument); dropping twice is a no-op. The block is whole
+  // again once freed and reallocated.
+  Status DropWindowRows(BlockId id);
+  bool WindowRowsDropped(BlockId id) const;
 
   uint8_t* block_data(BlockId id) { return base_ + static_cast<size_t>(id) * layout_.block_stride; }
   const uint8_t* block_data(BlockId id) const {
@@ -204,6 +245,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   struct Meta {
     std::array<uint32_t, kNumKvOwners> refs{};
     uint32_t total = 0;
+    // Window layers' pages given back (DropWindowRows): 1 while referenced, 2 once freed and
+    // on its way back to the OS (Release then charges the budget the global part only).
+    uint8_t dropped = 0;
   };
   std::vector<Meta> meta_;          // [max_blocks_]
   std::vector<BlockId> warm_;       // freed, resident, dirty: cleared when reused (LIFO)
@@ -214,6 +258,9 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   uint32_t shared_ = 0;
   uint64_t total_refs_ = 0;
   std::array<uint32_t, kNumKvOwners> owner_blocks_{};
+  std::array<uint32_t, kNumKvOwners> owner_dropped_{};  // of owner_blocks_, dropped ones
+  uint32_t dropped_ = 0;            // referenced blocks with dropped window rows (state 1)
+  uint64_t dropped_total_bytes_ = 0;
   uint64_t failed_allocations_ = 0;
   uint64_t refcount_errors_ = 0;
   std::atomic<uint64_t> copied_bytes_{0};

@@ -88,6 +88,9 @@ struct ModelConfig {
   KvShape kv_shape() const;
   // Layer l's attention window in tokens (0 = global: the whole context).
   uint32_t layer_window(uint32_t l) const;
+  // [n_layers] layer_window(l) for every layer when some layer has a window (a KV pool's
+  // BlockPoolOptions::layer_window: window layers in their own pages), else empty (dense).
+  std::vector<uint32_t> layer_windows() const;
 };
 
 // One weight matrix: n_out rows of n_in values each, in a ggml type (ggml shape [n_in, n_out]).

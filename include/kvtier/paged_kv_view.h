@@ -45,6 +45,9 @@ struct PagedKvView {
   Format v_format;
   uint32_t n_rows = 0;
   const PagedKvRow* rows = nullptr;  // [n_rows]
+  // This layer's sliding window in tokens (0 = global): a query at position p attends keys
+  // [p - window + 1, p]; rows before that may have been given back (they read as zeros).
+  uint32_t window = 0;
 
   // Row bytes of token t, KV head h of row r. Preconditions: r < n_rows, t < rows[r].length.
   const uint8_t* k_row(uint32_t r, uint32_t t, uint32_t h) const {

@@ -94,6 +94,27 @@ class SequenceCache {
   // blocks past the new end; blocks nobody else holds go back to the pool. Requires
   // complete(). Trim(0) just drops reserved blocks.
   Result<uint32_t> Trim(uint32_t n);
+  // Sliding-window models: gives back the window layers' pages of every block whose tokens
+  // all lie before F - max_window + 1, where F = size() rounded down to whole blocks (the
+  // first key a query at F or later can attend in a window layer; F, not size(), so the last
+  // full-block boundary stays a resume point in tiers that keep whole blocks only), except
+  // the blocks a kept resume point needs (KeepWindowRowsAt) (BlockPool::DropWindowRows), and
+  // returns how many blocks it dropped. Blocks shared with a fork or another holder are kept whole. Incremental: each
+  // block is looked at once. A no-op for a dense pool or a forward pass half way through.
+  // After it, the sequence must only grow: Trim back into the window would expose rows that
+  // read as zeros (a prefix hit checks them: kvtier/prefix ... WindowRowsPresent).
+  uint32_t DropOutsideWindow();
+  // Keeps the window rows a resume at `pos` (and at pos rounded down to whole blocks) needs
+  // through later DropOutsideWindow calls: e.g. the end of a prompt, stored in the prefix
+  // cache while the row goes on. Forks inherit it.
+  void KeepWindowRowsAt(uint32_t pos);
+  // True when the window layers' rows of tokens [first, end) are all present (not dropped
+  // by DropOutsideWindow): checked on the data (a dropped row reads as all zeros), so it
+  // holds however the blocks came (converted, from a lower tier). Dense pools: true.
+  bool WindowRowsPresent(uint32_t first, uint32_t end) const;
+  // The longest length P' <= size() this sequence can resume from: the window rows a query
+  // at P' attends ([P' - max_window + 1, P')) are all present. size() for a dense pool.
+  uint32_t WindowResumePoint() const;
   // Drops everything (size() becomes 0); the pool stays.
   void Clear();
   // Changes the owner the references are accounted to.
@@ -139,6 +160,8 @@ class SequenceCache {
   std::vector<uint32_t> len_;     // [n_layers] tokens written per layer
   uint32_t min_len_ = 0;
   uint32_t max_len_ = 0;
+  uint32_t window_scan_ = 0;  // blocks [0, window_scan_) were looked at by DropOutsideWindow
+  std::vector<uint32_t> keep_points_;  // KeepWindowRowsAt positions
   KvOwner owner_ = KvOwner::kActive;
 };
 

@@ -44,7 +44,8 @@ Result<std::shared_ptr<BlockPool>> MakeKvPool(const ModelConfig& c, const std::s
                                               uint32_t n_rows, uint32_t block_tokens) {
   KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats(flag, kv_type));
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
-                          KvBlockLayout::Make(c.kv_shape(), kv.k, kv.v, block_tokens));
+                          KvBlockLayout::Make(c.kv_shape(), kv.k, kv.v, block_tokens,
+                                              c.layer_windows()));
   const uint64_t blocks_per_row = (uint64_t(n_tokens) + block_tokens - 1) / block_tokens + 1;
   BlockPoolOptions o;
   o.shape = c.kv_shape();
@@ -52,6 +53,7 @@ Result<std::shared_ptr<BlockPool>> MakeKvPool(const ModelConfig& c, const std::s
   o.v_format = kv.v;
   o.block_tokens = block_tokens;
   o.capacity_bytes = blocks_per_row * n_rows * layout.block_stride;
+  o.layer_window = c.layer_windows();  // window layers in their own pages (docs/model.md)
   return BlockPool::Create(o);
 }
 

@@ -106,12 +106,14 @@ Status RunServe(const ServeConfig& c) {
     store_format = *store;
   }
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
-                          KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens));
+                          KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens,
+                                              mc.layer_windows()));
   BlockPoolOptions pool_options;
   pool_options.shape = mc.kv_shape();
   pool_options.k_format = kv.k;
   pool_options.v_format = kv.v;
   pool_options.block_tokens = c.block_tokens;
+  pool_options.layer_window = mc.layer_windows();  // window layers in their own pages
   pool_options.capacity_bytes = c.kv_pool_mb << 20;
   if (c.kv_pool_mb == 0) {
     const uint64_t blocks_per_row = (uint64_t{context} + c.block_tokens - 1) / c.block_tokens + 1;

@@ -197,10 +197,18 @@ void Engine::Impl::Admit(Req& r) {
                        : ""));
       }
       r.seq = std::move(f->sequence);
+      // Sliding-window models: resume where the window rows are present (docs/prefix-cache.md).
+      if (const uint32_t p = r.seq.WindowResumePoint(); p < r.seq.size()) {
+        Log("cache_fetch id=" + std::to_string(r.id) + " window resume " +
+            std::to_string(r.seq.size()) + " -> " + std::to_string(p));
+        if (!r.seq.Trim(r.seq.size() - p).ok()) r.seq = SequenceCache(opt.pool);
+      }
     } else {
       Log("cache_fetch id=" + std::to_string(r.id) + " FAILED: " + f.status().message());
     }
   }
+  // The prompt's end is stored as an entry: its window rows stay a resume point.
+  r.seq.KeepWindowRowsAt(static_cast<uint32_t>(r.req.prompt.size()));
   if (!r.admitted_before) {
     r.cached = std::min<uint32_t>(r.seq.size(), static_cast<uint32_t>(r.req.prompt.size()));
     r.admitted_before = true;

@@ -1,7 +1,9 @@
 // The newer families through the engine: a gemma3 model with window layers (window 8, prompts
-// of 40+ tokens, chunked prefill of 7) and a phi3 model give the same greedy tokens cold, on
-// an exact RAM prefix-cache hit and on a partial hit, as a request run alone without cache; and
-// after their blocks spilled to the SSD tier and the tier and cache were reopened (a restart).
+// of 40+ tokens, chunked prefill of 7; its pool drops window rows outside the window) and a
+// phi3 model give the same greedy tokens cold, on an exact RAM prefix-cache hit and on a
+// partial hit, as a request run alone without cache (a dense pool); after their blocks spilled
+// to the SSD tier and the tier and cache were reopened (a restart); on a hit that falls between
+// two resume points; and a long prompt's active bytes keep only the window of window layers.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -65,12 +67,16 @@ TestModelConfig Phi3() {
   return c;
 }
 
-std::shared_ptr<BlockPool> PoolFor(const Model& m, uint64_t blocks) {
+// The model's pool: window layers in their own pages, dropped outside the window (as serve
+// makes it), unless `dense` (every row kept: the reference the solo runs use).
+std::shared_ptr<BlockPool> PoolFor(const Model& m, uint64_t blocks, bool dense = false) {
   BlockPoolOptions o;
   o.shape = m.config().kv_shape();
   o.block_tokens = 16;
+  if (!dense) o.layer_window = m.config().layer_windows();
   o.capacity_bytes =
-      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16)->block_stride;
+      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16, o.layer_window)
+                   ->block_stride;
   return BlockPool::Create(o).value();
 }
 
@@ -82,7 +88,7 @@ std::vector<int32_t> Prompt(uint32_t n, uint32_t salt) {
 
 std::vector<int32_t> Solo(const Model& m, const std::vector<int32_t>& prompt, uint32_t n) {
   ThreadPool threads(2);
-  auto pool = PoolFor(m, 256);
+  auto pool = PoolFor(m, 256, /*dense=*/true);
   auto p = engine::Prefill(m, nullptr, pool, prompt, 512, &threads).value();
   return engine::GreedyContinue(m, p.sequence, p.logits, n, &threads).value();
 }
@@ -202,6 +208,79 @@ TEST_P(FamilyEngine, SsdHitAfterARestartGivesTheSoloTokens) {
   tier.reset();
   cache.reset();
   (void)std::system(("rm -rf " + dir).c_str());
+}
+
+// A conversation's blocks past the window lose their window rows; a later prompt that
+// matches into them resumes from the last point whose window rows are all there (the end
+// of the first prompt's blocks, stored when its prefill finished), not from the match.
+TEST_P(FamilyEngine, HitBetweenResumePointsGivesTheSoloTokens) {
+  const Loaded lm = Load(GetParam()());
+  const Model& m = *lm.model;
+  const bool window = !m.config().layer_windows().empty();
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 64ull << 20;
+  auto cache = PrefixCache::Create(po).value();
+  EngineOptions o;
+  o.pool = PoolFor(m, 512);
+  o.prefix_cache = cache.get();
+  o.prefill_step = 7;
+  o.threads = 2;
+  auto engine = Engine::Create(m, o).value();
+  const std::vector<int32_t> first = Prompt(40, 3);
+  Sink sink;
+  EngineRequest r;
+  r.max_tokens = 60;
+  r.prompt = first;
+  const uint64_t a = engine->Submit(r, sink.For()).value();
+  sink.Wait(1);
+  EXPECT_EQ(sink.tokens[a], Solo(m, first, 60)) << "cold, past the window";
+  if (window) {
+    EXPECT_GT(o.pool->Stats().window_dropped_bytes_total, 0u);
+  }
+  // first + 35 generated tokens + 6 new: matches 75 tokens of the stored conversation.
+  std::vector<int32_t> second = first;
+  second.insert(second.end(), sink.tokens[a].begin(), sink.tokens[a].begin() + 35);
+  for (int32_t t : Prompt(6, 4)) second.push_back(t);
+  r.prompt = second;
+  r.max_tokens = 16;
+  const uint64_t b = engine->Submit(r, sink.For()).value();
+  sink.Wait(2);
+  EXPECT_EQ(sink.tokens[b], Solo(m, second, 16)) << "hit inside the conversation";
+  const uint32_t cached = sink.last[b].cached_tokens;
+  if (window) {
+    EXPECT_GE(cached, 32u) << "the first prompt's blocks are a resume point";
+    EXPECT_LT(cached, 75u) << "the match lies where window rows were dropped";
+  } else {
+    EXPECT_GE(cached, 64u);
+  }
+}
+
+// Active KV bytes of a long prompt: global layers for every token, window layers only for
+// the blocks the window still needs (plus the page padding of each part).
+TEST_P(FamilyEngine, ActiveBytesKeepOnlyTheWindowOfWindowLayers) {
+  const Loaded lm = Load(GetParam()());
+  const Model& m = *lm.model;
+  const std::vector<uint32_t> windows = m.config().layer_windows();
+  ThreadPool threads(2);
+  auto pool = PoolFor(m, 512);
+  auto dense = PoolFor(m, 512, /*dense=*/true);
+  const std::vector<int32_t> prompt = Prompt(400, 5);
+  auto w = engine::Prefill(m, nullptr, pool, prompt, 64, &threads).value();
+  auto d = engine::Prefill(m, nullptr, dense, prompt, 64, &threads).value();
+  const KvBlockLayout& l = pool->layout();
+  const uint64_t blocks = (400 + 15) / 16;
+  EXPECT_EQ(dense->Stats().bytes_in_use, blocks * dense->layout().block_stride);
+  if (windows.empty()) {
+    EXPECT_EQ(pool->Stats().bytes_in_use, dense->Stats().bytes_in_use) << "dense: no change";
+    return;
+  }
+  // The next query (400) attends window keys from 393: blocks from 24 (tokens 384..) stay.
+  const uint64_t kept = blocks - (400 + 1 - l.max_window) / 16;
+  EXPECT_EQ(pool->Stats().bytes_in_use, blocks * l.window_offset + kept * l.window_bytes);
+  EXPECT_LT(pool->Stats().bytes_in_use, dense->Stats().bytes_in_use / 2);
+  // Same tokens from there on.
+  EXPECT_EQ(engine::GreedyContinue(m, w.sequence, w.logits, 12, &threads).value(),
+            engine::GreedyContinue(m, d.sequence, d.logits, 12, &threads).value());
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::Values(Gemma3, Phi3),

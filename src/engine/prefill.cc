@@ -41,6 +41,11 @@ Result<PrefillOutcome> Prefill(const Model& model, PrefixCache* cache,
     out.reused_tokens = f.reused_tokens;
     out.converted = f.converted;
     seq = std::move(f.sequence);
+    // Sliding-window models resume where the window rows are present (docs/prefix-cache.md).
+    if (const uint32_t p = seq.WindowResumePoint(); p < seq.size()) {
+      KVTIER_RETURN_IF_ERROR(seq.Trim(seq.size() - p).status());
+      out.reused_tokens = p;
+    }
   }
   out.fetch_ms = timer.Millis();
   timer = Timer();

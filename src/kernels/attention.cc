@@ -67,7 +67,8 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
   job.group = params.n_heads / kv.n_kv_heads;
   job.scale = params.scale > 0 ? params.scale : 1.0f / std::sqrt(static_cast<float>(d));
   job.softcap = params.softcap;
-  job.window = params.window;
+  // The layer's window: the call's, else the view's (per layer, from the cache's layout).
+  job.window = params.window > 0 ? params.window : kv.window;
   job.kernel = kernel;
   std::vector<uint64_t> q_first(kv.n_rows);
   uint64_t total_q = 0;
@@ -96,13 +97,19 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
     const uint32_t n_qv = q_lens[r] * G;
     if (n_qv == 0) continue;
     const uint32_t len = kv.rows[r].length;
+    // A window layer's row needs keys from its first query's window on (from that key's
+    // block: splits stay on block boundaries); earlier blocks are never read.
+    const uint32_t pos0 = len - q_lens[r];
+    const uint32_t key0 = job.window > 0 && pos0 + 1 > job.window
+                              ? (pos0 + 1 - job.window) / kv.block_tokens * kv.block_tokens
+                              : 0;
     if (n_qv <= attn::kMaxQv) {
-      units.push_back({r, 0, kv.n_kv_heads, 0, n_qv, 0, len});
+      units.push_back({r, 0, kv.n_kv_heads, 0, n_qv, key0, len});
       continue;
     }
     for (uint32_t h = 0; h < kv.n_kv_heads; ++h) {
       for (uint32_t v = 0; v < n_qv; v += tile_qv) {
-        units.push_back({r, h, h + 1, v, std::min(n_qv, v + tile_qv), 0, len});
+        units.push_back({r, h, h + 1, v, std::min(n_qv, v + tile_qv), key0, len});
       }
     }
   }
@@ -114,7 +121,7 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
   std::vector<size_t> unit_first(units.size() + 1, 0);  // items of unit u: [first[u], first[u+1])
   for (size_t u = 0; u < units.size(); ++u) {
     const attn::Item& un = units[u];
-    const uint32_t len = un.key_end;
+    const uint32_t len = un.key_end - un.key_begin;  // keys the unit reads
     uint32_t splits = 1;
     if (units.size() < want_items) {
       const uint32_t want = static_cast<uint32_t>((want_items + units.size() - 1) / units.size());
@@ -123,10 +130,10 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
     // Split boundaries on block boundaries, so tiles never straddle splits needlessly.
     const uint32_t per = ((len + splits - 1) / splits + bt - 1) / bt * bt;
     unit_first[u] = items.size();
-    for (uint32_t k0 = 0; k0 < len || k0 == 0; k0 += per) {
+    for (uint32_t k0 = un.key_begin; k0 < un.key_end || k0 == un.key_begin; k0 += per) {
       attn::Item it = un;
       it.key_begin = k0;
-      it.key_end = std::min(len, k0 + per);
+      it.key_end = std::min(un.key_end, k0 + per);
       items.push_back(it);
       if (per == 0) break;
     }

@@ -21,13 +21,14 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
   out->assign(total_q * params.n_heads * d, 0.0);
   std::vector<float> krow(d), vrow(d);
   std::vector<double> s;
+  const int64_t window = params.window > 0 ? params.window : kv.window;  // the layer's
   size_t q0 = 0;
   for (uint32_t r = 0; r < kv.n_rows; ++r) {
     const uint32_t len = kv.rows[r].length;
     for (uint32_t i = 0; i < q_lens[r]; ++i) {
       const int64_t pos = static_cast<int64_t>(len) - q_lens[r] + i;
       const int64_t first =
-          params.window > 0 ? std::max<int64_t>(0, pos - params.window + 1) : 0;
+          window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       for (uint32_t h = 0; h < params.n_heads; ++h) {
         const uint32_t kvh = h / group;
         const float* qh = q + ((q0 + i) * params.n_heads + h) * d;

@@ -32,6 +32,11 @@ struct Case {
   std::vector<uint32_t> q_lens = {1};
   uint32_t block_tokens = 16;
   uint32_t window = 0;
+  // Per-layer window: the pool's layer 1 is a window layer (layer 0 global), the kernel takes
+  // the window from the view (params.window 0); with drop, the rows before every query's
+  // window go back to the OS first (DropOutsideWindow, as after a forward pass).
+  bool view_window = false;
+  bool drop = false;
   float softcap = 0;
   float scale = 0;
   float kv_scale = 1.0f;  // magnitude of K/V values
@@ -73,17 +78,28 @@ double RelError(const Case& c, ThreadPool* pool, DType out_dtype = DType::kF32,
   o.v_format = c.v;
   o.block_tokens = c.block_tokens;
   o.capacity_bytes = 256ull << 20;
+  if (c.view_window) o.layer_window = {0, c.window};
   auto pool_r = BlockPool::Create(o);
   EXPECT_TRUE(pool_r.ok()) << pool_r.status().ToString();
   std::mt19937_64 rng(c.seed);
   std::normal_distribution<float> nd;
   std::vector<SequenceCache> rows;
-  for (uint32_t len : c.lengths) {
+  for (size_t r = 0; r < c.lengths.size(); ++r) {
+    const uint32_t len = c.lengths[r];
     SequenceCache s(*pool_r);
     std::vector<float> k(size_t{len} * c.n_kv_heads * c.head_dim), v(k.size());
     for (float& x : k) x = nd(rng) * c.kv_scale;
     for (float& x : v) x = nd(rng) * c.kv_scale;
-    for (uint32_t l = 0; l < 2; ++l) EXPECT_TRUE(s.Append(l, DType::kF32, k.data(), v.data(), len).ok());
+    // With drop: the context first, dropped as a forward pass leaves it, then the queries'.
+    const uint32_t ctx = c.drop ? len - c.q_lens[r] : len;
+    const size_t off = size_t{ctx} * c.n_kv_heads * c.head_dim;
+    for (uint32_t l = 0; l < 2; ++l) EXPECT_TRUE(s.Append(l, DType::kF32, k.data(), v.data(), ctx).ok());
+    if (c.drop) {
+      EXPECT_GT(s.DropOutsideWindow(), 0u) << "a case too short to drop anything";
+      for (uint32_t l = 0; l < 2; ++l) {
+        EXPECT_TRUE(s.Append(l, DType::kF32, k.data() + off, v.data() + off, len - ctx).ok());
+      }
+    }
     rows.push_back(std::move(s));
   }
   auto batch = BatchCache::Merge(std::move(rows));
@@ -97,7 +113,7 @@ double RelError(const Case& c, ThreadPool* pool, DType out_dtype = DType::kF32,
   for (float& x : q) x = nd(rng);
   AttentionParams p;
   p.n_heads = n_heads;
-  p.window = c.window;
+  p.window = c.view_window ? 0 : c.window;
   p.softcap = c.softcap;
   p.scale = c.scale;
   p.out_dtype = out_dtype;
@@ -256,6 +272,31 @@ INSTANTIATE_TEST_SUITE_P(AllTargets, AttentionTargets,
                          });
 
 // A long row with one KV head splits its keys across threads; the merge matches.
+// Per-layer windows from the view (a window pool's layout), with the rows before every
+// window dropped: decode rows long enough to split keys, a prefill chunk, several rows.
+TEST(Attention, PerLayerWindowFromTheViewMatchesTheReference) {
+  ExactQk exact;
+  ThreadPool pool(2);
+  for (const Format& f : {Format::F16(), Format::Q8_0()}) {
+    for (uint32_t window : {16u, 100u, 512u}) {
+      Case c;
+      c.k = c.v = f;
+      c.n_kv_heads = 1;
+      c.group = 4;
+      c.head_dim = 256;
+      c.lengths = {3000, 700, 2000};
+      c.q_lens = {1, 37, 1};
+      c.block_tokens = 32;
+      c.window = window;
+      c.view_window = true;
+      c.drop = true;
+      EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c) << " (view window, dropped)";
+      c.drop = false;
+      EXPECT_LT(RelError(c, nullptr), 1e-5) << Describe(c) << " (view window, no pool)";
+    }
+  }
+}
+
 TEST(Attention, SplitKeysMergeExactly) {
   ExactQk exact;
   ThreadPool pool(2);

@@ -201,6 +201,12 @@ Result<uint32_t> BatchCache::TrimRow(size_t i, uint32_t n) {
   return rows_[i].Trim(n);
 }
 
+uint32_t BatchCache::DropOutsideWindow() {
+  uint32_t n = 0;
+  for (SequenceCache& s : rows_) n += s.DropOutsideWindow();
+  return n;
+}
+
 Result<PagedKvView> BatchCache::View(uint32_t layer) {
   if (!pool_) return Status::InvalidArgument("BatchCache::View: the batch has no pool");
   if (layer >= pool_->shape().n_layers) {

@@ -40,7 +40,18 @@ void MemoryBudget::Release(uint64_t bytes) { used_.fetch_sub(bytes, std::memory_
 
 Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_format,
                                           const Format& v_format, uint32_t block_tokens) {
+  return Make(shape, k_format, v_format, block_tokens, {});
+}
+
+Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_format,
+                                          const Format& v_format, uint32_t block_tokens,
+                                          std::span<const uint32_t> layer_window) {
   KVTIER_RETURN_IF_ERROR(shape.Validate());
+  if (!layer_window.empty() && layer_window.size() != shape.n_layers) {
+    return Status::InvalidArgument("layer_window has " + std::to_string(layer_window.size()) +
+                                   " entries, expected one per layer (" +
+                                   std::to_string(shape.n_layers) + ")");
+  }
   KVTIER_RETURN_IF_ERROR(k_format.Validate());
   KVTIER_RETURN_IF_ERROR(v_format.Validate());
   if (Status s = k_format.CheckHeadDim(shape.head_dim); !s.ok()) {
@@ -68,6 +79,25 @@ Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_
   l.payload_bytes = block_tokens * KvBytesPerToken(shape, k_format, v_format);
   // Whole pages per block, so a freed block can be given back to the OS on its own.
   l.block_stride = RoundUp(static_cast<size_t>(shape.n_layers) * l.layer_stride, kPage);
+  uint32_t n_window = 0;
+  for (uint32_t w : layer_window) {
+    n_window += w > 0;
+    l.max_window = std::max(l.max_window, w);
+  }
+  if (n_window > 0) {
+    // Global layers first, then the window layers from a page boundary (the header).
+    l.layer_window.assign(layer_window.begin(), layer_window.end());
+    l.layer_offset.resize(shape.n_layers);
+    const size_t n_global = shape.n_layers - n_window;
+    l.window_offset = RoundUp(n_global * l.layer_stride, kPage);
+    size_t g = 0, w = 0;
+    for (uint32_t layer = 0; layer < shape.n_layers; ++layer) {
+      l.layer_offset[layer] = layer_window[layer] > 0 ? l.window_offset + (w++) * l.layer_stride
+                                                      : (g++) * l.layer_stride;
+    }
+    l.window_bytes = RoundUp(n_window * l.layer_stride, kPage);
+    l.block_stride = l.window_offset + l.window_bytes;
+  }
   return l;
 }
 
@@ -94,13 +124,15 @@ PagedKvView KvBlockLayout::View(const uint8_t* base, uint32_t layer, const Paged
   v.v_format = v_format;
   v.n_rows = n_rows;
   v.rows = rows;
+  v.window = window_of(layer);
   return v;
 }
 
 Result<std::shared_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& options) {
   KVTIER_ASSIGN_OR_RETURN(
       KvBlockLayout layout,
-      KvBlockLayout::Make(options.shape, options.k_format, options.v_format, options.block_tokens));
+      KvBlockLayout::Make(options.shape, options.k_format, options.v_format, options.block_tokens,
+                          options.layer_window));
   const uint64_t stride = layout.block_stride;
   if (options.capacity_bytes < stride) {
     return Status::InvalidArgument("KV pool capacity " + DescribeBytes(options.capacity_bytes) +
@@ -140,7 +172,8 @@ BlockPool::BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layou
 
 BlockPool::~BlockPool() {
   if (budget_) {
-    budget_->Release((static_cast<uint64_t>(in_use_) + warm_.size()) * layout_.block_stride);
+    budget_->Release((static_cast<uint64_t>(in_use_) + warm_.size()) * layout_.block_stride -
+                     uint64_t{dropped_} * layout_.window_bytes);
   }
   munmap(map_, map_bytes_);
 }
@@ -236,7 +269,10 @@ Status BlockPool::Ref(std::span<const BlockId> ids, KvOwner owner) {
   }
   for (BlockId id : ids) {
     Meta& m = meta_[static_cast<size_t>(id)];
-    if (m.refs[o]++ == 0) ++owner_blocks_[o];
+    if (m.refs[o]++ == 0) {
+      ++owner_blocks_[o];
+      owner_dropped_[o] += m.dropped != 0;
+    }
     if (m.total++ == 1) ++shared_;
   }
   total_refs_ += ids.size();
@@ -258,11 +294,19 @@ void BlockPool::Unref(std::span<const BlockId> ids, KvOwner owner) {
         continue;
       }
       Meta& m = meta_[static_cast<size_t>(id)];
-      if (--m.refs[o] == 0) --owner_blocks_[o];
+      if (--m.refs[o] == 0) {
+        --owner_blocks_[o];
+        owner_dropped_[o] -= m.dropped != 0;
+      }
       --total_refs_;
       if (--m.total == 1) --shared_;
       if (m.total > 0) continue;
-      if ((warm_.size() + 1) * stride <= retain_free_bytes_) {
+      if (m.dropped != 0) {
+        m.dropped = 2;  // freed: no longer in dropped_ (Stats), Release settles the budget
+        --dropped_;
+      }
+      // A block with dropped window pages goes back to the OS whole (Release settles it).
+      if (m.dropped == 0 && (warm_.size() + 1) * stride <= retain_free_bytes_) {
         warm_.push_back(id);  // stays resident (and charged); cleared when reused
         --in_use_;
       } else {
@@ -282,10 +326,52 @@ void BlockPool::Release(std::span<const BlockId> ids) {
     if (madvise(p, stride, MADV_DONTNEED) != 0) std::memset(p, 0, stride);
   }
   std::lock_guard<std::mutex> lock(mu_);
-  for (BlockId id : ids) cold_.push_back(id);
+  uint64_t charged = 0;
+  for (BlockId id : ids) {
+    cold_.push_back(id);
+    Meta& m = meta_[static_cast<size_t>(id)];
+    charged += m.dropped == 2 ? stride - layout_.window_bytes : stride;
+    m.dropped = 0;
+  }
   in_use_ -= static_cast<uint32_t>(ids.size());
   releasing_ -= static_cast<uint32_t>(ids.size());
-  if (budget_) budget_->Release(ids.size() * stride);
+  if (budget_) budget_->Release(charged);
+}
+
+Status BlockPool::DropWindowRows(BlockId id) {
+  if (!layout_.has_window_layers()) {
+    return Status::InvalidArgument("DropWindowRows: the pool has no window layers");
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_ ||
+        meta_[static_cast<size_t>(id)].total == 0) {
+      return Status::InvalidArgument("DropWindowRows: block id " + std::to_string(id) +
+                                     " is not a live block of this pool");
+    }
+    Meta& m = meta_[static_cast<size_t>(id)];
+    if (m.dropped != 0) return Status::OK();
+    if (m.total != 1) {
+      return Status::InvalidArgument("DropWindowRows: block " + std::to_string(id) + " has " +
+                                        std::to_string(m.total) +
+                                        " references; only a sole holder may drop rows");
+    }
+    m.dropped = 1;
+    ++dropped_;
+    dropped_total_bytes_ += layout_.window_bytes;
+    for (size_t o = 0; o < m.refs.size(); ++o) owner_dropped_[o] += m.refs[o] > 0;
+  }
+  uint8_t* p = block_data(id) + layout_.window_offset;
+  // The pages read as zero from now on; if the kernel refuses, clear them (no memory saved).
+  if (madvise(p, layout_.window_bytes, MADV_DONTNEED) != 0) std::memset(p, 0, layout_.window_bytes);
+  if (budget_) budget_->Release(layout_.window_bytes);
+  return Status::OK();
+}
+
+bool BlockPool::WindowRowsDropped(BlockId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_) return false;
+  return meta_[static_cast<size_t>(id)].dropped != 0;
 }
 
 uint64_t BlockPool::ReleaseFreeMemory() {
@@ -322,8 +408,14 @@ Status BlockPool::MoveOwner(std::span<const BlockId> ids, KvOwner from, KvOwner 
   }
   for (BlockId id : ids) {
     Meta& m = meta_[static_cast<size_t>(id)];
-    if (--m.refs[f] == 0) --owner_blocks_[f];
-    if (m.refs[t]++ == 0) ++owner_blocks_[t];
+    if (--m.refs[f] == 0) {
+      --owner_blocks_[f];
+      owner_dropped_[f] -= m.dropped != 0;
+    }
+    if (m.refs[t]++ == 0) {
+      ++owner_blocks_[t];
+      owner_dropped_[t] += m.dropped != 0;
+    }
   }
   return Status::OK();
 }
@@ -344,6 +436,10 @@ PoolStats BlockPool::Stats() const {
       static_cast<uint64_t>(layout_.shape.n_layers) * layout_.block_tokens * layout_.k_token_stride;
   const uint64_t v_per_block =
       static_cast<uint64_t>(layout_.shape.n_layers) * layout_.block_tokens * layout_.v_token_stride;
+  uint64_t n_window_layers = 0;
+  for (uint32_t w : layout_.layer_window) n_window_layers += w > 0;
+  const uint64_t k_window_per_block = n_window_layers * layout_.block_tokens * layout_.k_token_stride;
+  const uint64_t v_window_per_block = n_window_layers * layout_.block_tokens * layout_.v_token_stride;
   std::lock_guard<std::mutex> lock(mu_);
   PoolStats s;
   s.capacity_bytes = capacity_bytes_;
@@ -351,12 +447,17 @@ PoolStats BlockPool::Stats() const {
   const uint64_t used = in_use_ - releasing_;
   s.blocks_in_use = static_cast<uint32_t>(used);
   s.shared_blocks = shared_;
-  s.bytes_in_use = used * stride;
+  const uint64_t wb = layout_.window_bytes;
+  s.bytes_in_use = used * stride - uint64_t{dropped_} * wb;
   s.free_resident_bytes = warm_.size() * stride;
   s.resident_bytes = s.bytes_in_use + s.free_resident_bytes;
-  s.k_bytes_in_use = used * k_per_block;
-  s.v_bytes_in_use = used * v_per_block;
-  for (size_t o = 0; o < s.owner_bytes.size(); ++o) s.owner_bytes[o] = owner_blocks_[o] * stride;
+  s.k_bytes_in_use = used * k_per_block - dropped_ * k_window_per_block;
+  s.v_bytes_in_use = used * v_per_block - dropped_ * v_window_per_block;
+  for (size_t o = 0; o < s.owner_bytes.size(); ++o) {
+    s.owner_bytes[o] = uint64_t{owner_blocks_[o]} * stride - uint64_t{owner_dropped_[o]} * wb;
+  }
+  s.window_dropped_blocks = dropped_;
+  s.window_dropped_bytes_total = dropped_total_bytes_;
   s.copied_bytes = copied_bytes_.load(std::memory_order_relaxed);
   s.failed_allocations = failed_allocations_;
   s.refcount_errors = refcount_errors_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "base/strings.h"
 #include "kvtier/quant.h"
@@ -64,6 +65,8 @@ SequenceCache SequenceCache::Fork() const {
   s.len_ = len_;
   s.min_len_ = min_len_;
   s.max_len_ = max_len_;
+  s.window_scan_ = window_scan_;
+  s.keep_points_ = keep_points_;
   s.owner_ = owner_;
   return s;
 }
@@ -373,6 +376,7 @@ Result<uint32_t> SequenceCache::Trim(uint32_t n) {
   }
   std::fill(len_.begin(), len_.end(), new_len);
   min_len_ = max_len_ = new_len;
+  window_scan_ = std::min<uint32_t>(window_scan_, static_cast<uint32_t>(keep));
   return dropped;
 }
 
@@ -381,6 +385,82 @@ void SequenceCache::Clear() {
   table_ = std::make_shared<Table>(pool_, owner_);
   std::fill(len_.begin(), len_.end(), 0);
   min_len_ = max_len_ = 0;
+  window_scan_ = 0;
+  keep_points_.clear();
+}
+
+void SequenceCache::KeepWindowRowsAt(uint32_t pos) {
+  if (std::find(keep_points_.begin(), keep_points_.end(), pos) == keep_points_.end()) {
+    keep_points_.push_back(pos);
+  }
+}
+
+uint32_t SequenceCache::DropOutsideWindow() {
+  if (!pool_ || !complete()) return 0;
+  const KvBlockLayout& l = pool_->layout();
+  if (!l.has_window_layers()) return 0;
+  const uint32_t bt = l.block_tokens;
+  // The window keys a resume at p attends, from its last full-block boundary: [lo, p).
+  auto lo_of = [&](uint64_t p) {
+    const uint64_t f = p / bt * bt;
+    return f + 1 > l.max_window ? f + 1 - l.max_window : 0;
+  };
+  // A query at position p >= size() attends window keys from p - max_window + 1 on.
+  const size_t droppable = std::min<size_t>(lo_of(min_len_) / bt, table_->ids.size());
+  if (droppable <= window_scan_) return 0;
+  uint32_t dropped = 0;
+  if (table_.use_count() == 1) {
+    for (size_t i = window_scan_; i < droppable; ++i) {
+      bool kept = false;
+      for (uint32_t p : keep_points_) kept |= (i + 1) * bt > lo_of(p) && i * bt < p;
+      // Fails (and is skipped) for a block another holder shares: they may still need it.
+      if (!kept) dropped += pool_->DropWindowRows(table_->ids[i]).ok();
+    }
+  }
+  window_scan_ = static_cast<uint32_t>(droppable);
+  return dropped;
+}
+
+uint32_t SequenceCache::WindowResumePoint() const {
+  if (!pool_) return 0;
+  const KvBlockLayout& l = pool_->layout();
+  uint32_t p = size();
+  if (!l.has_window_layers()) return p;
+  const uint32_t bt = l.block_tokens;
+  while (p > 0) {
+    const uint32_t lo = p + 1 > l.max_window ? p + 1 - l.max_window : 0;
+    // Blocks from the last one back: the first missing one moves p to its start.
+    uint32_t missing = UINT32_MAX;
+    for (uint32_t b = (p - 1) / bt + 1; b-- > lo / bt;) {
+      if (!WindowRowsPresent(std::max(lo, b * bt), std::min(p, (b + 1) * bt))) {
+        missing = b;
+        break;
+      }
+    }
+    if (missing == UINT32_MAX) return p;
+    p = missing * bt;
+  }
+  return 0;
+}
+
+bool SequenceCache::WindowRowsPresent(uint32_t first, uint32_t end) const {
+  if (!pool_) return true;
+  const KvBlockLayout& l = pool_->layout();
+  if (!l.has_window_layers() || first >= end) return true;
+  uint32_t layer = 0;
+  while (l.layer_window[layer] == 0) ++layer;
+  end = std::min(end, layer_size(layer));
+  std::vector<float> k(static_cast<size_t>(l.shape.n_kv_heads) * l.shape.head_dim);
+  std::vector<float> v(k.size());
+  for (uint32_t t = first; t < end; t = (t / l.block_tokens + 1) * l.block_tokens) {
+    const BlockId id = table_->ids[t / l.block_tokens];
+    if (pool_->WindowRowsDropped(id)) return false;
+    // Dropped rows read as zeros wherever the block went since (conversion, a lower tier);
+    // a real key row (normed, rotated) is never all zeros.
+    if (!ReadDense(layer, t, 1, DType::kF32, k.data(), v.data()).ok()) return false;
+    if (std::all_of(k.begin(), k.end(), [](float x) { return x == 0.0f; })) return false;
+  }
+  return true;
 }
 
 Status SequenceCache::SetOwner(KvOwner owner) {

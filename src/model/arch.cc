@@ -29,6 +29,14 @@ uint32_t ModelConfig::layer_window(uint32_t l) const {
   return l % swa_period < swa_period - 1 ? sliding_window : 0;
 }
 
+std::vector<uint32_t> ModelConfig::layer_windows() const {
+  std::vector<uint32_t> w;
+  if (sliding_window == 0 || arch == ModelArch::kQwen35) return w;
+  w.resize(n_layers);
+  for (uint32_t l = 0; l < n_layers; ++l) w[l] = layer_window(l);
+  return w;
+}
+
 namespace model {
 namespace {
 

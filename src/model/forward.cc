@@ -233,6 +233,9 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
     }
   }
 
+  // Window layers' rows that no later query can attend go back to the pool's OS pages.
+  cache.DropOutsideWindow();
+
   // Final norm on the tokens whose logits are wanted.
   size_t n_out = T;
   if (!all_logits) {

@@ -292,7 +292,9 @@ Status DecodeBlockRowsFilled(const BlockFileHeader& h, std::span<const uint8_t> 
     return Bad(name, "payload CRC-32C is " + Hex32(got) + ", expected " + Hex32(want));
   }
   uint8_t* block = pool.block_data(id);
-  size_t end = 0;  // bytes of the block written so far, in order (runs are increasing)
+  // Bytes of the block written so far (runs come in layer order: a window model's layout
+  // puts its global layers first, so offsets may go back; the gaps zeroed are ahead of end).
+  size_t end = 0;
   ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
                 [&](size_t dst, size_t len) {
                   if (dst > end) std::memset(block + end, 0, dst - end);
@@ -353,11 +355,13 @@ Status ReadRecordRows(const BlockFileHeader& h, const RandomAccessFile& file,
   if (want != got) {
     return Bad(name, "payload CRC-32C is " + Hex32(got) + ", expected " + Hex32(want));
   }
-  // Zero what the rows leave: row padding and the rows of tokens past the block's end.
+  // Zero what the rows leave: row padding and the rows of tokens past the block's end (in
+  // offset order: a window model's layout puts its global layers first).
+  std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.dst < b.dst; });
   size_t end = 0;
   for (const Run& r : runs) {
     if (r.dst > end) std::memset(block + end, 0, r.dst - end);
-    end = r.dst + r.len;
+    end = std::max(end, r.dst + r.len);
   }
   const size_t stride = pool.layout().block_stride;
   if (stride > end) std::memset(block + end, 0, stride - end);
