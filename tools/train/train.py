@@ -99,7 +99,7 @@ def parse_args():
     ap.add_argument("--data", default="data/train")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--name", default=None, help="file name (default: the preset's)")
-    ap.add_argument("--gguf-name", default=None, help="general.name (default: --name)")
+    ap.add_argument("--gguf-name", default=None, help="general.name (default: --name, phi3 spelled p3)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--minutes", type=float, default=9.0, help="wall-clock training budget")
     ap.add_argument("--epochs", type=float, default=10.0, help="cap on passes over the training tokens")
@@ -137,6 +137,8 @@ def parse_args():
             setattr(a, k, v)
     if a.name is None:
         a.name = a.preset
+    if a.gguf_name is None:  # llama.cpp's vocab loader wants "</s>" when the name says phi3
+        a.gguf_name = a.name.replace("phi3", "p3").replace("phi-3", "p-3")
     return a
 
 
@@ -268,7 +270,7 @@ def main():
             print("---\n" + s, flush=True)
 
     path = os.path.join(a.out, a.tag + a.name + ".gguf")
-    size = 0 if a.no_export else export_gguf(model, tok, cfg, path, a.gguf_name or a.name,
+    size = 0 if a.no_export else export_gguf(model, tok, cfg, path, a.gguf_name,
                                              bool(a.add_bos))
     if size:
         print("wrote %s (%d bytes)" % (path, size), flush=True)

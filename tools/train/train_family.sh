@@ -15,11 +15,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 export PYTHONUNBUFFERED=1
 pids=()
 for p in kvtier-hd64 kvtier-tiny-gemma3 kvtier-tiny-phi3 kvtier-tiny-qwen35; do
-  extra=()
-  # phi3: general.name must not contain "phi3"/"phi-3" (llama.cpp's vocab loader then looks
-  # for a "</s>" token this tokenizer lacks).
-  [ "$p" = kvtier-tiny-phi3 ] && extra=(--gguf-name kvtier-tiny-p3)
-  python3 tools/train/train.py --preset "$p" --minutes "$M" --out "$OUT" "${extra[@]}" \
+  python3 tools/train/train.py --preset "$p" --minutes "$M" --out "$OUT" \
     > "$OUT/$p.log" 2>&1 &
   pids+=($!)
 done
