@@ -45,9 +45,9 @@ PRESETS = {
     "kvtier-tiny-phi3": dict(arch="phi3", hidden=256, layers=6, heads=4, kv_heads=2,
                              head_dim=64, ffn=768, seq=512, batch=32, tied=0, warmup=200),
     "kvtier-tiny-qwen35": dict(arch="qwen35", hidden=256, layers=4, heads=4, kv_heads=2,
-                               head_dim=64, ffn=768, seq=512, batch=32, rope_theta=1e6,
+                               head_dim=64, ffn=768, seq=512, batch=96, rope_theta=1e6,
                                ssm_k_heads=2, ssm_v_heads=4, conv_k=4, full_every=4,
-                               warmup=100, sample_tokens=0),
+                               warmup=20, lr=2e-3, sample_tokens=0),
 }
 
 

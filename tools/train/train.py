@@ -106,7 +106,7 @@ def parse_args():
     ap.add_argument("--steps", type=int, default=0, help="cap on optimizer steps (0: none)")
     ap.add_argument("--seq", type=int)
     ap.add_argument("--batch", type=int)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float)
     ap.add_argument("--min-lr-frac", type=float, default=0.05)
     ap.add_argument("--warmup", type=int)
     ap.add_argument("--wd", type=float, default=0.1)
@@ -131,7 +131,7 @@ def parse_args():
     a = ap.parse_args()
     defaults = dict(arch="llama", window=0, swa_period=6, rope_theta=10000.0,
                     rope_theta_swa=10000.0, ssm_k_heads=0, ssm_v_heads=0, conv_k=4,
-                    full_every=4, tied=1, sample_tokens=200, warmup=400)
+                    full_every=4, tied=1, sample_tokens=200, warmup=400, lr=1e-3)
     for k, v in {**defaults, **PRESETS[a.preset]}.items():
         if getattr(a, k, None) is None:  # a flag given on the command line wins
             setattr(a, k, v)
