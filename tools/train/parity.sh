@@ -4,7 +4,8 @@
 #
 # Usage: tools/train/parity.sh [--ctx N] [--chunks N] [--llama DIR] [--kvtier BIN] [--text F] GGUF...
 #   defaults: ctx 512, every window (--chunks N: the first N windows, both tools), llama.cpp in /work/llama/build/bin, kvtier in build/release/src/cli,
-#   text data/corpus/eval.txt (the held-out novel). Prints: name ctx llama_ppl kvtier_ppl diff%.
+#   text data/corpus/eval.txt (the held-out novel). Prints: name ctx llama_ppl kvtier_ppl diff%;
+#   keeps llama-perplexity's log as ./<name>.llama-ppl.log.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 CTX=512 CHUNKS=() LLAMA=/work/llama/build/bin KV="$ROOT/build/release/src/cli/kvtier"
@@ -23,8 +24,8 @@ done
 printf '%-24s %5s %12s %12s %8s\n' model ctx llama.cpp kvtier diff%
 for m in "$@"; do
   n="$(basename "$m" .gguf)"
-  lp="$("$LLAMA/llama-perplexity" -m "$m" -f "$TEXT" -c "$CTX" "${CHUNKS[@]}" -t 2 2>&1 |
-        sed -n 's/^Final estimate: PPL = \([0-9.]*\).*/\1/p')"
+  "$LLAMA/llama-perplexity" -m "$m" -f "$TEXT" -c "$CTX" "${CHUNKS[@]}" -t 2 > "$n.llama-ppl.log" 2>&1 || true
+  lp="$(sed -n 's/.*Final estimate: PPL = \([0-9.]*\).*/\1/p' "$n.llama-ppl.log")"
   kj="$("$KV" perplexity --model "$m" --file "$TEXT" --ctx "$CTX" "${CHUNKS[@]}" --threads 2 --json 2>&1 || true)"
   kp="$(printf '%s' "$kj" | python3 -c 'import json,sys
 try: print(json.loads(sys.stdin.read())["ppl"])
