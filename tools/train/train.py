@@ -18,7 +18,7 @@ loss on the in-domain validation split (val.bin); the held-out novel (eval.bin) 
 reported.
 
 Outputs under --out: the GGUF (f16 weights, f32 norms), optionally split into parts of at
-most --split-mb MiB (the device returns files of at most 16 MiB), and train_log.json.
+most --split-mb MiB (the device returns files of at most 16 MiB), and <name>.train_log.json.
 """
 import argparse
 import contextlib
