@@ -2,12 +2,11 @@
 #include "server/reasoning.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace kvtier::server {
 
 namespace {
-constexpr std::string_view kOpen = "<think>";
-constexpr std::string_view kClose = "</think>";
 
 // Length of the longest suffix of `s` that is a proper prefix of `tag`.
 size_t PartialTag(std::string_view s, std::string_view tag) {
@@ -18,17 +17,42 @@ size_t PartialTag(std::string_view s, std::string_view tag) {
 }
 }  // namespace
 
-ReasoningSplitter::ReasoningSplitter(bool prompt_opened)
-    : state_(prompt_opened ? State::kReasoning : State::kStart), skip_newlines_(prompt_opened) {}
+ReasoningTags ReasoningTagsFor(std::string_view src, bool* found) {
+  // The first pair whose closing tag the template writes; the specific ones before <think>,
+  // whose close tag is a substring of none of them.
+  static const ReasoningTags kPairs[] = {
+      {"<seed:think>", "</seed:think>"},
+      {"[THINK]", "[/THINK]"},
+      {"<|START_THINKING|>", "<|END_THINKING|>"},
+      {"<think>", "</think>"},
+      {"<thinking>", "</thinking>"},
+  };
+  for (const ReasoningTags& t : kPairs) {
+    if (src.find(t.close) != std::string_view::npos) {
+      *found = true;
+      return t;
+    }
+  }
+  *found = false;
+  return ReasoningTags{};
+}
 
-bool ReasoningSplitter::PromptOpensThinking(std::string_view prompt) {
+ReasoningSplitter::ReasoningSplitter(bool prompt_opened, ReasoningTags tags)
+    : tags_(std::move(tags)),
+      state_(prompt_opened ? State::kReasoning : State::kStart),
+      skip_newlines_(prompt_opened) {}
+
+bool ReasoningSplitter::PromptOpensThinking(std::string_view prompt, const ReasoningTags& tags) {
   const size_t end = prompt.find_last_not_of(" \t\r\n");
   if (end == std::string_view::npos) return false;
   prompt = prompt.substr(0, end + 1);
-  return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
+  const std::string_view open = tags.open;
+  return prompt.size() >= open.size() && prompt.substr(prompt.size() - open.size()) == open;
 }
 
 void ReasoningSplitter::Run(Out* out, bool final) {
+  const std::string_view open_tag = tags_.open;
+  const std::string_view close_tag = tags_.close;
   for (;;) {
     if (skip_newlines_) {
       const size_t n = held_.find_first_not_of("\r\n");
@@ -47,26 +71,26 @@ void ReasoningSplitter::Run(Out* out, bool final) {
           return;
         }
         const std::string_view rest = std::string_view(held_).substr(ws);
-        if (rest.substr(0, kOpen.size()) == kOpen) {
-          held_.erase(0, ws + kOpen.size());
+        if (rest.substr(0, open_tag.size()) == open_tag) {
+          held_.erase(0, ws + open_tag.size());
           state_ = State::kReasoning;
           skip_newlines_ = true;
           continue;
         }
-        if (!final && rest.size() < kOpen.size() && kOpen.substr(0, rest.size()) == rest) return;
+        if (!final && rest.size() < open_tag.size() && open_tag.substr(0, rest.size()) == rest) return;
         state_ = State::kContent;
         continue;
       }
       case State::kReasoning: {
-        const size_t close = held_.find(kClose);
+        const size_t close = held_.find(close_tag);
         if (close != std::string::npos) {
           out->reasoning.append(held_, 0, close);
-          held_.erase(0, close + kClose.size());
+          held_.erase(0, close + close_tag.size());
           state_ = State::kContent;
           skip_newlines_ = true;
           continue;
         }
-        const size_t keep = final ? 0 : PartialTag(held_, kClose);
+        const size_t keep = final ? 0 : PartialTag(held_, close_tag);
         out->reasoning.append(held_, 0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
         return;

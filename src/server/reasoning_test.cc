@@ -78,5 +78,59 @@ TEST(ReasoningSplitter, ResponsesCarryReasoningContent) {
   EXPECT_FALSE(chunk["choices"][0]["delta"].contains("content"));
 }
 
+TEST(ReasoningSplitter, OtherTemplatesTagsSplitTheSameWay) {
+  // Each pair the detector knows, whole and a byte at a time, opened by the prompt or not.
+  struct Case {
+    const char* template_text;  // what the detector reads
+    const char* open;
+    const char* close;
+  } cases[] = {
+      {"{{ '<seed:think>' }}{{ m.reasoning }}</seed:think>", "<seed:think>", "</seed:think>"},
+      {"[THINK]{{ m.reasoning }}[/THINK]", "[THINK]", "[/THINK]"},
+      {"<|START_THINKING|>{{ r }}<|END_THINKING|>", "<|START_THINKING|>", "<|END_THINKING|>"},
+      {"<think>{{ r }}</think>", "<think>", "</think>"},
+      {"<thinking>{{ r }}</thinking>", "<thinking>", "</thinking>"},
+  };
+  for (const Case& c : cases) {
+    bool found = false;
+    const ReasoningTags tags = ReasoningTagsFor(c.template_text, &found);
+    ASSERT_TRUE(found) << c.template_text;
+    EXPECT_EQ(tags.open, c.open);
+    EXPECT_EQ(tags.close, c.close);
+    const std::string text = std::string(c.open) + "\nweigh it\n" + c.close + "\n\nanswer";
+    const std::string opened = std::string("weigh it ") + c.close + " answer";
+    for (size_t step : {size_t{1}, size_t{3}, text.size()}) {
+      for (bool prompt_opened : {false, true}) {
+        ReasoningSplitter sp(prompt_opened, tags);
+        const std::string_view in = prompt_opened ? opened : text;
+        std::string reasoning, content;
+        for (size_t i = 0; i < in.size(); i += step) {
+          ReasoningSplitter::Out o = sp.Push(in.substr(i, step));
+          reasoning += o.reasoning;
+          content += o.content;
+        }
+        ReasoningSplitter::Out o = sp.Flush();
+        reasoning += o.reasoning;
+        content += o.content;
+        EXPECT_EQ(reasoning, prompt_opened ? "weigh it " : "weigh it\n")
+            << c.open << " step " << step;
+        EXPECT_EQ(content, prompt_opened ? " answer" : "answer") << c.open << " step " << step;
+      }
+    }
+    // Another pair's tags are plain text to this one.
+    ReasoningSplitter other(false, tags);
+    const std::string foreign =
+        std::string(c.open) == "<think>" ? "[THINK]x[/THINK]" : "<think>x</think>";
+    ReasoningSplitter::Out a = other.Push(foreign), b = other.Flush();
+    EXPECT_EQ(a.reasoning + b.reasoning, "") << c.open;
+    EXPECT_EQ(a.content + b.content, foreign) << c.open;
+    EXPECT_TRUE(
+        ReasoningSplitter::PromptOpensThinking(std::string("assistant\n") + c.open + "\n", tags));
+  }
+  bool found = true;
+  ReasoningTagsFor("{{ messages[0].content }}", &found);
+  EXPECT_FALSE(found);
+}
+
 }  // namespace
 }  // namespace kvtier::server

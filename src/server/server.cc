@@ -79,7 +79,8 @@ struct Server::Impl {
   server::ServerMetrics metrics;
   std::unique_ptr<server::Dashboard> dashboard;  // null with --no-dashboard
   ChatRenderer chat_renderer = ChatRenderer::FromSource("", "", "");
-  bool reasoning_split = false;  // the template knows <think>: split reasoning_content out
+  bool reasoning_split = false;  // the template closes a reasoning block: split it out
+  server::ReasoningTags reasoning_tags;  // that block's tags
   server::ToolSyntax tool_syntax;  // the call syntax the template teaches (tool_calls.h)
   std::vector<int32_t> stop_tokens;  // end-of-generation ids of the vocabulary
   std::once_flag trie_once;          // the vocabulary trie for response_format, built on first use
@@ -176,7 +177,8 @@ bool Server::Impl::Prompt(const ApiRequest& r, std::vector<int32_t>* tokens, Api
       *e = Err(400, "messages: " + text.status().message(), "invalid_request_error", "messages");
       return false;
     }
-    *think_open = reasoning_split && server::ReasoningSplitter::PromptOpensThinking(*text);
+    *think_open =
+        reasoning_split && server::ReasoningSplitter::PromptOpensThinking(*text, reasoning_tags);
     if (!encode(*text + r.prompt_suffix)) return false;
   } else if (r.prompt_is_tokens) {
     const size_t vocab = tok.vocab_size();
@@ -243,7 +245,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   bool think_open = false;
   const bool prompt_ok = Prompt(r, &er.prompt, &e, &think_open);
   const bool split = endpoint == Endpoint::kChat && reasoning_split;
-  server::ReasoningSplitter splitter(think_open);
+  server::ReasoningSplitter splitter(think_open, reasoning_tags);
   if (large) {
     r.prompt.clear();
     r.prompt.shrink_to_fit();
@@ -570,7 +572,7 @@ Result<std::unique_ptr<Server>> Server::Create(ServerDeps deps, ServerOptions op
                         : ChatRenderer::FromSource(
                               tmpl, tok.bos_id() >= 0 ? tok.TokenText(tok.bos_id()) : "",
                               tok.eos_id() >= 0 ? tok.TokenText(tok.eos_id()) : "");
-  s.reasoning_split = tmpl.find("</think>") != std::string::npos;
+  s.reasoning_tags = server::ReasoningTagsFor(tmpl, &s.reasoning_split);
   s.tool_syntax = server::DetectToolSyntax(tmpl);
   if (!s.chat_renderer.warning().empty()) s.Log("kvtier serve: warning: " + s.chat_renderer.warning());
   for (size_t id = 0; id < s.deps.tokenizer->vocab_size(); ++id) {
