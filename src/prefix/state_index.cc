@@ -56,7 +56,8 @@ const StateIndex::Entry* StateIndex::EvictionCandidate(uint64_t max_tick) const 
   return nullptr;
 }
 
-StateIndex::Entry StateIndex::Remove(const BlockKey& key) {
+StateIndex::Entry StateIndex::Remove(const BlockKey& key_ref) {
+  const BlockKey key = key_ref;  // callers may pass the entry's own key, freed by the erase
   auto it = map_.find(key);
   Entry e = std::move(it->second);
   map_.erase(it);
