@@ -198,6 +198,20 @@ const char* CublasName(cublasStatus_t st) {
   }
 }
 
+// The weight rows GemmRows and MatVecRows read: k whole 32-value blocks, rows at least a row apart.
+Status CheckRows(const std::string& what, const Format& format, uint32_t k, size_t row_stride) {
+  if (k == 0 || k % 32 != 0) {
+    return Status::InvalidArgument(what + "k " + std::to_string(k) + " must be a multiple of 32");
+  }
+  if (row_stride < format.row_bytes(k)) {
+    return Status::InvalidArgument(what + "row_stride " + std::to_string(row_stride) +
+                                   " is below the " + std::to_string(format.row_bytes(k)) +
+                                   " bytes of a " + format.spec() + " row of " +
+                                   std::to_string(k) + " values");
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 struct GemmWorkspace::Impl {
@@ -215,15 +229,7 @@ Status GemmRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
                 size_t row_stride, const float* x, uint32_t n_tok, float* y, DType compute,
                 GemmWorkspace* ws, void* stream) {
   const std::string what = "CUDA GEMM: ";
-  if (k == 0 || k % 32 != 0) {
-    return Status::InvalidArgument(what + "k " + std::to_string(k) + " must be a multiple of 32");
-  }
-  if (row_stride < format.row_bytes(k)) {
-    return Status::InvalidArgument(what + "row_stride " + std::to_string(row_stride) +
-                                   " is below the " + std::to_string(format.row_bytes(k)) +
-                                   " bytes of a " + format.spec() + " row of " +
-                                   std::to_string(k) + " values");
-  }
+  KVTIER_RETURN_IF_ERROR(CheckRows(what, format, k, row_stride));
   if (compute != DType::kF32 && compute != DType::kF16 && compute != DType::kBF16) {
     return Status::InvalidArgument(what + "compute type must be f32, f16 or bf16");
   }
@@ -317,15 +323,7 @@ Status SwiGluRows(float* g, const float* u, size_t n, void* stream) {
 Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
                   size_t row_stride, const float* x, uint32_t n_tok, float* y, void* stream) {
   const std::string what = "CUDA matvec: ";
-  if (k == 0 || k % 32 != 0) {
-    return Status::InvalidArgument(what + "k " + std::to_string(k) + " must be a multiple of 32");
-  }
-  if (row_stride < format.row_bytes(k)) {
-    return Status::InvalidArgument(what + "row_stride " + std::to_string(row_stride) +
-                                   " is below the " + std::to_string(format.row_bytes(k)) +
-                                   " bytes of a " + format.spec() + " row of " +
-                                   std::to_string(k) + " values");
-  }
+  KVTIER_RETURN_IF_ERROR(CheckRows(what, format, k, row_stride));
   if (n_out == 0 || n_tok == 0) return Status::OK();
   if (!w || !x || !y) return Status::InvalidArgument(what + "null pointer");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
