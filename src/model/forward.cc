@@ -90,6 +90,23 @@ Status NonFinite(const std::string& where) {
 
 }  // namespace
 
+namespace model {
+
+Status PlanForwardRows(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
+                       ForwardRows* rows) {
+  rows->n.resize(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    rows->n[i] = static_cast<uint32_t>(tokens[i].size());
+    rows->max_n = std::max(rows->max_n, rows->n[i]);
+    for (uint32_t j = 0; j < rows->n[i]; ++j) {
+      rows->pos.push_back(static_cast<int32_t>(cache.offset(i) + j));
+    }
+  }
+  return cache.Reserve(rows->n);
+}
+
+}  // namespace model
+
 Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                       bool all_logits, float* logits, ThreadPool* pool) const {
   if (cfg_.arch == ModelArch::kQwen35) {
@@ -101,16 +118,12 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
   const ModelConfig& c = cfg_;
   const size_t B = tokens.size();
   const size_t E = c.n_embd, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.n_ff;
-  std::vector<uint32_t> n(B);  // new tokens per row
-  std::vector<int32_t> pos;    // [T] RoPE positions
-  uint32_t max_n = 0;
-  for (size_t i = 0; i < B; ++i) {
-    n[i] = static_cast<uint32_t>(tokens[i].size());
-    max_n = std::max(max_n, n[i]);
-    for (uint32_t j = 0; j < n[i]; ++j) pos.push_back(static_cast<int32_t>(cache.offset(i) + j));
-  }
+  model::ForwardRows rows;
+  KVTIER_RETURN_IF_ERROR(model::PlanForwardRows(cache, tokens, &rows));
+  const std::vector<uint32_t>& n = rows.n;  // new tokens per row
+  const std::vector<int32_t>& pos = rows.pos;  // [T] RoPE positions
+  const uint32_t max_n = rows.max_n;
   const size_t T = pos.size();
-  KVTIER_RETURN_IF_ERROR(cache.Reserve(n));
 
   std::vector<float> x(T * E), xb(T * E);                  // [T, E]
   std::vector<float> q(T * H * D), att(T * H * D);         // [T, H, D]

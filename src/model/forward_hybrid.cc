@@ -85,16 +85,12 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
   KVTIER_RETURN_IF_ERROR(CheckHybridCall(c, cache, tokens, states));
   const size_t B = tokens.size();
   const size_t E = c.n_embd, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.n_ff;
-  std::vector<uint32_t> n(B);  // new tokens per row
-  std::vector<int32_t> pos;    // [T] RoPE positions
-  uint32_t max_n = 0;
-  for (size_t i = 0; i < B; ++i) {
-    n[i] = static_cast<uint32_t>(tokens[i].size());
-    max_n = std::max(max_n, n[i]);
-    for (uint32_t j = 0; j < n[i]; ++j) pos.push_back(static_cast<int32_t>(cache.offset(i) + j));
-  }
+  model::ForwardRows rows;
+  KVTIER_RETURN_IF_ERROR(model::PlanForwardRows(cache, tokens, &rows));
+  const std::vector<uint32_t>& n = rows.n;  // new tokens per row
+  const std::vector<int32_t>& pos = rows.pos;  // [T] RoPE positions
+  const uint32_t max_n = rows.max_n;
   const size_t T = pos.size();
-  KVTIER_RETURN_IF_ERROR(cache.Reserve(n));
   for (HybridSeqState* st : states) {
     if (st->conv.empty()) {
       st->conv.resize(c.n_layers);

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "kvtier/gguf.h"
 #include "kvtier/model.h"
@@ -62,6 +65,17 @@ inline constexpr const char* kSupportedArchs = "llama, qwen2, qwen3, phi3, gemma
 // without its sliding window, and so does kvtier) and gemma3 (window layers, their RoPE base,
 // QK-norm, post-norms, GeGLU, embedding scale, logit soft-cap). No-op for llama / qwen*.
 Status ReadFamilyConfig(const GgufFile& f, const std::string& arch, ModelConfig* c);
+
+// The rows of one Model::Forward call (forward.cc, forward_hybrid.cc): n[i] new tokens of row
+// i, their RoPE positions one row after another, the longest row's count; the cache reserves
+// room for them.
+struct ForwardRows {
+  std::vector<uint32_t> n;   // [B]
+  std::vector<int32_t> pos;  // [T]
+  uint32_t max_n = 0;
+};
+Status PlanForwardRows(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
+                       ForwardRows* rows);
 
 // qwen35's keys (arch_qwen35.cc): the full-attention interval, ssm.* sizes, the RoPE sections;
 // a missing or inconsistent key fails naming it.
