@@ -57,31 +57,7 @@ std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, uint32_t n) {
 }
 
 // Collects every request's events.
-struct Sink {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, EngineEvent> last;
-  EngineCallback For() {
-    return [this](const EngineEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (e.finish == FinishReason::kNone) {
-        EXPECT_GE(e.token, 0);
-        tokens[e.id].push_back(e.token);
-      } else {
-        EXPECT_EQ(e.token, -1);
-        EXPECT_FALSE(last.contains(e.id)) << "two final events";
-        last[e.id] = e;
-      }
-      cv.notify_all();
-      return true;
-    };
-  }
-  void Wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return last.size() >= n; }));
-  }
-};
+using Sink = testing::EventSink;
 
 EngineRequest Greedy(std::vector<int32_t> prompt, uint32_t n) {
   EngineRequest r;

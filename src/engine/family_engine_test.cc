@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine/prefill.h"
+#include "engine/engine_test_util.h"
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/ssd_tier.h"
@@ -93,28 +94,7 @@ std::vector<int32_t> Solo(const Model& m, const std::vector<int32_t>& prompt, ui
   return engine::GreedyContinue(m, p.sequence, p.logits, n, &threads).value();
 }
 
-struct Sink {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, EngineEvent> last;
-  EngineCallback For() {
-    return [this](const EngineEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (e.finish == FinishReason::kNone) {
-        tokens[e.id].push_back(e.token);
-      } else {
-        last[e.id] = e;
-      }
-      cv.notify_all();
-      return true;
-    };
-  }
-  void Wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return last.size() >= n; }));
-  }
-};
+using Sink = testing::EventSink;
 
 class FamilyEngine : public ::testing::TestWithParam<TestModelConfig (*)()> {};
 

@@ -14,6 +14,7 @@
 #include <set>
 #include <unistd.h>
 
+#include "engine/engine_test_util.h"
 #include "kvtier/engine.h"
 #include "kvtier/prefix_cache.h"
 #include "kvtier/ssd_tier.h"
@@ -70,28 +71,7 @@ std::vector<int32_t> Prompt(uint32_t n, uint32_t salt) {
   return p;
 }
 
-struct Sink {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::map<uint64_t, std::vector<int32_t>> tokens;
-  std::map<uint64_t, EngineEvent> last;
-  EngineCallback For() {
-    return [this](const EngineEvent& e) {
-      std::lock_guard<std::mutex> lock(mu);
-      if (e.finish == FinishReason::kNone) {
-        tokens[e.id].push_back(e.token);
-      } else {
-        last[e.id] = e;
-      }
-      cv.notify_all();
-      return true;
-    };
-  }
-  void Wait(size_t n) {
-    std::unique_lock<std::mutex> lock(mu);
-    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(300), [&] { return last.size() >= n; }));
-  }
-};
+using Sink = testing::EventSink;
 
 // One request through an engine without a prefix cache: the reference.
 std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, uint32_t n) {
