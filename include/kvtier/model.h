@@ -173,6 +173,18 @@ class Model {
   // delta state (forward_deltanet.cc).
   Status DeltaNetMixer(uint32_t l, const float* xb, std::span<const uint32_t> n,
                        std::span<HybridSeqState* const> states, float* y, ThreadPool* pool) const;
+  // The feed-forward half of layer L over T tokens, every family's (forward.cc): h =
+  // RmsNorm(x, ffn_norm) (post_attention_norm), f = down(act(gate h) * up h) (SwiGLU, or GeGLU;
+  // phi3's fused gate-up), RmsNorm'd by ffn_post_norm when the layer has one; x += f.
+  // x, xb: [T, n_embd] (xb: scratch); gate, up: [T, n_ff] scratch; fused: [T, 2 n_ff] scratch
+  // when L.gate is empty (phi3), else unused (may be null).
+  Status FeedForward(const Layer& L, size_t T, float* x, float* xb, float* gate, float* up,
+                     float* fused, ThreadPool* pool) const;
+  // The logits after the last layer (forward.cc): output_norm then output, on every token of x
+  // [sum n_i, n_embd] (rows of n[i] tokens one after another) when all_logits, else on each
+  // row's last token. xb: [sum n_i, n_embd] scratch; logits: [sum n_i or n.size(), n_vocab].
+  Status OutputLogits(const float* x, std::span<const uint32_t> n, bool all_logits, float* xb,
+                      float* logits, ThreadPool* pool) const;
 
   ModelConfig cfg_;
   std::shared_ptr<const GgufFile> file_;

@@ -29,24 +29,14 @@ using Loaded = testing::TinyModel;
 
 Loaded Load(const TestModelConfig& c) { return testing::LoadTestModel(c, c.arch).value(); }
 
+// gemma3's golden shape (window layers), untied: tied, a random gemma repeats the last token
+// (its embedding scale).
 TestModelConfig Gemma3() {
-  TestModelConfig c;
-  c.arch = "gemma3";
-  c.hidden = 128;
-  c.layers = 4;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 256;
-  c.ffn = 384;
-  c.vocab = 300;
+  TestModelConfig c = testing::Gemma3GoldenConfig();
   c.ctx = 1024;
-  c.weight_type = GgmlType::kF32;
-  c.weight_std = 0.08f;
   c.seed = 11;
-  c.sliding_window = 8;
-  c.swa_period = 3;
   c.final_softcap = 30.0;
-  c.tied = false;  // tied, a random gemma repeats the last token (embedding scale)
+  c.tied = false;
   return c;
 }
 
@@ -68,28 +58,11 @@ TestModelConfig Phi3() {
   return c;
 }
 
-// The model's pool: window layers in their own pages, dropped outside the window (as serve
-// makes it), unless `dense` (every row kept: the reference the solo runs use).
-std::shared_ptr<BlockPool> PoolFor(const Model& m, uint64_t blocks, bool dense = false) {
-  BlockPoolOptions o;
-  o.shape = m.config().kv_shape();
-  o.block_tokens = 16;
-  if (!dense) o.layer_window = m.config().layer_windows();
-  o.capacity_bytes =
-      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16, o.layer_window)
-                   ->block_stride;
-  return BlockPool::Create(o).value();
-}
-
-std::vector<int32_t> Prompt(uint32_t n, uint32_t salt) {
-  std::vector<int32_t> p(n);
-  for (uint32_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>((i * 31 + salt * 7 + 1) % 256);
-  return p;
-}
+using testing::SaltedPrompt;
 
 std::vector<int32_t> Solo(const Model& m, const std::vector<int32_t>& prompt, uint32_t n) {
   ThreadPool threads(2);
-  auto pool = PoolFor(m, 256, /*dense=*/true);
+  auto pool = testing::ModelPool(m, 256, /*dense=*/true);
   auto p = engine::Prefill(m, nullptr, pool, prompt, 512, &threads).value();
   return engine::GreedyContinue(m, p.sequence, p.logits, n, &threads).value();
 }
@@ -105,15 +78,15 @@ TEST_P(FamilyEngine, ColdAndRamHitsGiveTheSoloTokens) {
   po.memory_budget_bytes = 64ull << 20;
   auto cache = PrefixCache::Create(po).value();
   EngineOptions o;
-  o.pool = PoolFor(m, 512);
+  o.pool = testing::ModelPool(m, 512);
   o.prefix_cache = cache.get();
   o.prefill_step = 7;  // prompts take several chunks, each past the window
   o.threads = 2;
   auto engine = Engine::Create(m, o).value();
   constexpr uint32_t kGen = 20;
-  const std::vector<int32_t> first = Prompt(43, 1);
+  const std::vector<int32_t> first = SaltedPrompt(43, 1);
   std::vector<int32_t> longer = first;  // shares first's 43 tokens, then 21 more
-  for (int32_t t : Prompt(21, 2)) longer.push_back(t);
+  for (int32_t t : SaltedPrompt(21, 2)) longer.push_back(t);
   const auto solo_first = Solo(m, first, kGen), solo_longer = Solo(m, longer, kGen);
   // Not a degenerate model: the greedy continuation uses several tokens.
   EXPECT_GE(std::set<int32_t>(solo_first.begin(), solo_first.end()).size(), 3u);
@@ -145,18 +118,11 @@ TEST_P(FamilyEngine, SsdHitAfterARestartGivesTheSoloTokens) {
   const std::string dir = tmpl;
   constexpr uint32_t kGen = 12;
   std::vector<std::vector<int32_t>> prompts;
-  for (uint32_t i = 0; i < 3; ++i) prompts.push_back(Prompt(40 + 5 * i, 10 + i));
+  for (uint32_t i = 0; i < 3; ++i) prompts.push_back(SaltedPrompt(40 + 5 * i, 10 + i));
   ThreadPool threads(2);
-  auto pool = PoolFor(m, 512);
+  auto pool = testing::ModelPool(m, 512);
   {  // First process: each store pushes the previous prompt's blocks to the SSD tier.
-    SsdTierOptions so;
-    so.dir = dir;
-    so.log = false;
-    std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
-    PrefixCacheOptions po;
-    po.memory_budget_bytes = 4 * pool->layout().block_stride;
-    po.lower_tier = tier;
-    auto cache = PrefixCache::Create(po).value();
+    auto [tier, cache] = testing::OpenTieredCache(dir, 4 * pool->layout().block_stride);
     for (const auto& p : prompts) {
       auto out = engine::Prefill(m, cache.get(), pool, p, 512, &threads);
       ASSERT_TRUE(out.ok()) << out.status().ToString();
@@ -166,15 +132,8 @@ TEST_P(FamilyEngine, SsdHitAfterARestartGivesTheSoloTokens) {
     tier->Flush();
   }
   // Second process: the tier's index from its files, a cold RAM cache above it.
-  SsdTierOptions so;
-  so.dir = dir;
-  so.log = false;
-  std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+  auto [tier, cache] = testing::OpenTieredCache(dir);
   EXPECT_GT(tier->Stats().found_blocks, 0u);
-  PrefixCacheOptions po;
-  po.memory_budget_bytes = 64ull << 20;
-  po.lower_tier = tier;
-  auto cache = PrefixCache::Create(po).value();
   int from_ssd = 0;
   for (const auto& p : prompts) {
     auto warm = engine::Prefill(m, cache.get(), pool, p, 512, &threads);
@@ -201,12 +160,12 @@ TEST_P(FamilyEngine, HitBetweenResumePointsGivesTheSoloTokens) {
   po.memory_budget_bytes = 64ull << 20;
   auto cache = PrefixCache::Create(po).value();
   EngineOptions o;
-  o.pool = PoolFor(m, 512);
+  o.pool = testing::ModelPool(m, 512);
   o.prefix_cache = cache.get();
   o.prefill_step = 7;
   o.threads = 2;
   auto engine = Engine::Create(m, o).value();
-  const std::vector<int32_t> first = Prompt(40, 3);
+  const std::vector<int32_t> first = SaltedPrompt(40, 3);
   Sink sink;
   EngineRequest r;
   r.max_tokens = 60;
@@ -220,7 +179,7 @@ TEST_P(FamilyEngine, HitBetweenResumePointsGivesTheSoloTokens) {
   // first + 35 generated tokens + 6 new: matches 75 tokens of the stored conversation.
   std::vector<int32_t> second = first;
   second.insert(second.end(), sink.tokens[a].begin(), sink.tokens[a].begin() + 35);
-  for (int32_t t : Prompt(6, 4)) second.push_back(t);
+  for (int32_t t : SaltedPrompt(6, 4)) second.push_back(t);
   r.prompt = second;
   r.max_tokens = 16;
   const uint64_t b = engine->Submit(r, sink.For()).value();
@@ -242,9 +201,9 @@ TEST_P(FamilyEngine, ActiveBytesKeepOnlyTheWindowOfWindowLayers) {
   const Model& m = *lm.model;
   const std::vector<uint32_t> windows = m.config().layer_windows();
   ThreadPool threads(2);
-  auto pool = PoolFor(m, 512);
-  auto dense = PoolFor(m, 512, /*dense=*/true);
-  const std::vector<int32_t> prompt = Prompt(400, 5);
+  auto pool = testing::ModelPool(m, 512);
+  auto dense = testing::ModelPool(m, 512, /*dense=*/true);
+  const std::vector<int32_t> prompt = SaltedPrompt(400, 5);
   auto w = engine::Prefill(m, nullptr, pool, prompt, 64, &threads).value();
   auto d = engine::Prefill(m, nullptr, dense, prompt, 64, &threads).value();
   const KvBlockLayout& l = pool->layout();

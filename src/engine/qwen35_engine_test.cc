@@ -19,57 +19,23 @@
 #include "kvtier/prefix_cache.h"
 #include "kvtier/ssd_tier.h"
 #include "kvtier/test_model.h"
+#include "model/model_test_util.h"
 
 namespace kvtier {
 namespace {
 
-struct Loaded {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-};
-
-// 8 layers (attention at 3 and 7), DeltaNet with 2 q/k and 4 v heads of 16.
-const Loaded& Qwen35() {
-  static const Loaded m = [] {
-    TestModelConfig c;
-    c.arch = "qwen35";
-    c.hidden = 64;
-    c.layers = 8;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.head_dim = 64;
-    c.ffn = 128;
-    c.vocab = 300;
+// qwen35's batch shape (8 layers, attention at 3 and 7; DeltaNet with 2 q/k and 4 v heads of
+// 64), loaded once.
+const testing::TinyModel& Qwen35() {
+  static const testing::TinyModel m = [] {
+    TestModelConfig c = testing::Qwen35BatchConfig();
     c.ctx = 1024;
-    c.rope_theta = 10000000.0;
-    c.weight_type = GgmlType::kF32;
-    c.weight_std = 0.08f;
-    c.seed = 5;
-    c.tied = false;
-    Loaded l;
-    l.bytes = std::make_shared<std::vector<uint8_t>>(BuildTestModel(c).value().Serialize());
-    l.file = GgufFile::FromMemory(*l.bytes, "qwen35").value();
-    l.model = Model::FromGguf(l.file).value();
-    return l;
+    return testing::LoadTestModel(c, "qwen35").value();
   }();
   return m;
 }
 
-std::shared_ptr<BlockPool> PoolFor(const Model& m, uint64_t blocks) {
-  BlockPoolOptions o;
-  o.shape = m.config().kv_shape();
-  o.block_tokens = 16;
-  o.capacity_bytes =
-      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16)->block_stride;
-  return BlockPool::Create(o).value();
-}
-
-std::vector<int32_t> Prompt(uint32_t n, uint32_t salt) {
-  std::vector<int32_t> p(n);
-  for (uint32_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>((i * 31 + salt * 7 + 1) % 256);
-  return p;
-}
+using testing::SaltedPrompt;
 
 using Sink = testing::EventSink;
 
@@ -77,7 +43,7 @@ using Sink = testing::EventSink;
 std::vector<int32_t> Solo(const std::vector<int32_t>& prompt, uint32_t n) {
   const Model& m = *Qwen35().model;
   EngineOptions o;
-  o.pool = PoolFor(m, 256);
+  o.pool = testing::ModelPool(m, 256);
   o.threads = 2;
   o.prefill_step = 512;
   auto engine = Engine::Create(m, o).value();
@@ -113,13 +79,13 @@ TEST(Qwen35Engine, RamHitsResumeFromTheLongestSnapshotAtOrBeforeTheMatch) {
   po.memory_budget_bytes = 64ull << 20;
   auto cache = PrefixCache::Create(po).value();
   EngineOptions o;
-  o.pool = PoolFor(m, 512);
+  o.pool = testing::ModelPool(m, 512);
   o.prefix_cache = cache.get();
   o.prefill_step = 7;  // several chunks per prompt
   o.threads = 2;
   auto engine = Engine::Create(m, o).value();
   constexpr uint32_t kGen = 12;
-  const std::vector<int32_t> a = Prompt(43, 1);
+  const std::vector<int32_t> a = SaltedPrompt(43, 1);
   const std::vector<int32_t> solo_a = Solo(a, kGen);
   EXPECT_GE(std::set<int32_t>(solo_a.begin(), solo_a.end()).size(), 3u);  // not degenerate
 
@@ -133,7 +99,7 @@ TEST(Qwen35Engine, RamHitsResumeFromTheLongestSnapshotAtOrBeforeTheMatch) {
   // The conversation went on: a + 11 generated tokens have K/V and a snapshot at 54.
   std::vector<int32_t> b = a;
   b.insert(b.end(), solo_a.begin(), solo_a.end() - 1);
-  for (int32_t t : Prompt(9, 2)) b.push_back(t);
+  for (int32_t t : SaltedPrompt(9, 2)) b.push_back(t);
   const Outcome next_turn = Submit(*engine, b, kGen);
   EXPECT_EQ(next_turn.cached, a.size() + kGen - 1);
   EXPECT_EQ(next_turn.tokens, Solo(b, kGen)) << "next turn";
@@ -141,7 +107,7 @@ TEST(Qwen35Engine, RamHitsResumeFromTheLongestSnapshotAtOrBeforeTheMatch) {
   // K/V match 48 tokens (a + 5 generated), snapshots at 42 and 54: resumes from 42.
   std::vector<int32_t> c = a;
   c.insert(c.end(), solo_a.begin(), solo_a.begin() + 5);
-  for (int32_t t : Prompt(6, 3)) c.push_back((t + 1) % 256 == solo_a[5] ? t + 2 : t + 1);
+  for (int32_t t : SaltedPrompt(6, 3)) c.push_back((t + 1) % 256 == solo_a[5] ? t + 2 : t + 1);
   ASSERT_NE(c[48], solo_a[5]);
   const PrefixCacheStats before = cache->Stats();
   const Outcome between = Submit(*engine, c, kGen);
@@ -160,7 +126,7 @@ TEST(Qwen35Engine, BatchedAndPreemptedRowsGiveTheSoloTokens) {
   po.memory_budget_bytes = 64ull << 20;
   auto cache = PrefixCache::Create(po).value();
   EngineOptions o;
-  o.pool = PoolFor(m, 9);  // 144 tokens: four rows of 40-70 tokens cannot all fit
+  o.pool = testing::ModelPool(m, 9);  // 144 tokens: four rows of 40-70 tokens cannot all fit
   o.prefix_cache = cache.get();
   o.prefill_step = 16;
   o.threads = 2;
@@ -168,7 +134,7 @@ TEST(Qwen35Engine, BatchedAndPreemptedRowsGiveTheSoloTokens) {
   auto engine = Engine::Create(m, o).value();
   constexpr uint32_t kGen = 16;
   std::vector<std::vector<int32_t>> prompts;
-  for (uint32_t i = 0; i < 4; ++i) prompts.push_back(Prompt(24 + 8 * i, 20 + i));
+  for (uint32_t i = 0; i < 4; ++i) prompts.push_back(SaltedPrompt(24 + 8 * i, 20 + i));
   Sink sink;
   std::vector<uint64_t> ids;
   for (const auto& p : prompts) {
@@ -192,18 +158,11 @@ TEST(Qwen35Engine, SsdHitAfterARestartAndACorruptSnapshotIsAMiss) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string dir = tmpl;
   constexpr uint32_t kGen = 10;
-  const std::vector<int32_t> a = Prompt(40, 7), b = Prompt(50, 8);
+  const std::vector<int32_t> a = SaltedPrompt(40, 7), b = SaltedPrompt(50, 8);
   {  // First process: everything goes down to the SSD tier.
-    SsdTierOptions so;
-    so.dir = dir;
-    so.log = false;
-    std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
-    PrefixCacheOptions po;
-    po.memory_budget_bytes = 64ull << 20;
-    po.lower_tier = tier;
-    auto cache = PrefixCache::Create(po).value();
+    auto [tier, cache] = testing::OpenTieredCache(dir);
     EngineOptions o;
-    o.pool = PoolFor(m, 256);
+    o.pool = testing::ModelPool(m, 256);
     o.prefix_cache = cache.get();
     o.threads = 2;
     {
@@ -216,17 +175,10 @@ TEST(Qwen35Engine, SsdHitAfterARestartAndACorruptSnapshotIsAMiss) {
     EXPECT_GE(tier->Stats().spilled_states, 4u);  // prompt and conversation, each request
   }
   // Damage b's snapshots (every state file whose body holds position 49 or 59).
-  SsdTierOptions so;
-  so.dir = dir;
-  so.log = false;
-  std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+  auto [tier, cache] = testing::OpenTieredCache(dir);
   EXPECT_GE(tier->Stats().states, 4u);
-  PrefixCacheOptions po;
-  po.memory_budget_bytes = 64ull << 20;
-  po.lower_tier = tier;
-  auto cache = PrefixCache::Create(po).value();
   EngineOptions o;
-  o.pool = PoolFor(m, 256);
+  o.pool = testing::ModelPool(m, 256);
   o.prefix_cache = cache.get();
   o.threads = 2;
   auto engine = Engine::Create(m, o).value();

@@ -105,16 +105,9 @@ TEST(SsdRestart, SigkillDuringSpillingThenIdenticalGreedyOutput) {
   // A new process: the tier's index from the files, a cold RAM cache above it.
   Result<BundledModel> l = LoadBundled();
   ASSERT_TRUE(l.ok()) << l.status().ToString();
-  SsdTierOptions so;
-  so.dir = dir;
-  so.log = false;
-  std::shared_ptr<SsdTier> tier = SsdTier::Open(so).value();
+  auto [tier, cache] = testing::OpenTieredCache(dir);
   EXPECT_GT(tier->Stats().found_blocks, 0u);
   auto pool = Pool(*l->model);
-  PrefixCacheOptions po;
-  po.memory_budget_bytes = 64ull << 20;
-  po.lower_tier = tier;
-  std::unique_ptr<PrefixCache> cache = PrefixCache::Create(po).value();
   ThreadPool threads(2);
   int served_from_ssd = 0;
   for (const std::vector<int32_t>& p : Prompts(*l->tokenizer)) {

@@ -17,7 +17,8 @@
 namespace kvtier {
 namespace {
 
-// The shapes testdata/README.md's make-test-model commands write.
+// phi3's shape testdata/README.md's make-test-model command writes (gemma3's:
+// testing::Gemma3GoldenConfig).
 TestModelConfig Phi3Config() {
   TestModelConfig c;
   c.arch = "phi3";
@@ -37,27 +38,7 @@ TestModelConfig Phi3Config() {
   return c;
 }
 
-TestModelConfig Gemma3Config() {
-  TestModelConfig c;
-  c.arch = "gemma3";
-  c.hidden = 128;
-  c.layers = 4;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.head_dim = 256;
-  c.ffn = 384;
-  c.vocab = 300;
-  c.ctx = 512;
-  c.rope_theta = 1000000.0;
-  c.weight_type = GgmlType::kF32;
-  c.weight_std = 0.08f;
-  c.seed = 4;
-  c.sliding_window = 8;
-  c.swa_period = 3;
-  c.final_softcap = 5.0;
-  return c;
-}
-
+using testing::Gemma3GoldenConfig;
 using testing::GoldenLogits;
 using testing::MaxAbs;
 using testing::MaxAbsDiff;
@@ -140,10 +121,11 @@ TEST_P(LlamaCppParity, LogitsMatchLlamaCpp) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LlamaCppParity,
-                         ::testing::Values(ParityCase{"phi3_logits.txt", Phi3Config, 5e-5},
-                                           ParityCase{"gemma3_logits.txt", Gemma3Config, 2e-3}),
-                         [](const auto& info) { return info.param.config().arch; });
+INSTANTIATE_TEST_SUITE_P(
+    Families, LlamaCppParity,
+    ::testing::Values(ParityCase{"phi3_logits.txt", Phi3Config, 5e-5},
+                      ParityCase{"gemma3_logits.txt", Gemma3GoldenConfig, 2e-3}),
+    [](const auto& info) { return info.param.config().arch; });
 
 struct RefCase {
   TestModelConfig (*config)();
@@ -173,17 +155,17 @@ TEST_P(FamilyForward, MatchesFloat64Reference) {
 INSTANTIATE_TEST_SUITE_P(
     Families, FamilyForward,
     ::testing::Values(RefCase{Phi3Config, GgmlType::kF32, Format::F32(), 1e-5},
-                      RefCase{Gemma3Config, GgmlType::kF32, Format::F32(), 1e-5},
+                      RefCase{Gemma3GoldenConfig, GgmlType::kF32, Format::F32(), 1e-5},
                       RefCase{Phi3Config, GgmlType::kF16, Format::F16(), 1e-3},
-                      RefCase{Gemma3Config, GgmlType::kF16, Format::F16(), 1e-3},
-                      RefCase{Gemma3Config, GgmlType::kQ8_0, Format::Q8_0(), 2e-2}),
+                      RefCase{Gemma3GoldenConfig, GgmlType::kF16, Format::F16(), 1e-3},
+                      RefCase{Gemma3GoldenConfig, GgmlType::kQ8_0, Format::Q8_0(), 2e-2}),
     [](const auto& info) {
       return info.param.config().arch + "_" +
              GgmlTypeName(static_cast<uint32_t>(info.param.wtype)) + "_" + info.param.kv.name();
     });
 
 TEST(FamilyConfig, Gemma3WindowPatternAndKeys) {
-  auto m = LoadConfig(Gemma3Config());
+  auto m = LoadConfig(Gemma3GoldenConfig());
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const ModelConfig& c = m->model->config();
   EXPECT_EQ(c.arch, ModelArch::kGemma3);
@@ -201,7 +183,7 @@ TEST(FamilyConfig, Gemma3WindowPatternAndKeys) {
   EXPECT_TRUE(c.qk_norm && c.post_norms && c.rope_neox);
   EXPECT_EQ(c.ffn_act, FfnActivation::kGeluTanh);
 
-  TestModelConfig plain = Gemma3Config();
+  TestModelConfig plain = Gemma3GoldenConfig();
   plain.sliding_window = 0;  // no window key: every layer global
   auto p = LoadConfig(plain);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -226,10 +208,10 @@ TEST(FamilyLoad, MissingTensorOrKeyNamesIt) {
       {Phi3Config, "blk.1.attn_qkv.weight"},  // falls back to attn_q: names that
       {Phi3Config, "blk.0.ffn_up.weight"},
       {Phi3Config, "phi3.attention.layer_norm_rms_epsilon"},
-      {Gemma3Config, "blk.2.post_ffw_norm.weight"},
-      {Gemma3Config, "blk.0.post_attention_norm.weight"},
-      {Gemma3Config, "blk.3.attn_k_norm.weight"},
-      {Gemma3Config, "gemma3.attention.layer_norm_rms_epsilon"},
+      {Gemma3GoldenConfig, "blk.2.post_ffw_norm.weight"},
+      {Gemma3GoldenConfig, "blk.0.post_attention_norm.weight"},
+      {Gemma3GoldenConfig, "blk.3.attn_k_norm.weight"},
+      {Gemma3GoldenConfig, "gemma3.attention.layer_norm_rms_epsilon"},
   };
   for (const auto& c : cases) {
     std::vector<uint8_t> keep;
@@ -245,7 +227,7 @@ TEST(FamilyLoad, MissingTensorOrKeyNamesIt) {
 }
 
 TEST(FamilyLoad, UnsupportedFamilyNamesItselfAndTheSupportedOnes) {
-  TestModelConfig c = Gemma3Config();
+  TestModelConfig c = Gemma3GoldenConfig();
   auto full = BuildTestModel(c);
   ASSERT_TRUE(full.ok());
   std::vector<uint8_t> bytes = full->Serialize();

@@ -4,6 +4,8 @@
 // (arch.cc) slot in: fused qkv / gate-up matrices (phi3); embedding scale, per-layer window and
 // RoPE base, post-norms, GeGLU and the logit soft-cap (gemma3).
 // Every row's new tokens are laid out one row after another ("flat", T = sum n_i tokens).
+// The FFN half of a layer (Model::FeedForward) and the final norm and logits
+// (Model::OutputLogits) serve qwen35's paths too (forward_hybrid.cc, forward_deltanet.cc).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -106,6 +108,52 @@ Status PlanForwardRows(BatchCache& cache, std::span<const std::span<const int32_
 }
 
 }  // namespace model
+
+Status Model::FeedForward(const Layer& L, size_t T, float* x, float* xb, float* gate, float* up,
+                          float* fused, ThreadPool* pool) const {
+  const ModelConfig& c = cfg_;
+  const size_t E = c.n_embd, F = c.n_ff;
+  model::RmsNorm(x, L.ffn_norm, T, E, c.rms_eps, xb);  // post_attention_norm
+  if (L.gate.data == nullptr) {
+    // Fused (phi3): each token's row is gate then up.
+    if (fused == nullptr) return Status::Internal("FeedForward: a fused gate-up needs scratch");
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb, T, fused, pool));
+    for (size_t t = 0; t < T; ++t) {
+      std::memcpy(gate + t * F, fused + t * 2 * F, F * sizeof(float));
+      std::memcpy(up + t * F, fused + t * 2 * F + F, F * sizeof(float));
+    }
+  } else {
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.gate, xb, T, gate, pool));
+    KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb, T, up, pool));
+  }
+  if (c.ffn_act == FfnActivation::kGeluTanh) {
+    model::GeGlu(gate, up, T * F);
+  } else {
+    model::SwiGlu(gate, up, T * F);
+  }
+  KVTIER_RETURN_IF_ERROR(model::MatMul(L.down, gate, T, xb, pool));
+  if (L.ffn_post_norm != nullptr) model::RmsNorm(xb, L.ffn_post_norm, T, E, c.rms_eps, xb);
+  for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
+  return Status::OK();
+}
+
+Status Model::OutputLogits(const float* x, std::span<const uint32_t> n, bool all_logits, float* xb,
+                           float* logits, ThreadPool* pool) const {
+  const size_t E = cfg_.n_embd;
+  size_t n_out = 0;
+  if (all_logits) {
+    for (uint32_t ni : n) n_out += ni;
+    model::RmsNorm(x, output_norm_, n_out, E, cfg_.rms_eps, xb);
+  } else {
+    size_t last = 0;  // each row's last token
+    for (size_t i = 0; i < n.size(); ++i) {
+      last += n[i];
+      model::RmsNorm(x + (last - 1) * E, output_norm_, 1, E, cfg_.rms_eps, xb + i * E);
+    }
+    n_out = n.size();
+  }
+  return model::MatMul(output_, xb, n_out, logits, pool);
+}
 
 Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t>> tokens,
                       bool all_logits, float* logits, ThreadPool* pool) const {
@@ -219,27 +267,8 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
                        ", after attention)");
     }
 
-    model::RmsNorm(x.data(), L.ffn_norm, T, E, c.rms_eps, xb.data());
-    if (L.gate.data == nullptr) {  // fused: each token's row is gate then up
-      KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb.data(), T, fused.data(), pool));
-      for (size_t t = 0; t < T; ++t) {
-        std::memcpy(gate.data() + t * F, fused.data() + t * 2 * F, F * sizeof(float));
-        std::memcpy(up.data() + t * F, fused.data() + t * 2 * F + F, F * sizeof(float));
-      }
-    } else {
-      KVTIER_RETURN_IF_ERROR(model::MatMul(L.gate, xb.data(), T, gate.data(), pool));
-      KVTIER_RETURN_IF_ERROR(model::MatMul(L.up, xb.data(), T, up.data(), pool));
-    }
-    if (c.ffn_act == FfnActivation::kGeluTanh) {
-      model::GeGlu(gate.data(), up.data(), T * F);
-    } else {
-      model::SwiGlu(gate.data(), up.data(), T * F);
-    }
-    KVTIER_RETURN_IF_ERROR(model::MatMul(L.down, gate.data(), T, xb.data(), pool));
-    if (L.ffn_post_norm != nullptr) {
-      model::RmsNorm(xb.data(), L.ffn_post_norm, T, E, c.rms_eps, xb.data());
-    }
-    for (size_t i = 0; i < T * E; ++i) x[i] += xb[i];
+    KVTIER_RETURN_IF_ERROR(FeedForward(L, T, x.data(), xb.data(), gate.data(), up.data(),
+                                       fused.data(), pool));
     if (AnyNonFinite(x.data(), T * E)) {
       return NonFinite("in layer " + std::to_string(l) + " (blk." + std::to_string(l) +
                        ", after the feed-forward)");
@@ -249,20 +278,8 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
   // Window layers' rows that no later query can attend go back to the pool's OS pages.
   cache.DropOutsideWindow();
 
-  // Final norm on the tokens whose logits are wanted.
-  size_t n_out = T;
-  if (!all_logits) {
-    size_t last = 0;
-    for (size_t i = 0; i < B; ++i) {
-      last += n[i];
-      std::memmove(xb.data() + i * E, x.data() + (last - 1) * E, E * sizeof(float));
-    }
-    n_out = B;
-  } else {
-    std::memcpy(xb.data(), x.data(), T * E * sizeof(float));
-  }
-  model::RmsNorm(xb.data(), output_norm_, n_out, E, c.rms_eps, xb.data());
-  KVTIER_RETURN_IF_ERROR(model::MatMul(output_, xb.data(), n_out, logits, pool));
+  const size_t n_out = all_logits ? T : B;
+  KVTIER_RETURN_IF_ERROR(OutputLogits(x.data(), n, all_logits, xb.data(), logits, pool));
   if (c.final_softcap > 0.0f) model::SoftCap(logits, n_out * c.n_vocab, c.final_softcap);
   if (AnyNonFinite(logits, n_out * c.n_vocab)) {
     return NonFinite("in the logits (output_norm / output)");

@@ -206,18 +206,12 @@ Status Model::ForwardSequence(HybridSeqState* st, std::span<const int32_t> token
       KVTIER_RETURN_IF_ERROR(model::MatMul(W.wo, att.data(), T, y.data(), pool));
     }
     for (size_t i = 0; i < T * E; ++i) x[i] += y[i];
-    model::RmsNorm(x.data(), W.ffn_norm, T, E, c.rms_eps, xb.data());  // post_attention_norm
-    KVTIER_RETURN_IF_ERROR(model::MatMul(W.gate, xb.data(), T, gate.data(), pool));
-    KVTIER_RETURN_IF_ERROR(model::MatMul(W.up, xb.data(), T, up.data(), pool));
-    model::SwiGlu(gate.data(), up.data(), T * F);
-    KVTIER_RETURN_IF_ERROR(model::MatMul(W.down, gate.data(), T, y.data(), pool));
-    for (size_t i = 0; i < T * E; ++i) x[i] += y[i];
+    KVTIER_RETURN_IF_ERROR(
+        FeedForward(W, T, x.data(), xb.data(), gate.data(), up.data(), nullptr, pool));
   }
   st->n_past += static_cast<uint32_t>(T);
-  const size_t n_out = all_logits ? T : 1;
-  const float* last = x.data() + (all_logits ? 0 : (T - 1) * E);
-  model::RmsNorm(last, output_norm_, n_out, E, c.rms_eps, xb.data());
-  return model::MatMul(output_, xb.data(), n_out, logits, pool);
+  const uint32_t n1 = static_cast<uint32_t>(T);
+  return OutputLogits(x.data(), {&n1, 1}, all_logits, xb.data(), logits, pool);
 }
 
 }  // namespace kvtier

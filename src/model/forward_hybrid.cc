@@ -165,27 +165,11 @@ Status Model::Forward(BatchCache& cache, std::span<const std::span<const int32_t
       KVTIER_RETURN_IF_ERROR(model::MatMul(W.wo, att.data(), T, y.data(), pool));
     }
     for (size_t i = 0; i < T * E; ++i) x[i] += y[i];
-    model::RmsNorm(x.data(), W.ffn_norm, T, E, c.rms_eps, xb.data());  // post_attention_norm
-    KVTIER_RETURN_IF_ERROR(model::MatMul(W.gate, xb.data(), T, gate.data(), pool));
-    KVTIER_RETURN_IF_ERROR(model::MatMul(W.up, xb.data(), T, up.data(), pool));
-    model::SwiGlu(gate.data(), up.data(), T * F);
-    KVTIER_RETURN_IF_ERROR(model::MatMul(W.down, gate.data(), T, y.data(), pool));
-    for (size_t i = 0; i < T * E; ++i) x[i] += y[i];
+    KVTIER_RETURN_IF_ERROR(
+        FeedForward(W, T, x.data(), xb.data(), gate.data(), up.data(), nullptr, pool));
   }
   for (size_t i = 0; i < B; ++i) states[i]->n_past += n[i];
-  size_t n_out = T;
-  if (!all_logits) {
-    size_t last = 0;
-    for (size_t i = 0; i < B; ++i) {
-      last += n[i];
-      std::memmove(xb.data() + i * E, x.data() + (last - 1) * E, E * sizeof(float));
-    }
-    n_out = B;
-  } else {
-    std::memcpy(xb.data(), x.data(), T * E * sizeof(float));
-  }
-  model::RmsNorm(xb.data(), output_norm_, n_out, E, c.rms_eps, xb.data());
-  return model::MatMul(output_, xb.data(), n_out, logits, pool);
+  return OutputLogits(x.data(), n, all_logits, xb.data(), logits, pool);
 }
 
 uint32_t Model::state_format() const {

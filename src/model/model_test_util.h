@@ -105,6 +105,60 @@ inline GgufWriter TinyModelWriter(const TinySpec& s) {
   return w;
 }
 
+// ---- The golden logits' shapes (testdata/README.md's make-test-model commands) ------------
+
+// qwen35: layers 3 and 7 full attention, the other six Gated DeltaNet with 2 q/k heads and 4 v
+// heads of 64.
+inline TestModelConfig Qwen35GoldenConfig() {
+  TestModelConfig c;
+  c.arch = "qwen35";
+  c.hidden = 256;
+  c.layers = 8;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.ffn = 512;
+  c.vocab = 300;
+  c.ctx = 512;
+  c.rope_theta = 10000000.0;
+  c.weight_type = GgmlType::kF32;
+  c.weight_std = 0.08f;
+  c.seed = 5;
+  c.tied = false;
+  return c;
+}
+
+// qwen35's golden shape made small (hidden 64, ffn 128), keeping a head size the fused
+// attention kernel takes (64): the batched forward's and the engine's tests.
+inline TestModelConfig Qwen35BatchConfig() {
+  TestModelConfig c = Qwen35GoldenConfig();
+  c.hidden = 64;
+  c.ffn = 128;
+  return c;
+}
+
+// gemma3: window 8 on two layers of each three, GeGLU, post-norms, soft-cap 5.
+inline TestModelConfig Gemma3GoldenConfig() {
+  TestModelConfig c;
+  c.arch = "gemma3";
+  c.hidden = 128;
+  c.layers = 4;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.head_dim = 256;
+  c.ffn = 384;
+  c.vocab = 300;
+  c.ctx = 512;
+  c.rope_theta = 1000000.0;
+  c.weight_type = GgmlType::kF32;
+  c.weight_std = 0.08f;
+  c.seed = 4;
+  c.sliding_window = 8;
+  c.swa_period = 3;
+  c.final_softcap = 5.0;
+  return c;
+}
+
 // The model and the bytes its GGUF views.
 struct TinyModel {
   std::shared_ptr<std::vector<uint8_t>> bytes;

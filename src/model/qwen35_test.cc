@@ -16,29 +16,10 @@
 namespace kvtier {
 namespace {
 
-// The shape testdata/README.md's make-test-model command writes: layers 3 and 7 are full
-// attention, the other six Gated DeltaNet with 2 q/k heads and 4 v heads of 64.
-TestModelConfig Qwen35Config() {
-  TestModelConfig c;
-  c.arch = "qwen35";
-  c.hidden = 256;
-  c.layers = 8;
-  c.heads = 4;
-  c.kv_heads = 2;
-  c.head_dim = 64;
-  c.ffn = 512;
-  c.vocab = 300;
-  c.ctx = 512;
-  c.rope_theta = 10000000.0;
-  c.weight_type = GgmlType::kF32;
-  c.weight_std = 0.08f;
-  c.seed = 5;
-  c.tied = false;
-  return c;
-}
-
 using testing::GoldenLogits;
 using testing::MaxAbsDiff;
+using testing::Qwen35BatchConfig;
+using testing::Qwen35GoldenConfig;
 using testing::ReadGoldenLogits;
 
 Result<testing::TinyModel> LoadWriter(const GgufWriter& w) {
@@ -54,17 +35,8 @@ Status LoadWithout(const TestModelConfig& c, const std::string& drop) {
 
 // A small copy of the shape (loads are fast; the fingerprint reads every weight byte).
 TestModelConfig SmallQwen35() {
-  TestModelConfig c = Qwen35Config();
-  c.hidden = 64;
+  TestModelConfig c = Qwen35BatchConfig();
   c.head_dim = 16;
-  c.ffn = 128;
-  return c;
-}
-
-// The small shape with a head size the fused attention kernel takes (the batched forward).
-TestModelConfig BatchQwen35() {
-  TestModelConfig c = SmallQwen35();
-  c.head_dim = 64;
   return c;
 }
 
@@ -73,7 +45,7 @@ TestModelConfig BatchQwen35() {
 // float64 reference. Bound: see testdata/README.md.
 TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
   const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
-  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35GoldenConfig()));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const Model& model = *m->model;
   const size_t V = g.vocab, T = g.tokens.size();
@@ -129,7 +101,7 @@ TEST(Qwen35, ForwardSequenceMatchesLlamaCpp) {
 // far more than the bound: the recurrence really carries the sequence.
 TEST(Qwen35, LosingTheStateIsDetected) {
   const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
-  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35GoldenConfig()));
   ASSERT_TRUE(m.ok());
   const size_t V = g.vocab, T = g.tokens.size();
   for (int which = 0; which < 2; ++which) {
@@ -163,7 +135,7 @@ TEST(Qwen35, ForwardSequenceBadInput) {
 
 
 TEST(Qwen35, ConfigAndLayerPattern) {
-  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35GoldenConfig()));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const ModelConfig& c = m->model->config();
   EXPECT_EQ(c.arch, ModelArch::kQwen35);
@@ -180,7 +152,7 @@ TEST(Qwen35, ConfigAndLayerPattern) {
 // reference. Bound: see testdata/README.md.
 TEST(Qwen35, ReferenceMatchesLlamaCpp) {
   const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
-  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35GoldenConfig()));
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   ASSERT_EQ(g.vocab, m->model->config().n_vocab);
   std::vector<double> ref;
@@ -198,7 +170,7 @@ TEST(Qwen35, ReferenceMatchesLlamaCpp) {
 // positions of the full run (causal conv, recurrence and attention see no future token).
 TEST(Qwen35, ReferenceIsCausal) {
   const GoldenLogits g = ReadGoldenLogits("qwen35_logits.txt");
-  auto m = LoadWriter(*BuildTestModel(Qwen35Config()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35GoldenConfig()));
   ASSERT_TRUE(m.ok());
   const std::vector<int32_t> head(g.tokens.begin(), g.tokens.begin() + 10);
   std::vector<double> full, part;
@@ -278,7 +250,7 @@ TEST(Qwen35, KvShapeCountsAttentionLayers) {
 // prefill then batched decode, against ForwardSequence of each row alone; and a row run
 // alone in the batched forward equals it inside the batch.
 TEST(Qwen35, BatchedForwardMatchesEachRowAlone) {
-  auto m = LoadWriter(*BuildTestModel(BatchQwen35()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35BatchConfig()));
   ASSERT_TRUE(m.ok());
   const Model& model = *m->model;
   const size_t V = model.config().n_vocab;
@@ -347,7 +319,7 @@ TEST(Qwen35, BatchedForwardMatchesEachRowAlone) {
 // A snapshot (SaveState, encoded, decoded, LoadState) resumes a sequence bit for bit; a
 // damaged one is refused; another model's format is refused naming it.
 TEST(Qwen35, StateSnapshotRoundTrip) {
-  auto m = LoadWriter(*BuildTestModel(BatchQwen35()));
+  auto m = LoadWriter(*BuildTestModel(Qwen35BatchConfig()));
   ASSERT_TRUE(m.ok());
   const Model& model = *m->model;
   const size_t V = model.config().n_vocab;

@@ -4,7 +4,6 @@
 // use never evicted, spills to a lower tier on eviction and write-through, and bad input.
 #include <gtest/gtest.h>
 
-#include <map>
 #include <mutex>
 
 #include "kvtier/prefix_cache.h"
@@ -98,41 +97,11 @@ TEST(PrefixState, ResumesFromTheLongestSnapshotAtOrBeforeTheMatch) {
   EXPECT_TRUE(cache->CheckInvariants().ok());
 }
 
-class RecordingTier : public LowerTier {
- public:
-  void Spill(const EvictedBlock&) override {}
-  std::vector<TierNamespace> Namespaces(const ModelFingerprint&) override { return {}; }
-  std::vector<TierBlock> FindChain(const TierNamespace&, std::span<const int32_t>) override {
-    return {};
-  }
-  Status Load(const TierNamespace&, const BlockKey&, BlockPool&, BlockId) override {
-    return Status::NotFound("none");
-  }
-  void SpillState(const ModelFingerprint& model, const BlockKey& key,
-                  std::shared_ptr<const StateSnapshot> s) override {
-    std::lock_guard<std::mutex> lock(mu);
-    (void)model, (void)key;
-    spilled[s->position] = std::move(s);
-  }
-  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
-                                                 std::span<const int32_t> tokens,
-                                                 uint32_t max_position) override {
-    std::lock_guard<std::mutex> lock(mu);
-    (void)model;
-    for (auto it = spilled.rbegin(); it != spilled.rend(); ++it) {
-      if (it->first <= max_position && it->first <= tokens.size()) return it->second;
-    }
-    return nullptr;
-  }
-  std::mutex mu;
-  std::map<uint32_t, std::shared_ptr<const StateSnapshot>> spilled;
-};
-
 // Snapshots share the budget with the blocks, leave in LRU order (never one a caller still
 // holds) and go to the lower tier when evicted, or alone when larger than the budget.
 TEST(PrefixState, BudgetLruInUseAndLowerTier) {
   const uint64_t one = Snap(1, 1000)->bytes();
-  auto tier = std::make_shared<RecordingTier>();
+  auto tier = std::make_shared<testing::StateOnlyTier>();
   PrefixCacheOptions po;
   po.memory_budget_bytes = 3 * one + one / 2;  // three snapshots fit, not four
   po.lower_tier = tier;
@@ -152,8 +121,8 @@ TEST(PrefixState, BudgetLruInUseAndLowerTier) {
   EXPECT_LE(s.bytes, po.memory_budget_bytes);
   {
     std::lock_guard<std::mutex> lock(tier->mu);
-    ASSERT_EQ(tier->spilled.size(), 1u);
-    EXPECT_EQ(tier->spilled.begin()->first, 2u) << "the least recently used one";
+    ASSERT_EQ(tier->kept.size(), 1u);
+    EXPECT_EQ(tier->kept.begin()->first, 2u) << "the least recently used one";
   }
   EXPECT_TRUE(cache->CheckInvariants().ok());
 
@@ -162,7 +131,7 @@ TEST(PrefixState, BudgetLruInUseAndLowerTier) {
   EXPECT_EQ(cache->Stats().states, 3u);
   {
     std::lock_guard<std::mutex> lock(tier->mu);
-    EXPECT_EQ(tier->spilled.count(9), 1u);
+    EXPECT_EQ(tier->kept.count(9), 1u);
   }
 }
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -85,5 +87,37 @@ inline std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
+
+// A lower tier that keeps only state snapshots, by position (a later one at the same
+// position replaces the earlier); FindState: the longest at or before both the limit and the
+// token count. Blocks: none kept, none found. Thread-safe (lock mu to read `kept`).
+class StateOnlyTier : public LowerTier {
+ public:
+  void Spill(const EvictedBlock&) override {}
+  std::vector<TierNamespace> Namespaces(const ModelFingerprint&) override { return {}; }
+  std::vector<TierBlock> FindChain(const TierNamespace&, std::span<const int32_t>) override {
+    return {};
+  }
+  Status Load(const TierNamespace&, const BlockKey&, BlockPool&, BlockId) override {
+    return Status::NotFound("none");
+  }
+  void SpillState(const ModelFingerprint&, const BlockKey&,
+                  std::shared_ptr<const StateSnapshot> s) override {
+    std::lock_guard<std::mutex> lock(mu);
+    kept[s->position] = std::move(s);
+  }
+  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint&,
+                                                 std::span<const int32_t> tokens,
+                                                 uint32_t max_position) override {
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+      if (it->first <= max_position && it->first <= tokens.size()) return it->second;
+    }
+    return nullptr;
+  }
+
+  std::mutex mu;
+  std::map<uint32_t, std::shared_ptr<const StateSnapshot>> kept;  // by position
+};
 
 }  // namespace kvtier::testing

@@ -386,34 +386,9 @@ TEST(TierStack, SsdFirstThenRemote) {
 
 // State snapshots through the stack (no Redis needed): a spill reaches every tier; a find
 // takes the longest snapshot any tier has at or before the limit.
-class StateOnlyTier : public LowerTier {
- public:
-  void Spill(const EvictedBlock&) override {}
-  std::vector<TierNamespace> Namespaces(const ModelFingerprint&) override { return {}; }
-  std::vector<TierBlock> FindChain(const TierNamespace&, std::span<const int32_t>) override {
-    return {};
-  }
-  Status Load(const TierNamespace&, const BlockKey&, BlockPool&, BlockId) override {
-    return Status::NotFound("none");
-  }
-  void SpillState(const ModelFingerprint&, const BlockKey&,
-                  std::shared_ptr<const StateSnapshot> s) override {
-    kept.push_back(std::move(s));
-  }
-  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint&,
-                                                 std::span<const int32_t>,
-                                                 uint32_t max_position) override {
-    std::shared_ptr<const StateSnapshot> best;
-    for (const auto& s : kept) {
-      if (s->position <= max_position && (!best || s->position > best->position)) best = s;
-    }
-    return best;
-  }
-  std::vector<std::shared_ptr<const StateSnapshot>> kept;
-};
-
 TEST(TierStack, StateSnapshotsGoToEveryTierAndTheLongestComesBack) {
-  auto a = std::make_shared<StateOnlyTier>(), b = std::make_shared<StateOnlyTier>();
+  auto a = std::make_shared<testing::StateOnlyTier>(),
+       b = std::make_shared<testing::StateOnlyTier>();
   TierStack stack({a, b});
   auto snap = [](uint32_t p) {
     auto s = std::make_shared<StateSnapshot>();
@@ -425,7 +400,7 @@ TEST(TierStack, StateSnapshotsGoToEveryTierAndTheLongestComesBack) {
   stack.SpillState(ModelFingerprint{1, 2}, BlockKey{3, 4}, snap(10));
   EXPECT_EQ(a->kept.size(), 1u);
   EXPECT_EQ(b->kept.size(), 1u);
-  b->kept.push_back(snap(30));  // only the second tier has the longer one
+  b->kept[30] = snap(30);  // only the second tier has the longer one
   auto found = stack.FindState(ModelFingerprint{1, 2}, t, 40);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 30u);

@@ -149,21 +149,8 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
   if (!started.ok()) return Reply(host, x, kEp, FromStatus(started.status()));
   std::unique_ptr<Generation> g = std::move(*started);
   auto finish_log = [&](bool client_gone, bool cut) {
-    host.metrics->TokenGaps(g->TakeTokenGaps());
-    if (client_gone) host.metrics->Cancelled();
-    host.metrics->Completion(g->prompt_tokens(), g->cached_tokens(), g->completion_tokens(),
-                             g->ttft_ms() / 1000.0, g->total_ms() / 1000.0);
-    char times[96];
-    std::snprintf(times, sizeof(times), " ttft_ms=%.1f ms=%.1f", g->ttft_ms(), g->total_ms());
-    if (host.log) {
-      host.log("request " + info.id + " endpoint=" + kEp + " prompt_tokens=" +
-               std::to_string(g->prompt_tokens()) + " cached_tokens=" +
-               std::to_string(g->cached_tokens()) + " completion_tokens=" +
-               std::to_string(g->completion_tokens()) + " finish=" +
-               (cut ? std::string("shutdown")
-                    : client_gone ? std::string("client_gone") : g->finish_reason()) +
-               times + (g->error().ok() ? "" : " error=\"" + g->error().message() + "\""));
-    }
+    const std::string line = RecordEnd(*host.metrics, *g, info.id, kEp, client_gone, cut);
+    if (host.log) host.log(line);
   };
   const ApiError shutdown_error =
       Err(503, "the server is shutting down: the request was cut at the drain deadline (" +
@@ -176,13 +163,7 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
   if (!r.chat.stream) {
     std::string text;
     bool gone = false, cut = false;
-    while (!g->Pump(50, &text)) {
-      if (!gone && !cut && (x.Gone() || *host.aborting)) {
-        cut = !x.Gone();
-        gone = !cut;
-        g->Cancel();
-      }
-    }
+    PumpToEnd(*g, x, *host.aborting, &text, &gone, &cut);
     finish_log(gone, cut);
     if (cut) return Reply(host, x, kEp, shutdown_error);
     if (g->finish_reason() == "error") return Reply(host, x, kEp, FromStatus(g->error()));
@@ -246,13 +227,7 @@ void ServeMessages(MessagesHost& host, Exchange& x) {
       text.clear();
     }
     if (end) break;
-    if (!gone && !cut && *host.aborting) {
-      cut = true;  // the drain deadline: cancelled, then told so below
-      g->Cancel();
-    } else if (!gone && x.Gone()) {
-      gone = true;
-      g->Cancel();
-    }
+    CancelIfEnded(*g, x, *host.aborting, &gone, &cut);  // a cut is told below
   }
   finish_log(gone, cut);
   if (gone) return;

@@ -1,6 +1,8 @@
 // Generation (server/generation.h).
 #include "server/generation.h"
 
+#include <cstdio>
+
 namespace kvtier::server {
 
 Generation::Generation(Engine& engine, const Tokenizer& tokenizer, std::vector<std::string> stop)
@@ -111,6 +113,44 @@ std::vector<double> Generation::TakeTokenGaps() {
   std::vector<double> out;
   out.swap(gaps_);
   return out;
+}
+
+void PumpToEnd(Generation& g, const Exchange& x, const std::atomic<bool>& aborting,
+               std::string* text, bool* gone, bool* cut) {
+  while (!g.Pump(50, text)) {
+    if (!*gone && !*cut && (x.Gone() || aborting)) {
+      *cut = !x.Gone();
+      *gone = !*cut;
+      g.Cancel();
+    }
+  }
+}
+
+void CancelIfEnded(Generation& g, const Exchange& x, bool aborting, bool* gone, bool* cut) {
+  if (!*gone && !*cut && aborting) {
+    *cut = true;  // the drain deadline: cancelled, then told so
+    g.Cancel();
+  } else if (!*gone && x.Gone()) {
+    *gone = true;
+    g.Cancel();
+  }
+}
+
+std::string RecordEnd(ServerMetrics& metrics, Generation& g, const std::string& id,
+                      const std::string& ep, bool client_gone, bool cut) {
+  metrics.TokenGaps(g.TakeTokenGaps());
+  if (client_gone) metrics.Cancelled();
+  metrics.Completion(g.prompt_tokens(), g.cached_tokens(), g.completion_tokens(),
+                     g.ttft_ms() / 1000.0, g.total_ms() / 1000.0);
+  char times[96];
+  std::snprintf(times, sizeof(times), " ttft_ms=%.1f ms=%.1f", g.ttft_ms(), g.total_ms());
+  return "request " + id + " endpoint=" + ep + " prompt_tokens=" +
+         std::to_string(g.prompt_tokens()) + " cached_tokens=" +
+         std::to_string(g.cached_tokens()) + " completion_tokens=" +
+         std::to_string(g.completion_tokens()) + " finish=" +
+         (cut ? std::string("shutdown")
+              : client_gone ? std::string("client_gone") : g.finish_reason()) +
+         times + (g.error().ok() ? "" : " error=\"" + g.error().message() + "\"");
 }
 
 }  // namespace kvtier::server

@@ -18,6 +18,8 @@
 #include "engine/stop_text.h"
 #include "kvtier/engine.h"
 #include "kvtier/tokenizer.h"
+#include "server/http_front.h"
+#include "server/server_metrics.h"
 
 namespace kvtier::server {
 
@@ -75,5 +77,23 @@ class Generation {
   double ttft_ms_ = -1, total_ms_ = 0, last_token_ms_ = 0;
   std::vector<double> gaps_;
 };
+
+// ---- Serving a Generation: shared by the OpenAI and Anthropic handlers --------------------
+
+// Non-streaming: pumps `g` to its end, appending its text to *text; the first of the client
+// going away (*gone) or the drain deadline (`aborting`; *cut) cancels it, once.
+void PumpToEnd(Generation& g, const Exchange& x, const std::atomic<bool>& aborting,
+               std::string* text, bool* gone, bool* cut);
+
+// Streaming, between chunks: cancels `g` at the drain deadline (*cut, once), or else when the
+// client went away (*gone; a failed write may have set it already, and then nothing happens).
+void CancelIfEnded(Generation& g, const Exchange& x, bool aborting, bool* gone, bool* cut);
+
+// Records the ended request in `metrics` (token gaps, a cancellation when the client went
+// away, counts and times) and returns its log line: "request ID endpoint=EP prompt_tokens=...
+// finish=..." (finish: "shutdown" when cut, "client_gone" when the client went away, else
+// finish_reason(); the error when there is one).
+std::string RecordEnd(ServerMetrics& metrics, Generation& g, const std::string& id,
+                      const std::string& ep, bool client_gone, bool cut);
 
 }  // namespace kvtier::server

@@ -285,19 +285,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   std::unique_ptr<server::Generation> g = std::move(*started);
   // Called once the request has ended, whichever way.
   auto finish_log = [this, ep, &info, &g](bool client_gone, bool cut) {
-    metrics.TokenGaps(g->TakeTokenGaps());
-    if (client_gone) metrics.Cancelled();
-    metrics.Completion(g->prompt_tokens(), g->cached_tokens(), g->completion_tokens(),
-                       g->ttft_ms() / 1000.0, g->total_ms() / 1000.0);
-    char times[96];
-    std::snprintf(times, sizeof(times), " ttft_ms=%.1f ms=%.1f", g->ttft_ms(), g->total_ms());
-    Log("request " + info.id + " endpoint=" + ep + " prompt_tokens=" +
-        std::to_string(g->prompt_tokens()) + " cached_tokens=" +
-        std::to_string(g->cached_tokens()) + " completion_tokens=" +
-        std::to_string(g->completion_tokens()) + " finish=" +
-        (cut ? std::string("shutdown") : client_gone ? std::string("client_gone")
-                                                     : g->finish_reason()) +
-        times + (g->error().ok() ? "" : " error=\"" + g->error().message() + "\""));
+    Log(server::RecordEnd(metrics, *g, info.id, ep, client_gone, cut));
   };
   const ApiError shutdown_error =
       Err(503, "the server is shutting down: the request was cut at the drain deadline (" +
@@ -307,13 +295,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
   if (!r.stream) {
     std::string text;
     bool gone = false, cut = false;
-    while (!g->Pump(50, &text)) {
-      if (!gone && !cut && (x.Gone() || aborting)) {
-        cut = !x.Gone();
-        gone = !cut;
-        g->Cancel();
-      }
-    }
+    server::PumpToEnd(*g, x, aborting, &text, &gone, &cut);
     finish_log(gone, cut);
     if (cut) return Reply(x, ep, shutdown_error);
     if (g->finish_reason() == "error") return Reply(x, ep, FromStatus(g->error()));
@@ -410,13 +392,7 @@ void Server::Impl::Complete(Endpoint endpoint, server::Exchange& x) {
       text.clear();
     }
     if (end) break;
-    if (!gone && !cut && aborting) {
-      cut = true;  // the drain deadline: cancelled, then told so below
-      g->Cancel();
-    } else if (!gone && x.Gone()) {
-      gone = true;
-      g->Cancel();
-    }
+    server::CancelIfEnded(*g, x, aborting, &gone, &cut);  // a cut is told below
   }
   finish_log(gone, cut);
   if (gone) return;

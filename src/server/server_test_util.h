@@ -4,7 +4,7 @@
 // - BundledServer: the bundled model over its own pool, optionally a RAM prefix cache and an
 //   SSD tier below it.
 // - ModelFileServer: the model of a GGUF file (e.g. a test model with a planted tensor or
-//   template) over a pool of 64 blocks of 16 tokens.
+//   template) over a pool of 16-token blocks (64 unless told).
 // Ownership: ServerThread owns the engine, the server and the listener; the model, tokenizer,
 // pool, prefix cache and tier of its ServerDeps must outlive it (BundledServer and
 // ModelFileServer own theirs in a base constructed before and destroyed after it).
@@ -180,9 +180,10 @@ struct BundledServer : BundledParts, ServerThread {
 
 // ---- A model file -----------------------------------------------------------------------
 
-// The model, tokenizer and a pool of 64 blocks of 16 tokens (f16) of the GGUF file at `path`.
+// The model, tokenizer and a pool of `pool_blocks` blocks of 16 tokens (f16) of the GGUF file
+// at `path`.
 struct ModelFileParts {
-  explicit ModelFileParts(const std::string& path) {
+  explicit ModelFileParts(const std::string& path, uint64_t pool_blocks = 64) {
     file = GgufFile::Open(path).value();
     model = Model::FromGguf(file).value();
     tokenizer = Tokenizer::FromGguf(*file).value();
@@ -190,7 +191,7 @@ struct ModelFileParts {
     po.shape = model->config().kv_shape();
     po.block_tokens = 16;
     po.capacity_bytes =
-        64 * KvBlockLayout::Make(po.shape, po.k_format, po.v_format, 16)->block_stride;
+        pool_blocks * KvBlockLayout::Make(po.shape, po.k_format, po.v_format, 16)->block_stride;
     pool = BlockPool::Create(po).value();
   }
   ServerDeps Deps() const {
@@ -200,8 +201,7 @@ struct ModelFileParts {
     d.pool = pool;
     return d;
   }
-  static ServerOptions Named(std::string model_id) {
-    ServerOptions so;
+  static ServerOptions Named(ServerOptions so, std::string model_id) {
     so.model_id = std::move(model_id);
     return so;
   }
@@ -212,11 +212,20 @@ struct ModelFileParts {
   std::shared_ptr<BlockPool> pool;
 };
 
-// The model at `path` served as `model_id`, no prefix cache, clients waiting 60 s.
+struct ModelFileServerOptions {
+  uint64_t pool_blocks = 64;  // of 16 tokens
+  ServerOptions server;       // port 0 and the model id are filled in
+  int read_timeout_s = 60;    // the clients'
+};
+
+// The model at `path` served as `model_id`, no prefix cache; by default over 64 blocks, clients
+// waiting 60 s.
 struct ModelFileServer : ModelFileParts, ServerThread {
-  ModelFileServer(const std::string& path, std::string model_id)
-      : ModelFileParts(path),
-        ServerThread(Deps(), TestEngineOptions(), Named(std::move(model_id)), 60) {}
+  ModelFileServer(const std::string& path, std::string model_id,
+                  const ModelFileServerOptions& o = {})
+      : ModelFileParts(path, o.pool_blocks),
+        ServerThread(Deps(), TestEngineOptions(), Named(o.server, std::move(model_id)),
+                     o.read_timeout_s) {}
 };
 
 }  // namespace kvtier::testing

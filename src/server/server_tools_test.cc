@@ -22,6 +22,7 @@
 #include "kvtier/server.h"
 #include "kvtier/test_model.h"
 #include "kvtier/tokenizer.h"
+#include "server/server_test_util.h"
 #include "test_model/test_model_test_util.h"
 
 namespace kvtier {
@@ -36,8 +37,10 @@ std::string ReadTemplate(const std::string& name) {
   return ss.str();
 }
 
-struct ToolServed {
-  explicit ToolServed(const std::string& tmpl) {
+// The tiny test model carrying chat template `tmpl`, written to a file of this process's
+// (removed when this goes).
+struct ToolModelFile {
+  explicit ToolModelFile(const std::string& tmpl) {
     path = "/tmp/kvtier_server_tools_" + std::to_string(::getpid()) + ".gguf";
     TestModelConfig c = testing::TinyF32ModelConfig();
     c.ctx = 4096;
@@ -45,51 +48,26 @@ struct ToolServed {
     EXPECT_TRUE(w.ok()) << w.status().ToString();
     w->SetString("tokenizer.chat_template", tmpl);
     EXPECT_TRUE(w->WriteFile(path).ok());
-    file = GgufFile::Open(path).value();
-    model = Model::FromGguf(file).value();
-    tokenizer = Tokenizer::FromGguf(*file).value();
-    BlockPoolOptions po;
-    po.shape = model->config().kv_shape();
-    po.block_tokens = 16;
-    po.capacity_bytes =
-        1024 * KvBlockLayout::Make(po.shape, po.k_format, po.v_format, 16)->block_stride;
-    EngineOptions eo;
-    pool = BlockPool::Create(po).value();
-    eo.pool = pool;
-    eo.threads = 2;
-    engine = Engine::Create(*model, eo).value();
-    ServerDeps d;
-    d.model = model.get();
-    d.tokenizer = tokenizer.get();
-    d.engine = engine.get();
-    d.pool = eo.pool;
-    ServerOptions so;
-    so.port = 0;
-    so.model_id = "tools";
-    so.dashboard = false;
-    server = Server::Create(d, so).value();
-    EXPECT_TRUE(server->Bind().ok());
-    listener = std::thread([this] { EXPECT_TRUE(server->Listen().ok()); });
   }
-  ~ToolServed() {
-    server->Shutdown(10000);
-    listener.join();
-    std::remove(path.c_str());
-  }
-  httplib::Result Post(const json& body) const {
-    httplib::Client c("127.0.0.1", server->port());
-    c.set_read_timeout(120);
-    return c.Post("/v1/chat/completions", body.dump(), "application/json");
-  }
+  ~ToolModelFile() { std::remove(path.c_str()); }
 
   std::string path;
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::shared_ptr<BlockPool> pool;
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Server> server;
-  std::thread listener;
+};
+
+// That model served as "tools" over 1024 blocks, no dashboard, clients waiting 120 s.
+struct ToolServed : ToolModelFile, testing::ModelFileServer {
+  explicit ToolServed(const std::string& tmpl)
+      : ToolModelFile(tmpl), ModelFileServer(path, "tools", Options()) {}
+  static testing::ModelFileServerOptions Options() {
+    testing::ModelFileServerOptions o;
+    o.pool_blocks = 1024;
+    o.server.dashboard = false;
+    o.read_timeout_s = 120;
+    return o;
+  }
+  httplib::Result Post(const json& body) const {
+    return PostJson("/v1/chat/completions", body);
+  }
 };
 
 const json kWeatherParams = json::parse(R"({"type":"object","properties":{
@@ -352,9 +330,7 @@ json AnthropicBody() {
 }
 
 httplib::Result PostMessages(const ToolServed& s, const json& body) {
-  httplib::Client c("127.0.0.1", s.server->port());
-  c.set_read_timeout(120);
-  return c.Post("/v1/messages", body.dump(), "application/json");
+  return s.PostJson("/v1/messages", body);
 }
 
 TEST(ServerToolsAnthropic, AnyAndNamedToolUse) {
@@ -424,8 +400,7 @@ TEST(ServerToolsAnthropic, AnyAndNamedToolUse) {
                               {"content", json::array({{{"type", "tool_result"},
                                                         {"tool_use_id", "toolu_1"},
                                                         {"content", "sunny, 4 C"}}})}});
-  httplib::Client c("127.0.0.1", s.server->port());
-  httplib::Result counted = c.Post("/v1/messages/count_tokens", hist.dump(), "application/json");
+  httplib::Result counted = s.PostJson("/v1/messages/count_tokens", hist);
   ASSERT_TRUE(counted);
   ASSERT_EQ(counted->status, 200) << counted->body;
   json oai = Body();

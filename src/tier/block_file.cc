@@ -264,26 +264,11 @@ static Status CheckRowsTarget(const BlockFileHeader& h, uint64_t file_size, Bloc
   return Status::OK();
 }
 
-Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, BlockPool& pool,
-                       BlockId id, const std::string& name) {
-  KVTIER_RETURN_IF_ERROR(CheckRowsTarget(h, file.size(), pool, id, name));
-  const uint8_t* rows = file.data() + h.header_bytes();
-  const size_t n = static_cast<size_t>(h.payload_bytes());
-  const uint32_t want = GetLe32(rows + n), got = Crc32c({rows, n});
-  if (want != got) {
-    return Bad(name, "payload CRC-32C is " + Hex32(got) + ", expected " + Hex32(want));
-  }
-  uint8_t* block = pool.block_data(id);
-  ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
-                [&](size_t dst, size_t len) {
-                  std::memcpy(block + dst, rows, len);
-                  rows += len;
-                });
-  return Status::OK();
-}
+namespace {
 
-Status DecodeBlockRowsFilled(const BlockFileHeader& h, std::span<const uint8_t> file,
-                             BlockPool& pool, BlockId id, const std::string& name) {
+// DecodeBlockRows, and with `fill` DecodeBlockRowsFilled.
+Status DecodeRows(const BlockFileHeader& h, std::span<const uint8_t> file, BlockPool& pool,
+                  BlockId id, const std::string& name, bool fill) {
   KVTIER_RETURN_IF_ERROR(CheckRowsTarget(h, file.size(), pool, id, name));
   const uint8_t* rows = file.data() + h.header_bytes();
   const size_t n = static_cast<size_t>(h.payload_bytes());
@@ -297,14 +282,26 @@ Status DecodeBlockRowsFilled(const BlockFileHeader& h, std::span<const uint8_t> 
   size_t end = 0;
   ForEachRowRun(pool.layout(), static_cast<uint32_t>(h.tokens.size()),
                 [&](size_t dst, size_t len) {
-                  if (dst > end) std::memset(block + end, 0, dst - end);
+                  if (fill && dst > end) std::memset(block + end, 0, dst - end);
                   std::memcpy(block + dst, rows, len);
                   rows += len;
                   end = std::max(end, dst + len);
                 });
   const size_t stride = pool.layout().block_stride;
-  if (stride > end) std::memset(block + end, 0, stride - end);
+  if (fill && stride > end) std::memset(block + end, 0, stride - end);
   return Status::OK();
+}
+
+}  // namespace
+
+Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file, BlockPool& pool,
+                       BlockId id, const std::string& name) {
+  return DecodeRows(h, file, pool, id, name, /*fill=*/false);
+}
+
+Status DecodeBlockRowsFilled(const BlockFileHeader& h, std::span<const uint8_t> file,
+                             BlockPool& pool, BlockId id, const std::string& name) {
+  return DecodeRows(h, file, pool, id, name, /*fill=*/true);
 }
 
 Status ReadBlockRows(const BlockFileHeader& h, const RandomAccessFile& file, BlockPool& pool,
