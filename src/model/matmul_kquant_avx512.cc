@@ -285,7 +285,15 @@ MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
   constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
   constexpr size_t kQs = kThree ? kQ3KQs : kQ2KQs;
   const __m512i idx[4] = {LaneIdx(2, 0), LaneIdx(2, 4), LaneIdx(2, 8), LaneIdx(2, 12)};
-  const __m256i m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  const __m512i m2 = _mm512_set1_epi8(3), m4b = _mm512_set1_epi8(4);
+  // Right shifts of the 2-bit runs per half: runs 0 / 1 (steps j even), 2 / 3 (odd).
+  const __m512i shift01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+  const __m512i shift23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
+  // Left rotations taking hmask bit b = 4 n + s0 (low half) and b + 1 (high half) to bit 2.
+  const __m512i hrot[4] = {_mm512_setr_epi64(2, 2, 2, 2, 1, 1, 1, 1),
+                           _mm512_setr_epi64(0, 0, 0, 0, 63, 63, 63, 63),
+                           _mm512_setr_epi64(62, 62, 62, 62, 61, 61, 61, 61),
+                           _mm512_setr_epi64(60, 60, 60, 60, 59, 59, 59, 59)};
   const int8_t* codes[NT];
   const float* dxv[NT];
   const int32_t* init[NT];
@@ -315,21 +323,23 @@ MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
       }
     }
     for (size_t j = 0; j < 4; ++j) {
-      const size_t n = j / 2, s0 = 2 * (j % 2);
+      const size_t n = j / 2;
+      // Runs s0 = 2 (j % 2) and s0 + 1 of bytes [32 n, 32 n + 32) in the two 256-bit halves:
+      // the bytes broadcast to both, each half shifted by its run's 2 bits (64-bit lanes; bits
+      // that cross a byte are masked off). Q3_K's hmask bits 4 n + s0 (+ 1) rotated to bit 2.
+      const __m512i cnt = j % 2 == 0 ? shift01 : shift23;
       __m512i w[R];
       __m512 sk[R], mk[R];
       for (size_t r = 0; r < R; ++r) {
         const uint8_t* blk = rows[r] + i * kBytes;
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n));
-        __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0))), m2);
-        __m256i hi = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0 + 2))), m2);
+        const __m512i q = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n)));
+        w[r] = _mm512_and_si512(_mm512_srlv_epi64(q, cnt), m2);
         if constexpr (kThree) {
-          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask));
-          const int b = static_cast<int>(4 * n + s0);
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b)), m1), 2));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b + 1)), m1), 2));
+          const __m512i h = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask)));
+          w[r] = _mm512_or_si512(w[r], _mm512_and_si512(_mm512_rolv_epi64(h, hrot[j]), m4b));
         }
-        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
         sk[r] = _mm512_permutexvar_ps(idx[j], dsc[r]);
         if constexpr (!kThree) mk[r] = _mm512_permutexvar_ps(idx[j], dmn[r]);
       }
