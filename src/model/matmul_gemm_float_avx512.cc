@@ -168,10 +168,22 @@ MM_GEMMF inline float QuantI16(const float* v, size_t n, uint32_t* pairs) {
   float d = 0.0f, inv = 0.0f;
   if (amax > 0.0f) {
     if constexpr (kPow2) {
-      int e = 0;
-      std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
-      d = std::ldexp(1.0f, e - 13);
-      inv = std::ldexp(1.0f, 13 - e);
+      // amax = m 2^E, m in [1, 2) (f16 values are normal f32s): d = 2^(E - 12), from the
+      // exponent bits (frexp / ldexp were 2.5% of a prefill's samples).
+      uint32_t bits;
+      std::memcpy(&bits, &amax, 4);
+      const int E = static_cast<int>((bits >> 23) & 0xff) - 127;
+      if (E > -126 + 12 && E < 127 - 12) {
+        const uint32_t db = static_cast<uint32_t>(E - 12 + 127) << 23;
+        const uint32_t ib = static_cast<uint32_t>(12 - E + 127) << 23;
+        std::memcpy(&d, &db, 4);
+        std::memcpy(&inv, &ib, 4);
+      } else {
+        int e = 0;
+        std::frexp(amax, &e);  // amax = m 2^e, m in [0.5, 1)
+        d = std::ldexp(1.0f, e - 13);
+        inv = std::ldexp(1.0f, 13 - e);
+      }
     } else {
       d = amax / kMax16;
       inv = kMax16 / amax;
