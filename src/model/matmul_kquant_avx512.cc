@@ -299,18 +299,32 @@ MM_VNNI_INL __m128i Q3KScales(const uint8_t* q) {
   return _mm_sub_epi8(_mm_or_si128(lows, highs), _mm_set1_epi8(32));
 }
 
-// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step;
-// Q3_K adds its hmask bit as 4 (offset 4: lanes start at init6 / 8 = -4 x their 4 codes).
-// Scales per 16 values (lane / 4). Q2_K's mins: -dmin m_g d_x (sum of the lane's 4 codes) =
-// (dmin m_g / 32) d_x init6.
+// int16 lane j of step k's Q2_K / Q3_K scale vector reads word 4k + j / 8 (16-value groups).
+alignas(64) constexpr uint16_t kQ23WordIdx[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
+     6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9,
+     10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step
+// (the 32 bytes broadcast to both halves, each shifted by its run's offset); Q3_K adds its
+// hmask bit as 4 (codes u = q + 4h, 0..7). Per step and token: vpmaddubsw (codes x int8, pairs
+// within 2 x 7 x 128) then vpdpwssd by the 16-value group's scale (int16) into one int32 sum
+// per row and token for the super-block, and the activation codes' pair sums (vpmaddubsw by
+// ones, shared by the rows) by Q2_K's mins into a second: d d_x S - dmin d_x M. Q3_K
+// subtracts 4 x those pair sums from its code pairs first (u - 4, the signed code), one sum:
+// d d_x S. Exact int32 sums.
 template <bool kThree, size_t NT>
 MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
                        size_t K, float* y, size_t ldy) {
   constexpr size_t R = 4;
   constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
   constexpr size_t kQs = kThree ? kQ3KQs : kQ2KQs;
-  const __m512i idx[4] = {LaneIdx(2, 0), LaneIdx(2, 4), LaneIdx(2, 8), LaneIdx(2, 12)};
-  const __m512i m2 = _mm512_set1_epi8(3), m4b = _mm512_set1_epi8(4);
+  const __m512i m2 = _mm512_set1_epi8(3), m4b = _mm512_set1_epi8(4), ones = _mm512_set1_epi8(1);
   // Right shifts of the 2-bit runs per half: runs 0 / 1 (steps j even), 2 / 3 (odd).
   const __m512i shift01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
   const __m512i shift23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
@@ -321,40 +335,39 @@ MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
                            _mm512_setr_epi64(60, 60, 60, 60, 59, 59, 59, 59)};
   const int8_t* codes[NT];
   const float* dxv[NT];
-  const int32_t* init[NT];
   for (size_t t = 0; t < NT; ++t) {
     codes[t] = ActCodes(act + t * stride);
     dxv[t] = KActDxv(act + t * stride, K);
-    init[t] = KActInit6(act + t * stride, K);
   }
-  __m512 acc[R][NT];
-  for (auto& a : acc) {
-    for (auto& v : a) v = _mm512_setzero_ps();
-  }
+  alignas(64) float fa[R][NT][16] = {};  // f32 sums, updated once per super-block
   for (size_t i = 0; i < K / kQK; ++i) {
-    __m512 dsc[R], dmn[R];
+    __m512i sc16[R], mn16[R];  // words 0-15: the groups' scales (Q2_K: and mins)
+    float dr[R], dm[R];
     for (size_t r = 0; r < R; ++r) {
       const uint8_t* blk = rows[r] + i * kBytes;
       if constexpr (kThree) {
-        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Q3KScales(blk + kQ3KScales))),
-                               _mm512_set1_ps(Half(blk + kQ3KD)));
+        sc16[r] = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(Q3KScales(blk + kQ3KScales)));
+        mn16[r] = sc16[r];
+        dr[r] = Half(blk + kQ3KD);
+        dm[r] = 0.0f;
       } else {
-        const __m512i sc = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));
-        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))),
-                               _mm512_set1_ps(Half(blk + kQ2KD)));
-        dmn[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)),
-                               _mm512_set1_ps(Half(blk + kQ2KDmin) * (1.0f / 32.0f)));
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales))));
+        sc16[r] = _mm512_and_si512(b, _mm512_set1_epi16(15));
+        mn16[r] = _mm512_srli_epi16(b, 4);
+        dr[r] = Half(blk + kQ2KD);
+        dm[r] = Half(blk + kQ2KDmin);
       }
+    }
+    __m512i ia[R][NT], im[R][NT];
+    for (size_t r = 0; r < R; ++r) {
+      for (size_t t = 0; t < NT; ++t) ia[r][t] = im[r][t] = _mm512_setzero_si512();
     }
     for (size_t j = 0; j < 4; ++j) {
       const size_t n = j / 2;
-      // Runs s0 = 2 (j % 2) and s0 + 1 of bytes [32 n, 32 n + 32) in the two 256-bit halves:
-      // the bytes broadcast to both, each half shifted by its run's 2 bits (64-bit lanes; bits
-      // that cross a byte are masked off). Q3_K's hmask bits 4 n + s0 (+ 1) rotated to bit 2.
       const __m512i cnt = j % 2 == 0 ? shift01 : shift23;
-      __m512i w[R];
-      __m512 sk[R], mk[R];
+      const __m512i widx = _mm512_load_si512(kQ23WordIdx[j]);
+      __m512i w[R], sk[R], mk[R];
       for (size_t r = 0; r < R; ++r) {
         const uint8_t* blk = rows[r] + i * kBytes;
         const __m512i q = _mm512_broadcast_i64x4(
@@ -365,26 +378,42 @@ MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask)));
           w[r] = _mm512_or_si512(w[r], _mm512_and_si512(_mm512_rolv_epi64(h, hrot[j]), m4b));
         }
-        sk[r] = _mm512_permutexvar_ps(idx[j], dsc[r]);
-        if constexpr (!kThree) mk[r] = _mm512_permutexvar_ps(idx[j], dmn[r]);
+        sk[r] = _mm512_permutexvar_epi16(widx, sc16[r]);
+        if constexpr (!kThree) mk[r] = _mm512_permutexvar_epi16(widx, mn16[r]);
       }
       for (size_t t = 0; t < NT; ++t) {
-        const size_t s = 4 * i + j;
-        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
-        const __m512i i6 = _mm512_loadu_si512(init[t] + 16 * s);
-        const __m512i i0 = kThree ? _mm512_srai_epi32(i6, 3) : _mm512_setzero_si512();
-        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
-        const __m512 l6 = kThree ? dx : _mm512_mul_ps(_mm512_cvtepi32_ps(i6), dx);
-        for (size_t r = 0; r < R; ++r) {
-          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
-          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
-          if constexpr (!kThree) acc[r][t] = _mm512_fmadd_ps(mk[r], l6, acc[r][t]);
+        const __m512i q = _mm512_load_si512(codes[t] + 64 * (4 * i + j));
+        const __m512i qsum = _mm512_maddubs_epi16(ones, q);  // pairs of activation codes
+        if constexpr (kThree) {  // (u - 4) x pairs: within 2 x 4 x 128, one vpdpwssd
+          const __m512i q4 = _mm512_slli_epi16(qsum, 2);
+          for (size_t r = 0; r < R; ++r) {
+            ia[r][t] = _mm512_dpwssd_epi32(
+                ia[r][t], _mm512_sub_epi16(_mm512_maddubs_epi16(w[r], q), q4), sk[r]);
+          }
+        } else {
+          for (size_t r = 0; r < R; ++r) {
+            ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(w[r], q), sk[r]);
+            im[r][t] = _mm512_dpwssd_epi32(im[r][t], qsum, mk[r]);
+          }
         }
+      }
+    }
+    for (size_t t = 0; t < NT; ++t) {
+      const float dx = dxv[t][64 * i];  // the super-block's activation scale (every lane)
+      for (size_t r = 0; r < R; ++r) {
+        __m512 f = _mm512_load_ps(fa[r][t]);
+        if constexpr (kThree) {
+          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(dr[r] * dx), f);
+        } else {
+          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(dr[r] * dx), f);
+          f = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im[r][t]), _mm512_set1_ps(dm[r] * dx), f);
+        }
+        _mm512_store_ps(fa[r][t], f);
       }
     }
   }
   for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_load_ps(fa[r][t]));
   }
 }
 template <size_t NT>
