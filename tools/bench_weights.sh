@@ -4,7 +4,9 @@
 # decode tokens), ROUNDS rounds, then the median tokens/s of each and the ratio.
 #   usage: tools/bench_weights.sh [ROUNDS] [FILE.gguf ...]
 #   env:   KVTIER_BENCH (kvtier-bench binary), LLAMA_BENCH (llama-bench binary),
-#          THREADS (2), EXTRA (more kvtier-bench model flags, e.g. "--matmul int8-avx512-tiles")
+#          THREADS (2), EXTRA (more kvtier-bench model flags, e.g. "--matmul int8-avx512-tiles");
+#          KVTIER_GEMM_F16=f32 passes through: the f16 prefill GEMM's exact f32 form instead of
+#          its int16 block codes (for an old / new side-by-side on the f16 file)
 # Defaults: 3 rounds; the six Qwen3-0.6B-shaped files of the issue in /work/scratch_matmul
 # (make-test-model --weight-type q8_0 / q4_0 / f16; llama-quantize Q4_K_M / IQ4_XS; bf16).
 # Run it on an idle machine: both programs are timed by wall clock.

@@ -1,8 +1,9 @@
 // AVX-512 VNNI int8 kernels of the K-quants (Q4_K, Q6_K) over the K-quant activation layout
 // (matmul_int8.h, per 32 values an int8 scale like q8_0). One vpdpbusd per 64 values:
 //   Q4_K: the qs bytes of sub-blocks 2k, 2k+1 split into [low nibbles | high nibbles] = the
-//         64 values in order (unsigned 0..15); per-lane scale d * sc_j * d_x; the mins enter
-//         once per super-block as lanes 0-7 of -(dmin * m_j) * (d_x * sum of codes).
+//         64 values in order (unsigned 0..15); vpmaddubsw + vpdpwssd by the 6-bit scales
+//         (int32 sums per super-block, scaled by d * d_x once); the mins enter once per
+//         super-block as lanes 0-7 of -(dmin * m_j) * (d_x * sum of codes).
 //   Q6_K: [ql & 15 | ql >> 4] with qh's 2-bit pairs shifted to bits 4-5 (unsigned 0..63);
 //         each lane starts at -32 * (its 4 activation codes) (init6), so it ends at the exact
 //         signed sum; per-lane scale d * sc_g (g = 16-value group) * d_x.
@@ -48,8 +49,19 @@ MM_VNNI_INL __m512i LaneIdx(int shift, int base) {
                           _mm512_set1_epi32(base));
 }
 
-// Q4_K (kFive false) and Q5_K: the same, plus the 5th bit of value 64 k + 32 h + l from bit
-// 2 k + h of qh[l], moved to bit 4.
+// int16 lane j of step k's scale vector reads word 2k + j / 16 (sub-block 2k: bytes 0-31 of
+// the step's codes, 2k + 1: bytes 32-63).
+alignas(64) constexpr uint16_t kQ4KWordIdx[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7}};
+
+// Q4_K (kFive false) and Q5_K (plus the 5th bit of value 64 k + 32 h + l from bit 2 k + h of
+// qh[l], moved to bit 4). Per 64-value step: vpmaddubsw (codes 0..31 x int8: pairs within
+// 2 x 31 x 128 < 2^15) then vpdpwssd by the sub-block's 6-bit scale as int16, into one int32
+// sum per row and token for the whole super-block (exact: at most 4 x 2 x 7936 x 63 per
+// lane); one conversion and FMA by d x d_x per super-block (d_x is one per 256 values).
 template <bool kFive, size_t NT>
 MM_VNNI void TileQ45_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
                        size_t K, float* y, size_t ldy) {
@@ -57,8 +69,13 @@ MM_VNNI void TileQ45_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
   constexpr size_t kBytes = kFive ? kQ5KBytes : kQ4KBytes;
   constexpr size_t kD = kFive ? kQ5KD : kQ4KD, kDmin = kFive ? kQ5KDmin : kQ4KDmin;
   constexpr size_t kScales = kFive ? kQ5KScales : kQ4KScales, kQs = kFive ? kQ5KQs : kQ4KQs;
-  const __m512i idx[4] = {LaneIdx(3, 0), LaneIdx(3, 2), LaneIdx(3, 4), LaneIdx(3, 6)};
-  const __m256i m4 = _mm256_set1_epi8(15);
+  const __m512i m4z = _mm512_set1_epi8(15), b16z = _mm512_set1_epi8(16);
+  const __m512i nib_shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  // Left rotations taking qh bit 2k (low half) and 2k + 1 (high half) to bit 4.
+  const __m512i hrot[4] = {_mm512_setr_epi64(4, 4, 4, 4, 3, 3, 3, 3),
+                           _mm512_setr_epi64(2, 2, 2, 2, 1, 1, 1, 1),
+                           _mm512_setr_epi64(0, 0, 0, 0, 63, 63, 63, 63),
+                           _mm512_setr_epi64(62, 62, 62, 62, 61, 61, 61, 61)};
   const int8_t* codes[NT];
   const float* dxv[NT];
   const float* xs[NT];
@@ -67,12 +84,12 @@ MM_VNNI void TileQ45_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
     dxv[t] = KActDxv(act + t * stride, K);
     xs[t] = KActXs(act + t * stride, K);
   }
-  __m512 acc[R][NT];
-  for (auto& a : acc) {
-    for (auto& v : a) v = _mm512_setzero_ps();
-  }
+  // f32 sums in a stack tile, updated once per super-block (beside the R x NT int32 sums they
+  // would not all fit in registers).
+  alignas(64) float fa[R][NT][16] = {};
   for (size_t i = 0; i < K / kQK; ++i) {
-    __m512 dsc[R];
+    __m512i sc16[R];
+    float dr[R];
     for (size_t r = 0; r < R; ++r) {
       const uint8_t* blk = rows[r] + i * kBytes;
       const uint8_t* q = blk + kScales;
@@ -82,47 +99,55 @@ MM_VNNI void TileQ45_K(const uint8_t* const* rows, size_t nr, const uint8_t* act
       const uint32_t m_hi = ((a2 >> 4) & 0x0f0f0f0f) | (((a1 >> 6) & 0x03030303) << 4);
       const __m128i sm = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
                                         static_cast<int>(m_lo), static_cast<int>(m_hi));
-      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));  // sc 0..7, m 0..7
-      dsc[r] = _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kD)));
-      // Mins: lanes 8..15 of f times dmin, moved to lanes 0..7, the rest 0.
+      sc16[r] = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(sm));  // words 0-7 sc, 8-15 m
+      dr[r] = Half(blk + kD);
+      // Mins: lanes 8..15 of the scales / mins times dmin, moved to lanes 0..7, the rest 0.
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sm));
       const __m512 dm = _mm512_maskz_permutexvar_ps(
           0xff, LaneIdx(0, 8), _mm512_mul_ps(f, _mm512_set1_ps(Half(blk + kDmin))));
       for (size_t t = 0; t < NT; ++t) {
         const __m512 x8 = _mm512_maskz_loadu_ps(0xff, xs[t] + 8 * i);
-        acc[r][t] = _mm512_fnmadd_ps(dm, x8, acc[r][t]);
+        _mm512_store_ps(fa[r][t], _mm512_fnmadd_ps(dm, x8, _mm512_load_ps(fa[r][t])));
       }
     }
+    __m512i ia[R][NT];
+    for (auto& a : ia) {
+      for (auto& v : a) v = _mm512_setzero_si512();
+    }
     for (size_t k = 0; k < 4; ++k) {
-      __m512i w[R];
-      __m512 sk[R];
+      const __m512i widx = _mm512_load_si512(kQ4KWordIdx[k]);
+      __m512i w[R], sk[R];
       for (size_t r = 0; r < R; ++r) {
         const uint8_t* blk = rows[r] + i * kBytes;
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * k));
-        __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        if constexpr (kFive) {
-          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ5KQh));
-          const __m256i b16 = _mm256_set1_epi8(16);
-          // bit 2k of each byte to bit 4 (lo), bit 2k + 1 to bit 4 (hi)
-          lo = _mm256_or_si256(lo, _mm256_and_si256(
-                                       _mm256_sll_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(static_cast<int>(2 * k))), _mm_cvtsi32_si128(4)), b16));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(
-                                       _mm256_sll_epi16(_mm256_srl_epi16(h, _mm_cvtsi32_si128(static_cast<int>(2 * k + 1))), _mm_cvtsi32_si128(4)), b16));
+        // The 32 bytes in both halves: low nibbles (values 64k..64k+31) | high nibbles.
+        const __m512i v = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * k)));
+        w[r] = _mm512_and_si512(_mm512_srlv_epi64(v, nib_shift), m4z);
+        if constexpr (kFive) {  // qh bit 2k (low half) / 2k + 1 (high half) rotated to bit 4
+          const __m512i h = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ5KQh)));
+          w[r] = _mm512_or_si512(w[r], _mm512_and_si512(_mm512_rolv_epi64(h, hrot[k]), b16z));
         }
-        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        sk[r] = _mm512_permutexvar_ps(idx[k], dsc[r]);
+        sk[r] = _mm512_permutexvar_epi16(widx, sc16[r]);
       }
       for (size_t t = 0; t < NT; ++t) {
         const __m512i q = _mm512_load_si512(codes[t] + kQK * i + 64 * k);
-        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * (4 * i + k));
         for (size_t r = 0; r < R; ++r) {
-          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], q));
-          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
+          ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(w[r], q), sk[r]);
         }
+      }
+    }
+    for (size_t t = 0; t < NT; ++t) {
+      const float dx = dxv[t][64 * i];  // the super-block's activation scale (every lane)
+      for (size_t r = 0; r < R; ++r) {
+        _mm512_store_ps(fa[r][t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]),
+                                                  _mm512_set1_ps(dr[r] * dx),
+                                                  _mm512_load_ps(fa[r][t])));
       }
     }
   }
   for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_load_ps(fa[r][t]));
   }
 }
 
@@ -274,82 +299,121 @@ MM_VNNI_INL __m128i Q3KScales(const uint8_t* q) {
   return _mm_sub_epi8(_mm_or_si128(lows, highs), _mm_set1_epi8(32));
 }
 
-// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step;
-// Q3_K adds its hmask bit as 4 (offset 4: lanes start at init6 / 8 = -4 x their 4 codes).
-// Scales per 16 values (lane / 4). Q2_K's mins: -dmin m_g d_x (sum of the lane's 4 codes) =
-// (dmin m_g / 32) d_x init6.
+// int16 lane j of step k's Q2_K / Q3_K scale vector reads word 4k + j / 8 (16-value groups).
+alignas(64) constexpr uint16_t kQ23WordIdx[4][32] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
+     6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9,
+     10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
+     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+
+// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step
+// (the 32 bytes broadcast to both halves, each shifted by its run's offset); Q3_K adds its
+// hmask bit as 4 (codes u = q + 4h, 0..7). Per step and token: vpmaddubsw (codes x int8, pairs
+// within 2 x 7 x 128) then vpdpwssd by the 16-value group's scale (int16) into one int32 sum
+// per row and token for the super-block, and the activation codes' pair sums (vpmaddubsw by
+// ones, shared by the rows) by Q2_K's mins into a second: d d_x S - dmin d_x M. Q3_K
+// subtracts 4 x those pair sums from its code pairs first (u - 4, the signed code), one sum:
+// d d_x S. Exact int32 sums.
 template <bool kThree, size_t NT>
 MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
                        size_t K, float* y, size_t ldy) {
   constexpr size_t R = 4;
   constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
   constexpr size_t kQs = kThree ? kQ3KQs : kQ2KQs;
-  const __m512i idx[4] = {LaneIdx(2, 0), LaneIdx(2, 4), LaneIdx(2, 8), LaneIdx(2, 12)};
-  const __m256i m2 = _mm256_set1_epi8(3), m1 = _mm256_set1_epi8(1);
+  const __m512i m2 = _mm512_set1_epi8(3), m4b = _mm512_set1_epi8(4), ones = _mm512_set1_epi8(1);
+  // Right shifts of the 2-bit runs per half: runs 0 / 1 (steps j even), 2 / 3 (odd).
+  const __m512i shift01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
+  const __m512i shift23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
+  // Left rotations taking hmask bit b = 4 n + s0 (low half) and b + 1 (high half) to bit 2.
+  const __m512i hrot[4] = {_mm512_setr_epi64(2, 2, 2, 2, 1, 1, 1, 1),
+                           _mm512_setr_epi64(0, 0, 0, 0, 63, 63, 63, 63),
+                           _mm512_setr_epi64(62, 62, 62, 62, 61, 61, 61, 61),
+                           _mm512_setr_epi64(60, 60, 60, 60, 59, 59, 59, 59)};
   const int8_t* codes[NT];
   const float* dxv[NT];
-  const int32_t* init[NT];
   for (size_t t = 0; t < NT; ++t) {
     codes[t] = ActCodes(act + t * stride);
     dxv[t] = KActDxv(act + t * stride, K);
-    init[t] = KActInit6(act + t * stride, K);
   }
-  __m512 acc[R][NT];
-  for (auto& a : acc) {
-    for (auto& v : a) v = _mm512_setzero_ps();
-  }
+  alignas(64) float fa[R][NT][16] = {};  // f32 sums, updated once per super-block
   for (size_t i = 0; i < K / kQK; ++i) {
-    __m512 dsc[R], dmn[R];
+    __m512i sc16[R], mn16[R];  // words 0-15: the groups' scales (Q2_K: and mins)
+    float dr[R], dm[R];
     for (size_t r = 0; r < R; ++r) {
       const uint8_t* blk = rows[r] + i * kBytes;
       if constexpr (kThree) {
-        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(Q3KScales(blk + kQ3KScales))),
-                               _mm512_set1_ps(Half(blk + kQ3KD)));
+        sc16[r] = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(Q3KScales(blk + kQ3KScales)));
+        mn16[r] = sc16[r];
+        dr[r] = Half(blk + kQ3KD);
+        dm[r] = 0.0f;
       } else {
-        const __m512i sc = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));
-        dsc[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(sc, _mm512_set1_epi32(15))),
-                               _mm512_set1_ps(Half(blk + kQ2KD)));
-        dmn[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)),
-                               _mm512_set1_ps(Half(blk + kQ2KDmin) * (1.0f / 32.0f)));
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales))));
+        sc16[r] = _mm512_and_si512(b, _mm512_set1_epi16(15));
+        mn16[r] = _mm512_srli_epi16(b, 4);
+        dr[r] = Half(blk + kQ2KD);
+        dm[r] = Half(blk + kQ2KDmin);
       }
     }
+    __m512i ia[R][NT], im[R][NT];
+    for (size_t r = 0; r < R; ++r) {
+      for (size_t t = 0; t < NT; ++t) ia[r][t] = im[r][t] = _mm512_setzero_si512();
+    }
     for (size_t j = 0; j < 4; ++j) {
-      const size_t n = j / 2, s0 = 2 * (j % 2);
-      __m512i w[R];
-      __m512 sk[R], mk[R];
+      const size_t n = j / 2;
+      const __m512i cnt = j % 2 == 0 ? shift01 : shift23;
+      const __m512i widx = _mm512_load_si512(kQ23WordIdx[j]);
+      __m512i w[R], sk[R], mk[R];
       for (size_t r = 0; r < R; ++r) {
         const uint8_t* blk = rows[r] + i * kBytes;
-        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n));
-        __m256i lo = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0))), m2);
-        __m256i hi = _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(static_cast<int>(2 * s0 + 2))), m2);
+        const __m512i q = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n)));
+        w[r] = _mm512_and_si512(_mm512_srlv_epi64(q, cnt), m2);
         if constexpr (kThree) {
-          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask));
-          const int b = static_cast<int>(4 * n + s0);
-          lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b)), m1), 2));
-          hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(b + 1)), m1), 2));
+          const __m512i h = _mm512_broadcast_i64x4(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask)));
+          w[r] = _mm512_or_si512(w[r], _mm512_and_si512(_mm512_rolv_epi64(h, hrot[j]), m4b));
         }
-        w[r] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        sk[r] = _mm512_permutexvar_ps(idx[j], dsc[r]);
-        if constexpr (!kThree) mk[r] = _mm512_permutexvar_ps(idx[j], dmn[r]);
+        sk[r] = _mm512_permutexvar_epi16(widx, sc16[r]);
+        if constexpr (!kThree) mk[r] = _mm512_permutexvar_epi16(widx, mn16[r]);
       }
       for (size_t t = 0; t < NT; ++t) {
-        const size_t s = 4 * i + j;
-        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
-        const __m512i i6 = _mm512_loadu_si512(init[t] + 16 * s);
-        const __m512i i0 = kThree ? _mm512_srai_epi32(i6, 3) : _mm512_setzero_si512();
-        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
-        const __m512 l6 = kThree ? dx : _mm512_mul_ps(_mm512_cvtepi32_ps(i6), dx);
-        for (size_t r = 0; r < R; ++r) {
-          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
-          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
-          if constexpr (!kThree) acc[r][t] = _mm512_fmadd_ps(mk[r], l6, acc[r][t]);
+        const __m512i q = _mm512_load_si512(codes[t] + 64 * (4 * i + j));
+        const __m512i qsum = _mm512_maddubs_epi16(ones, q);  // pairs of activation codes
+        if constexpr (kThree) {  // (u - 4) x pairs: within 2 x 4 x 128, one vpdpwssd
+          const __m512i q4 = _mm512_slli_epi16(qsum, 2);
+          for (size_t r = 0; r < R; ++r) {
+            ia[r][t] = _mm512_dpwssd_epi32(
+                ia[r][t], _mm512_sub_epi16(_mm512_maddubs_epi16(w[r], q), q4), sk[r]);
+          }
+        } else {
+          for (size_t r = 0; r < R; ++r) {
+            ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(w[r], q), sk[r]);
+            im[r][t] = _mm512_dpwssd_epi32(im[r][t], qsum, mk[r]);
+          }
         }
+      }
+    }
+    for (size_t t = 0; t < NT; ++t) {
+      const float dx = dxv[t][64 * i];  // the super-block's activation scale (every lane)
+      for (size_t r = 0; r < R; ++r) {
+        __m512 f = _mm512_load_ps(fa[r][t]);
+        if constexpr (kThree) {
+          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(dr[r] * dx), f);
+        } else {
+          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(dr[r] * dx), f);
+          f = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im[r][t]), _mm512_set1_ps(dm[r] * dx), f);
+        }
+        _mm512_store_ps(fa[r][t], f);
       }
     }
   }
   for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_load_ps(fa[r][t]));
   }
 }
 template <size_t NT>

@@ -1,6 +1,8 @@
 // Element-wise and per-token operations of the transformer forward pass (RMSNorm, RoPE,
-// SwiGLU, GeGLU, soft-cap, bias). Plain loops: they cost O(hidden) per token against
-// O(hidden^2) for the matrix products. Stateless; thread-safe.
+// SwiGLU, GeGLU, soft-cap, bias). Plain loops (SwiGlu: Highway) on the calling thread: they
+// cost O(hidden) per token against O(hidden^2) for the matrix products, but run serially
+// while the products use every core. Rope keeps the calling thread's last cos / sin table
+// (thread_local); otherwise stateless; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +27,10 @@ struct RopeParams {
 void Rope(float* x, size_t n_tok, size_t n_heads, std::span<const int32_t> pos,
           const RopeParams& p);
 
-// g[i] = silu(g[i]) * u[i] for n values.
+// g[i] = silu(g[i]) * u[i] for n values: SwiGlu with Highway's Exp (ops_simd.cc), SwiGluRef
+// the scalar reference (std::exp); they agree to a few ulp.
 void SwiGlu(float* g, const float* u, size_t n);
+void SwiGluRef(float* g, const float* u, size_t n);
 
 // g[i] = gelu(g[i]) * u[i] for n values (gelu's tanh approximation, as gemma and ggml use).
 void GeGlu(float* g, const float* u, size_t n);
