@@ -80,6 +80,9 @@ struct DevLayer {
   const float *q_norm = nullptr, *k_norm = nullptr;
   const float* ffn_norm = nullptr;
   DevMat gate, up, down;  // gate empty: up holds gate rows then up rows (phi3)
+  // One-token steps: q|k|v rows and gate|up rows as one matrix each where they are stored
+  // back to back in one format (one matvec instead of three / two); else empty.
+  DevMat qkv1, gu1;
   const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
 };
 
@@ -111,6 +114,7 @@ struct CudaModel::Impl {
   cuda::DecodeWorkspace dws;
   // Scratch, [max_batch, ...] f32:
   DeviceBuffer x, xb, q, k, v, att, gate, up, logits;
+  DeviceBuffer one;  // one-token steps: [q | k | v] then [gate | up] of the fused products
   // The per-call inputs: pos [B] i32 | slots [B] i64 | rows [B] PagedKvRow | block table
   // [capacity] BlockId (one copy up to io) | emb [B, E] f32 (copied up to x).
   DeviceBuffer io;
@@ -391,6 +395,25 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     KVTIER_ASSIGN_OR_RETURN(L.down, mat(u.down));
     L.attn_post_norm = vec(u.apn);
     L.ffn_post_norm = vec(u.fpn);
+    // Rows back to back in one format: one product for a one-token step.
+    auto joined = [](const DevMat& a, const DevMat& b) {
+      return a.data != nullptr && b.data != nullptr && a.format.id() == b.format.id() &&
+             a.n_in == b.n_in && a.data + size_t(a.n_out) * a.row_bytes == b.data;
+    };
+    auto join = [](DevMat a, const DevMat& b) {
+      a.n_out += b.n_out;
+      return a;
+    };
+    if (L.wqkv.data != nullptr) {
+      L.qkv1 = L.wqkv;
+    } else if (joined(L.wq, L.wk) && joined(L.wk, L.wv)) {
+      L.qkv1 = join(join(L.wq, L.wk), L.wv);
+    }
+    if (L.gate.data == nullptr) {
+      L.gu1 = L.up;
+    } else if (joined(L.gate, L.up)) {
+      L.gu1 = join(L.gate, L.up);
+    }
   }
 
   // 3. KV pool, scratch, the per-call input buffer.
@@ -411,6 +434,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   KVTIER_RETURN_IF_ERROR(alloc(&im->gate, size_t(B) * F));
   KVTIER_RETURN_IF_ERROR(alloc(&im->up, size_t(B) * F));
   KVTIER_RETURN_IF_ERROR(alloc(&im->logits, size_t(B) * V));
+  KVTIER_RETURN_IF_ERROR(alloc(&im->one, (size_t(H) + 2 * Hkv) * D + 2 * size_t(F)));
   KVTIER_ASSIGN_OR_RETURN(im->io, DeviceBuffer::Allocate(im->io_bytes));
   im->scratch_bytes += im->io_bytes;
   KVTIER_CUDA_RETURN(cudaMallocHost(&im->host_io, im->io_bytes));
@@ -552,6 +576,7 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
 
   float *X = x.as<float>(), *XB = xb.as<float>(), *Q = q.as<float>(), *K = k.as<float>();
   float *Vv = v.as<float>(), *ATT = att.as<float>(), *G = gate.as<float>(), *U = up.as<float>();
+  float* ONE = one.as<float>();
   cuda::DeviceRope rope;
   rope.head_dim = c.head_dim;
   rope.n_dims = c.rope_dims;
@@ -569,7 +594,13 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
     rope.theta_base = ap.window > 0 ? c.rope_theta_swa : c.rope_theta;
     rope.pos_scale = ap.window > 0 ? 1.0f : c.rope_pos_scale;
     KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(X, L.attn_norm, T, E, c.rms_eps, XB, stream));
-    if (L.wqkv.data != nullptr) {  // fused rows q, k, v: three products over row ranges
+    float *Qp = Q, *Kp = K, *Vp = Vv;
+    if (T == 1 && L.qkv1.data != nullptr) {  // one product: [q | k | v]
+      Qp = ONE;
+      Kp = ONE + H * D;
+      Vp = Kp + Hkv * D;
+      KVTIER_RETURN_IF_ERROR(Mat(L.qkv1, 0, (H + 2 * Hkv) * D, XB, 1, ONE));
+    } else if (L.wqkv.data != nullptr) {  // fused rows q, k, v: three products over row ranges
       KVTIER_RETURN_IF_ERROR(Mat(L.wqkv, 0, H * D, XB, T, Q));
       KVTIER_RETURN_IF_ERROR(Mat(L.wqkv, H * D, Hkv * D, XB, T, K));
       KVTIER_RETURN_IF_ERROR(Mat(L.wqkv, (H + Hkv) * D, Hkv * D, XB, T, Vv));
@@ -579,26 +610,31 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
       KVTIER_RETURN_IF_ERROR(Mat(L.wv, 0, Hkv * D, XB, T, Vv));
     }
     if (L.bq != nullptr) {
-      KVTIER_RETURN_IF_ERROR(Bias(Q, L.bq, T, H * D));
-      KVTIER_RETURN_IF_ERROR(Bias(K, L.bk, T, Hkv * D));
-      KVTIER_RETURN_IF_ERROR(Bias(Vv, L.bv, T, Hkv * D));
+      KVTIER_RETURN_IF_ERROR(Bias(Qp, L.bq, T, H * D));
+      KVTIER_RETURN_IF_ERROR(Bias(Kp, L.bk, T, Hkv * D));
+      KVTIER_RETURN_IF_ERROR(Bias(Vp, L.bv, T, Hkv * D));
     }
     if (L.q_norm != nullptr) {
-      KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(Q, L.q_norm, T * H, D, c.rms_eps, Q, stream));
-      KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(K, L.k_norm, T * Hkv, D, c.rms_eps, K, stream));
+      KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(Qp, L.q_norm, T * H, D, c.rms_eps, Qp, stream));
+      KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(Kp, L.k_norm, T * Hkv, D, c.rms_eps, Kp, stream));
     }
-    KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Q, T, H, dpos, rope, stream));
-    KVTIER_RETURN_IF_ERROR(cuda::RopeRows(K, T, Hkv, dpos, rope, stream));
-    KVTIER_RETURN_IF_ERROR(cuda::AppendKv(*pool, l, DType::kF32, K, Vv, dslots, T, stream));
+    KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Qp, T, H, dpos, rope, stream));
+    KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Kp, T, Hkv, dpos, rope, stream));
+    KVTIER_RETURN_IF_ERROR(cuda::AppendKv(*pool, l, DType::kF32, Kp, Vp, dslots, T, stream));
     const PagedKvView view = pool->View(l, drows, T);
-    KVTIER_RETURN_IF_ERROR(cuda::DecodeAttention(view, Q, ap, ATT, dopt, &dws));
+    KVTIER_RETURN_IF_ERROR(cuda::DecodeAttention(view, Qp, ap, ATT, dopt, &dws));
     KVTIER_RETURN_IF_ERROR(Mat(L.wo, 0, E, ATT, T, XB));
     if (L.attn_post_norm != nullptr) {
       KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(XB, L.attn_post_norm, T, E, c.rms_eps, XB, stream));
     }
     KVTIER_RETURN_IF_ERROR(Add(X, XB, T * E));
     KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(X, L.ffn_norm, T, E, c.rms_eps, XB, stream));
-    if (L.gate.data == nullptr) {  // fused: rows gate then up
+    float *Gp = G, *Up = U;
+    if (T == 1 && L.gu1.data != nullptr) {  // one product: [gate | up]
+      Gp = ONE + (H + 2 * Hkv) * D;
+      Up = Gp + F;
+      KVTIER_RETURN_IF_ERROR(Mat(L.gu1, 0, 2 * F, XB, 1, Gp));
+    } else if (L.gate.data == nullptr) {  // fused: rows gate then up
       KVTIER_RETURN_IF_ERROR(Mat(L.up, 0, F, XB, T, G));
       KVTIER_RETURN_IF_ERROR(Mat(L.up, F, F, XB, T, U));
     } else {
@@ -606,12 +642,12 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
       KVTIER_RETURN_IF_ERROR(Mat(L.up, 0, F, XB, T, U));
     }
     if (c.ffn_act == FfnActivation::kGeluTanh) {
-      GeGluKernel<<<GridFor(T * F), 256, 0, stream>>>(G, U, T * F);
+      GeGluKernel<<<GridFor(T * F), 256, 0, stream>>>(Gp, Up, T * F);
       KVTIER_CUDA_RETURN(cudaGetLastError());
     } else {
-      KVTIER_RETURN_IF_ERROR(cuda::SwiGluRows(G, U, T * F, stream));
+      KVTIER_RETURN_IF_ERROR(cuda::SwiGluRows(Gp, Up, T * F, stream));
     }
-    KVTIER_RETURN_IF_ERROR(Mat(L.down, 0, E, G, T, XB));
+    KVTIER_RETURN_IF_ERROR(Mat(L.down, 0, E, Gp, T, XB));
     if (L.ffn_post_norm != nullptr) {
       KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(XB, L.ffn_post_norm, T, E, c.rms_eps, XB, stream));
     }

