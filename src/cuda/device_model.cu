@@ -58,6 +58,33 @@ __global__ void SoftCapKernel(float* x, size_t n, float cap) {
   }
 }
 
+// The residual add and the next RMSNorm in one pass, a thread block per token:
+// x[t] += y[t]; out[t] = x[t] / sqrt(mean(x[t]^2) + eps) * w (out may be y: every y of a row
+// is read before the block's barrier, every out written after it). The sum of squares as
+// RmsNormRows (forward_ops.cu) takes it.
+constexpr int kAddNormThreads = 256;
+__global__ void AddRmsNormKernel(float* x, const float* y, const float* w, uint32_t n, float eps,
+                                 float* out) {
+  float* xt = x + static_cast<size_t>(blockIdx.x) * n;
+  const float* yt = y + static_cast<size_t>(blockIdx.x) * n;
+  float* ot = out + static_cast<size_t>(blockIdx.x) * n;
+  float ss = 0.0f;
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float v = xt[i] + yt[i];
+    xt[i] = v;
+    ss = fmaf(v, v, ss);
+  }
+  __shared__ float part[kAddNormThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < kAddNormThreads / 32; ++i) total += part[i];
+  const float inv =
+      static_cast<float>(1.0 / sqrt(static_cast<double>(total) / n + static_cast<double>(eps)));
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) ot[i] = xt[i] * inv * w[i];
+}
+
 unsigned GridFor(size_t n) {
   return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>((n + 255) / 256, 8192)));
 }
@@ -138,6 +165,13 @@ struct CudaModel::Impl {
   }
   Status Add(float* a, const float* b, size_t n) {
     AddKernel<<<GridFor(n), 256, 0, stream>>>(a, b, n);
+    KVTIER_CUDA_RETURN(cudaGetLastError());
+    return Status::OK();
+  }
+  // x += y, then out = RMSNorm(x) * w, for n_tok rows of n.
+  Status AddNorm(float* x, const float* y, const float* w, uint32_t n_tok, uint32_t n,
+                 float* out) {
+    AddRmsNormKernel<<<n_tok, kAddNormThreads, 0, stream>>>(x, y, w, n, cfg.rms_eps, out);
     KVTIER_CUDA_RETURN(cudaGetLastError());
     return Status::OK();
   }
@@ -593,7 +627,9 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
     ap.window = c.layer_window(l);
     rope.theta_base = ap.window > 0 ? c.rope_theta_swa : c.rope_theta;
     rope.pos_scale = ap.window > 0 ? 1.0f : c.rope_pos_scale;
-    KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(X, L.attn_norm, T, E, c.rms_eps, XB, stream));
+    if (l == 0) {  // later layers: the previous layer's last add normalized into XB
+      KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(X, L.attn_norm, T, E, c.rms_eps, XB, stream));
+    }
     float *Qp = Q, *Kp = K, *Vp = Vv;
     if (T == 1 && L.qkv1.data != nullptr) {  // one product: [q | k | v]
       Qp = ONE;
@@ -618,8 +654,12 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
       KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(Qp, L.q_norm, T * H, D, c.rms_eps, Qp, stream));
       KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(Kp, L.k_norm, T * Hkv, D, c.rms_eps, Kp, stream));
     }
-    KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Qp, T, H, dpos, rope, stream));
-    KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Kp, T, Hkv, dpos, rope, stream));
+    if (T == 1 && Kp == Qp + H * D) {  // q and k heads side by side: one launch
+      KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Qp, 1, H + Hkv, dpos, rope, stream));
+    } else {
+      KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Qp, T, H, dpos, rope, stream));
+      KVTIER_RETURN_IF_ERROR(cuda::RopeRows(Kp, T, Hkv, dpos, rope, stream));
+    }
     KVTIER_RETURN_IF_ERROR(cuda::AppendKv(*pool, l, DType::kF32, Kp, Vp, dslots, T, stream));
     const PagedKvView view = pool->View(l, drows, T);
     KVTIER_RETURN_IF_ERROR(cuda::DecodeAttention(view, Qp, ap, ATT, dopt, &dws));
@@ -627,8 +667,7 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
     if (L.attn_post_norm != nullptr) {
       KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(XB, L.attn_post_norm, T, E, c.rms_eps, XB, stream));
     }
-    KVTIER_RETURN_IF_ERROR(Add(X, XB, T * E));
-    KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(X, L.ffn_norm, T, E, c.rms_eps, XB, stream));
+    KVTIER_RETURN_IF_ERROR(AddNorm(X, XB, L.ffn_norm, T, E, XB));
     float *Gp = G, *Up = U;
     if (T == 1 && L.gu1.data != nullptr) {  // one product: [gate | up]
       Gp = ONE + (H + 2 * Hkv) * D;
@@ -651,7 +690,11 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
     if (L.ffn_post_norm != nullptr) {
       KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(XB, L.ffn_post_norm, T, E, c.rms_eps, XB, stream));
     }
-    KVTIER_RETURN_IF_ERROR(Add(X, XB, T * E));
+    if (l + 1 < c.n_layers) {
+      KVTIER_RETURN_IF_ERROR(AddNorm(X, XB, layers[l + 1].attn_norm, T, E, XB));
+    } else {
+      KVTIER_RETURN_IF_ERROR(Add(X, XB, T * E));
+    }
   }
   const float* last = X + size_t(T - n_out) * E;
   KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(last, output_norm, n_out, E, c.rms_eps, XB, stream));
