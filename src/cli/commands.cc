@@ -25,6 +25,8 @@ namespace kvtier::cli {
 namespace {
 
 const std::string kKvTypeHelp = "KV cache format, K or K/V: " + ValidFormatsHelp();
+const char* const kDeviceHelp =
+    "cpu, or cuda: weights and KV cache on the GPU (a build with -DKVTIER_CUDA=ON)";
 
 void AddSamplingFlags(CLI::App& s, SamplingParams* p) {
   s.add_option("--temperature", p->temperature, "0: greedy")->capture_default_str();
@@ -145,6 +147,7 @@ Command GenerateCommand() {
     g.add_option("--prefill-step", c->prefill_step, "Prompt tokens per forward call")
         ->capture_default_str();
     g.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
+    g.add_option("--device", c->device, kDeviceHelp)->capture_default_str();
     g.add_flag("--stats", *stats, "Print token counts and speeds to stderr at the end");
     return [c, stats] {
       auto st = RunGenerate(*c, std::cout);
@@ -229,6 +232,7 @@ Command PerplexityCommand() {
         ->capture_default_str();
     pp.add_option("--kv-type", c->kv_type, kKvTypeHelp)->capture_default_str();
     pp.add_option("--threads", c->threads, "Threads (0: all cores)")->capture_default_str();
+    pp.add_option("--device", c->device, kDeviceHelp)->capture_default_str();
     pp.add_flag("--kld", c->kld,
                 "Also score each window with f16 KV: ppl_base, mean and 99% KL divergence, "
                 "same top-1 (as llama-perplexity --kl-divergence)");

@@ -17,6 +17,7 @@
 #include "kvtier/thread_pool.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
+#include "cli/sequence_runner.h"
 #include "kvtier/chat_template.h"
 
 namespace kvtier::cli {
@@ -34,26 +35,31 @@ Status Step(const Model& m, BatchCache& cache, HybridSeqState* hybrid,
   return m.Forward(cache, rows, all, logits, pool);
 }
 
-// Runs `tokens` through row 0 of `cache` in steps of `step`; logits of the last token, or of
-// every token when `all` (then [tokens.size(), n_vocab]).
-Status Feed(const Model& m, BatchCache& cache, std::span<const int32_t> tokens, uint32_t step,
-            bool all, std::vector<float>* logits, ThreadPool* pool,
-            HybridSeqState* hybrid = nullptr) {
-  const size_t V = m.config().n_vocab;
+// One forward call of a sequence: new tokens, all logits or the last token's, logits out.
+using StepFn = std::function<Status(std::span<const int32_t>, bool, float*)>;
+
+// Runs `tokens` through `step` in calls of `step_tokens`; logits of the last token, or of
+// every token when `all` (then [tokens.size(), V]).
+Status Feed(const StepFn& step, size_t V, std::span<const int32_t> tokens, uint32_t step_tokens,
+            bool all, std::vector<float>* logits) {
   logits->resize((all ? tokens.size() : 1) * V);
-  for (size_t i = 0; i < tokens.size(); i += step) {
-    const size_t n = std::min<size_t>(step, tokens.size() - i);
+  for (size_t i = 0; i < tokens.size(); i += step_tokens) {
+    const size_t n = std::min<size_t>(step_tokens, tokens.size() - i);
     const std::span<const int32_t> chunk = tokens.subspan(i, n);
     const bool last = i + n == tokens.size();
     float* dst = all ? logits->data() + i * V : logits->data();
     if (all || last) {
-      KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, chunk, all, dst, pool));
+      KVTIER_RETURN_IF_ERROR(step(chunk, all, dst));
     } else {
       std::vector<float> scratch(V);
-      KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, chunk, false, scratch.data(), pool));
+      KVTIER_RETURN_IF_ERROR(step(chunk, false, scratch.data()));
     }
   }
   return Status::OK();
+}
+
+StepFn RunnerStep(SequenceRunner& r) {
+  return [&r](std::span<const int32_t> t, bool all, float* l) { return r.Forward(t, all, l); };
 }
 
 // Milliseconds since construction (steady clock).
@@ -78,6 +84,7 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   KVTIER_RETURN_IF_ERROR(c.sampling.Validate());
   KVTIER_RETURN_IF_ERROR(CheckRange("--max-tokens", c.max_tokens, 1, 1 << 20));
   KVTIER_RETURN_IF_ERROR(CheckRange("--prefill-step", c.prefill_step, 1, 1 << 16));
+  KVTIER_RETURN_IF_ERROR(CheckDevice(c.device));
   KVTIER_ASSIGN_OR_RETURN(LoadedModel lm, LoadModel(c.model));
   const Model& m = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
@@ -99,21 +106,19 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
   if (total > SequenceCache::kMaxTokens) {
     return Status::InvalidArgument("--max-tokens: prompt plus max tokens exceed the cache limit");
   }
-  KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type,
-                                                static_cast<uint32_t>(total)));
   ThreadPool threads(Threads(c.threads));
-  BatchCache cache(pool);
-  KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
-
-  // qwen35: the row's recurrent state beside its K/V.
-  HybridSeqState hybrid_state;
-  HybridSeqState* hybrid = m.state_format() != 0 ? &hybrid_state : nullptr;
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SequenceRunner> runner,
+                          OpenRunner(c.device, m, "--kv-type", c.kv_type,
+                                     static_cast<uint32_t>(total), c.prefill_step, &threads));
+  if (c.device != "cpu") {
+    std::fprintf(stderr, "kvtier generate: device %s\n", runner->device().c_str());
+  }
   GenerateStats st;
   st.prompt_tokens = static_cast<uint32_t>(prompt.size());
   std::vector<float> logits;
   Timer timer;
-  KVTIER_RETURN_IF_ERROR(
-      Feed(m, cache, prompt, c.prefill_step, false, &logits, &threads, hybrid));
+  KVTIER_RETURN_IF_ERROR(Feed(RunnerStep(*runner), m.config().n_vocab, prompt, c.prefill_step,
+                              false, &logits));
   st.prefill_ms = timer.Millis();
   Sampler sampler(c.sampling);
   StreamDecoder decoder(tok);
@@ -128,8 +133,8 @@ Result<GenerateStats> RunGenerate(const GenerateConfig& c, std::ostream& out) {
     out << decoder.Push(next) << std::flush;
     ++st.generated_tokens;
     if (i + 1 == c.max_tokens) break;
-    KVTIER_RETURN_IF_ERROR(Step(m, cache, hybrid, std::span<const int32_t>(&next, 1), false,
-                                logits.data(), &threads));
+    KVTIER_RETURN_IF_ERROR(
+        runner->Forward(std::span<const int32_t>(&next, 1), false, logits.data()));
   }
   out << decoder.Flush() << std::flush;
   st.decode_ms = timer.Millis();
@@ -191,8 +196,10 @@ Result<ChatStats> RunChat(const ChatConfig& c, std::istream& in, std::ostream& o
       fed.resize(keep);
     }
     const std::span<const int32_t> fresh(tokens.data() + keep, tokens.size() - keep);
-    KVTIER_RETURN_IF_ERROR(
-        Feed(m, cache, fresh, c.prefill_step, false, &logits, &threads, hybrid));
+    const StepFn step = [&](std::span<const int32_t> t, bool all, float* l) {
+      return Step(m, cache, hybrid, t, all, l, &threads);
+    };
+    KVTIER_RETURN_IF_ERROR(Feed(step, m.config().n_vocab, fresh, c.prefill_step, false, &logits));
     fed.insert(fed.end(), fresh.begin(), fresh.end());
 
     StreamDecoder decoder(tok);
@@ -250,6 +257,7 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
                                        const std::function<void(int, int)>& progress) {
   KVTIER_RETURN_IF_ERROR(CheckRange("--ctx", c.ctx, 16, 1 << 20));
   KVTIER_RETURN_IF_ERROR(CheckRange("--batch", c.batch, 1, 1 << 20));
+  KVTIER_RETURN_IF_ERROR(CheckDevice(c.device));
   std::ifstream in(c.file, std::ios::binary);
   if (!in) return Status::InvalidArgument("--file: cannot open " + c.file);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -265,12 +273,15 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
                                    " are needed");
   }
   const size_t windows = c.chunks > 0 ? std::min<size_t>(c.chunks, n_windows) : n_windows;
-  KVTIER_ASSIGN_OR_RETURN(auto pool, MakeKvPool(m.config(), "--kv-type", c.kv_type, c.ctx));
   ThreadPool threads(Threads(c.threads));
+  const uint32_t batch = std::min(c.batch, c.ctx);
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<SequenceRunner> runner,
+                          OpenRunner(c.device, m, "--kv-type", c.kv_type, c.ctx, batch, &threads));
   const size_t V = m.config().n_vocab, first = c.ctx / 2;
-  std::shared_ptr<BlockPool> base_pool;
+  std::unique_ptr<SequenceRunner> base_runner;
   if (c.kld) {
-    KVTIER_ASSIGN_OR_RETURN(base_pool, MakeKvPool(m.config(), "--kv-type", "f16", c.ctx));
+    KVTIER_ASSIGN_OR_RETURN(base_runner,
+                            OpenRunner(c.device, m, "--kv-type", "f16", c.ctx, batch, &threads));
   }
   double nll = 0.0, nll2 = 0.0, nll_base = 0.0, kld_sum = 0.0;
   uint64_t count = 0, same_top1 = 0;
@@ -287,18 +298,13 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
   for (size_t w = 0; w < windows; ++w) {
     std::vector<int32_t> win(tokens.begin() + w * c.ctx, tokens.begin() + (w + 1) * c.ctx);
     if (add_bos) win[0] = tok.bos_id();
-    if (base_pool) {
-      BatchCache base(base_pool);
-      KVTIER_RETURN_IF_ERROR(base.Add(SequenceCache(base_pool)));
-      HybridSeqState base_state;
-      KVTIER_RETURN_IF_ERROR(Feed(m, base, win, c.batch, true, &base_logits, &threads,
-                                  m.state_format() != 0 ? &base_state : nullptr));
+    if (base_runner) {
+      KVTIER_RETURN_IF_ERROR(base_runner->Reset());
+      KVTIER_RETURN_IF_ERROR(Feed(RunnerStep(*base_runner), V, win, batch, true, &base_logits));
     }
-    BatchCache cache(pool);
-    KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(pool)));
-    HybridSeqState state;  // qwen35: each window starts from the zero state
-    KVTIER_RETURN_IF_ERROR(Feed(m, cache, win, c.batch, true, &logits, &threads,
-                                m.state_format() != 0 ? &state : nullptr));
+    // Each window starts from an empty sequence (qwen35: from the zero state).
+    KVTIER_RETURN_IF_ERROR(runner->Reset());
+    KVTIER_RETURN_IF_ERROR(Feed(RunnerStep(*runner), V, win, batch, true, &logits));
     // Score positions first .. ctx-2 predicting the next token of the window (original ids).
     for (size_t j = first; j + 1 < c.ctx; ++j) {
       const float* l = logits.data() + j * V;
@@ -307,7 +313,7 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
       nll += v;
       nll2 += v * v;
       ++count;
-      if (base_pool) {
+      if (base_runner) {
         const float* lb = base_logits.data() + j * V;
         nll_base += nll_of(lb, target);
         const TokenKld k = KldOfLogits(lb, l, V);
@@ -326,10 +332,10 @@ Result<PerplexityReport> RunPerplexity(const PerplexityConfig& c,
   r.tokens_scored = count;
   r.ctx = c.ctx;
   r.chunks = static_cast<uint32_t>(windows);
-  r.k_format = pool->layout().k_format.name();
-  r.v_format = pool->layout().v_format.name();
+  r.k_format = runner->k_format();
+  r.v_format = runner->v_format();
   r.seconds = timer.Millis() / 1000.0;
-  if (base_pool) {
+  if (base_runner) {
     std::sort(klds.begin(), klds.end());
     r.has_kld = true;
     r.ppl_base = std::exp(nll_base / double(count));

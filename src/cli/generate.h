@@ -23,6 +23,7 @@ struct GenerateConfig {
   std::string kv_type = "f16";     // K or K/V
   uint32_t prefill_step = 512;     // prompt tokens per forward call
   int threads = 0;                 // 0: all cores
+  std::string device = "cpu";      // cpu or cuda (cli/sequence_runner.h)
 };
 
 struct GenerateStats {
@@ -71,6 +72,7 @@ struct PerplexityConfig {
   std::string kv_type = "f16";
   int threads = 0;
   bool kld = false;                // also score every window with f16 KV: ppl_base, KL divergence
+  std::string device = "cpu";      // cpu or cuda (cli/sequence_runner.h)
 };
 
 struct PerplexityReport {

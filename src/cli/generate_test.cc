@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cli/model_session.h"
+#include "cli/sequence_runner.h"
 #include "kvtier/model.h"
 #include "kvtier/test_model.h"
 
@@ -246,6 +247,37 @@ TEST_F(ModelCommands, PerplexityNeedsTwoWindows) {
   c.ctx = 64;
   c.file = Path("nope.txt");
   EXPECT_NE(RunPerplexity(c, nullptr).status().message().find("--file"), std::string::npos);
+}
+
+// --device: cpu always; cuda only in a build with the CUDA backend, else an error naming the
+// build option (before the model is loaded); anything else names the value.
+TEST_F(ModelCommands, DeviceIsCheckedBeforeTheModelLoads) {
+  GenerateConfig g;
+  g.model = Path("m.gguf");
+  g.prompt = "Hello";
+  g.max_tokens = 2;
+  g.device = "tpu";
+  std::ostringstream out;
+  auto r = RunGenerate(g, out);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("--device: expected cpu or cuda, got 'tpu'"),
+            std::string::npos) << r.status().message();
+  PerplexityConfig p;
+  p.model = Path("m.gguf");
+  p.file = Path("text.txt");
+  p.ctx = 64;
+  p.device = "cuda";
+  if (!CudaBackendBuilt()) {
+    auto pr = RunPerplexity(p, nullptr);
+    ASSERT_FALSE(pr.ok());
+    EXPECT_NE(pr.status().message().find("built without the CUDA backend"), std::string::npos)
+        << pr.status().message();
+    EXPECT_NE(pr.status().message().find("-DKVTIER_CUDA=ON"), std::string::npos);
+  } else {
+    EXPECT_TRUE(CheckDevice("cuda").ok());
+  }
+  EXPECT_TRUE(CheckDevice("cpu").ok());
 }
 
 TEST_F(ModelCommands, BenchModelMeasuresEveryFormatAndDepth) {

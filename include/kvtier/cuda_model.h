@@ -1,0 +1,79 @@
+// Module cuda (src/cuda, kvtier_cuda; built only with -DKVTIER_CUDA, docs/architecture.md):
+// the forward pass of a Model on the GPU, for one sequence (issue 35).
+//
+// CudaModel: a device-resident copy of a loaded Model (llama, qwen2, qwen3, phi3, gemma3; not
+// qwen35) with its own device KV pool. Weights are uploaded once at Create, in their file type
+// where the GPU multiplies that type directly (f32, f16, bf16, q8_0, q4_0: the same bytes as
+// the GGUF), other types (K-quants, iq4_xs, ...) dequantized to f32 on the way. Activations live
+// in device buffers; per layer: RMSNorm, q/k/v (dequantizing matvec for a few tokens, cuBLAS on
+// the dequantized weights for more), biases, q/k norms, RoPE, quantize-on-append into the
+// device pool (the CPU pool's block layout and format ids), paged attention (the decode
+// kernels; a prompt chunk runs as one query row per token over the same block table, which is
+// causal attention), the output projection, the gated FFN. The token embeddings are looked up
+// on the host (any weight type), the logits copied back.
+//
+// Forward() continues the sequence: the n new tokens take positions length() .. length()+n-1,
+// as Model::Forward does for a BatchCache row. Logits as Model::Forward's for one row.
+// Create() checks the device memory first: weights + KV pool + scratch against the free bytes,
+// failing with ResourceExhausted naming both. The Model must outlive the CudaModel (its
+// embeddings are read from the model's mapping). Not thread-safe; one stream of its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kvtier/format.h"
+#include "kvtier/model.h"
+#include "kvtier/status.h"
+
+namespace kvtier {
+
+struct CudaModelOptions {
+  Format k_format = Format::F16();  // K and V must be the same format on the GPU (f16, bf16,
+  Format v_format = Format::F16();  // q8_0, q4_0)
+  uint32_t max_tokens = 4096;       // KV capacity of the sequence
+  uint32_t max_batch = 512;         // tokens per Forward call at most (sizes the scratch)
+  uint32_t block_tokens = 32;
+  // Calls with at least this many tokens multiply through cuBLAS (f32, on weights dequantized
+  // per call); fewer use the dequantizing matvec.
+  uint32_t gemm_min_tokens = 16;
+  // One-token steps replay a captured CUDA graph of their launches (recaptured when the
+  // attention's split changes, every 256 tokens at most); false: plain launches.
+  bool graphs = true;
+};
+
+class CudaModel {
+ public:
+  static Result<std::unique_ptr<CudaModel>> Create(const Model& model,
+                                                   const CudaModelOptions& options);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  // tokens: 1 .. max_batch new tokens; logits: [tokens.size(), n_vocab] when all_logits, else
+  // [1, n_vocab] (the last token's). OutOfRange when the sequence would pass max_tokens.
+  Status Forward(std::span<const int32_t> tokens, bool all_logits, float* logits);
+  // Empties the sequence (its blocks back to the pool).
+  void Reset();
+  uint32_t length() const;
+  // Device bytes held: weights, KV pool, scratch.
+  size_t weight_bytes() const;
+  size_t kv_bytes() const;
+  size_t scratch_bytes() const;
+  // "NVIDIA H100 80GB HBM3, sm_90, 132 SMs, 79.1 GiB, 50 MB L2".
+  std::string device() const;
+
+  struct Impl;
+
+ private:
+  explicit CudaModel(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when a CUDA device can run kernels; otherwise false with the reason in *why.
+bool CudaDeviceAvailable(std::string* why = nullptr);
+
+}  // namespace kvtier
