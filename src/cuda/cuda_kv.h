@@ -120,6 +120,7 @@ Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const v
 struct DecodeWorkspace {
   DeviceBuffer partial;
   DeviceBuffer counters;
+  DeviceBuffer rotated;  // rot4 rows: the rotated queries
 };
 
 struct DecodeOptions {

@@ -61,7 +61,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 if [ "${MATVEC:-0}" = 1 ]; then
   echo "== forward-pass matvec / GEMM (${SECONDS}s)"
-  build/cuda/kvtier_cuda_bench --matvec 2>&1 | tee "$OUT/matvec.txt"
+  build/cuda/kvtier_cuda_bench --matvec ${MATVEC_ARGS:-} 2>&1 | tee "$OUT/matvec.txt"
 fi
 if [ -n "${SWEEP:-}" ]; then
   # SWEEP="flags;flags;...": kvtier_cuda_bench once per flag set (e.g. "--hpc 2 --batches 1").
