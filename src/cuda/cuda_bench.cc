@@ -58,8 +58,9 @@ int Fail(const Status& s) {
 // --matvec: weights [n_out, k] of each format with random codes (q8_0 / q4_0 blocks get a
 // fixed scale 2^-7; f16 / bf16 values from random normals), built on the host, at the
 // projection shapes of Llama-3-8B (and its 1024-row K/V) and Qwen3-0.6B (with its 151936-row
-// output matrix). Per shape: the streaming kernel at its default rows per warp for 1 and 8
-// tokens, at 1 / 2 / 4 rows per warp for one token and 1 / 4 for 8, the lane-per-block
+// output matrix). Per shape: the streaming kernel at its default tuning for 1 and 8 tokens,
+// at 1 / 2 / 4 rows per warp (rN; q8_0 / q4_0 also chunks of 32 or 16 blocks, cN, and the
+// shared-memory carve-out default or 44%, o44) for one token and some for 8, the lane-per-block
 // kernel (`simple`, the baseline) for 1 and 8 tokens, and with --gemm GemmRows at 512 tokens.
 int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::string>& formats) {
   struct Shape {
@@ -115,13 +116,38 @@ int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::s
         uint32_t tokens;
         MatVecTuning tu;
         bool gemm;
-        const char* name;
+        std::string name;
       };
-      std::vector<Run> runs = {{1, {0, false}, false, "default"}, {8, {0, false}, false, "default"},
-                               {1, {1, false}, false, "rows1"},   {1, {2, false}, false, "rows2"},
-                               {1, {4, false}, false, "rows4"},   {8, {1, false}, false, "rows1"},
-                               {8, {4, false}, false, "rows4"},
-                               {1, {0, true}, false, "simple"},   {8, {0, true}, false, "simple"}};
+      auto name = [](const MatVecTuning& t) {
+        if (t.simple) return std::string("simple");
+        if (t.rows_per_warp == 0 && t.chunk_blocks == 0 && t.smem_carveout < 0) return std::string("default");
+        std::string n = "r" + std::to_string(t.rows_per_warp);
+        if (t.chunk_blocks) n += "c" + std::to_string(t.chunk_blocks);
+        if (t.smem_carveout >= 0) n += "o" + std::to_string(t.smem_carveout);
+        return n;
+      };
+      std::vector<Run> runs;
+      auto add = [&](uint32_t tokens, MatVecTuning t) { runs.push_back({tokens, t, false, name(t)}); };
+      const bool quant = fmt->is_quantized();
+      add(1, {});
+      add(8, {});
+      for (uint32_t r : {1u, 2u, 4u}) {
+        if (!quant) {
+          add(1, {r, false, 0, -1});
+          continue;
+        }
+        for (uint32_t c : {32u, 16u}) {
+          for (int o : {-1, 44}) add(1, {r, false, c, o});
+        }
+      }
+      add(8, {1, false, 0, -1});
+      add(8, {4, false, 0, -1});
+      if (quant) {
+        add(8, {2, false, 16, 44});
+        add(8, {4, false, 16, 44});
+      }
+      add(1, {0, true, 0, -1});
+      add(8, {0, true, 0, -1});
       if (gemm) runs.push_back({512, {}, true, "gemm-bf16"});
       for (const Run& run : runs) {
         std::vector<double> ms;
@@ -142,7 +168,7 @@ int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::s
         const double gbps = static_cast<double>(host.size()) / (med * 1e-3) / 1e9;
         const double tflops = 2.0 * sh.n_out * sh.k * run.tokens / (med * 1e-3) / 1e12;
         std::printf("%-6s %-8s %6u %6u %6u %-10s %9.4f %8.0f %5.1f%% %9.2f\n", fname.c_str(),
-                    sh.model, sh.n_out, sh.k, run.tokens, run.name, med, gbps,
+                    sh.model, sh.n_out, sh.k, run.tokens, run.name.c_str(), med, gbps,
                     100 * gbps / peak, tflops);
         std::fflush(stdout);
       }

@@ -341,8 +341,16 @@ Status MatVecRowsTuned(const void* w, const Format& format, uint32_t n_out, uint
     return Status::InvalidArgument(what + "rows_per_warp " + std::to_string(rows) +
                                    " (1, 2 or 4)");
   }
+  if (tuning.chunk_blocks != 0 && tuning.chunk_blocks != 16 && tuning.chunk_blocks != 32) {
+    return Status::InvalidArgument(what + "chunk_blocks " + std::to_string(tuning.chunk_blocks) +
+                                   " (16 or 32)");
+  }
+  if (tuning.smem_carveout > 100) {
+    return Status::InvalidArgument(what + "smem_carveout " +
+                                   std::to_string(tuning.smem_carveout) + " (percent, -1..100)");
+  }
   if (!tuning.simple && MatVecFastApplies(format, k, row_stride, w)) {
-    return MatVecFast(w, format, n_out, k, row_stride, x, n_tok, y, rows, stream);
+    return MatVecFast(w, format, n_out, k, row_stride, x, n_tok, y, tuning, stream);
   }
   const auto* wb = static_cast<const uint8_t*>(w);
   const dim3 grid((n_out + kMvWarps - 1) / kMvWarps);

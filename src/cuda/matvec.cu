@@ -24,8 +24,6 @@ namespace kvtier::cuda {
 namespace {
 
 constexpr int kWarps = 4;         // warps per thread block
-constexpr int kChunkBlocks = 32;  // q8_0 / q4_0: 32-value blocks per staged chunk of a row
-constexpr int kStages = 3;        // chunks in each warp's ring
 
 __device__ __forceinline__ uint4 LoadStream16(const void* p) {
   uint4 v;
@@ -157,8 +155,9 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <FormatKind F>
 __host__ __device__ constexpr int BlockBytes() { return F == FormatKind::kQ8_0 ? 34 : 18; }
 
-template <FormatKind F, int R>
-__host__ __device__ constexpr int QuantSmemBytes() { return kWarps * kStages * R * kChunkBlocks * BlockBytes<F>(); }
+// CB: 32-value blocks per staged chunk of a row (16 or 32); ST: chunks in each warp's ring.
+template <FormatKind F, int R, int CB, int ST>
+__host__ __device__ constexpr int QuantSmemBytes() { return kWarps * ST * R * CB * BlockBytes<F>(); }
 
 __device__ __forceinline__ uint32_t LoadU32Half2(const uint8_t* p) {  // 2-byte aligned
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
@@ -169,9 +168,27 @@ __device__ __forceinline__ float HalfAt(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
 }
 
+// Chunk c of each of the warp's R rows into its ring slot (16-byte cp.async by all lanes), then
+// one commit (also when c is past the end, so the wait counts stay uniform).
+template <int R, int kChunk, int kStages>
+__device__ __forceinline__ void IssueChunk(uint8_t* ring, const uint8_t* w, size_t row_stride,
+                                           uint32_t row0, uint32_t n_out, uint32_t c,
+                                           uint32_t n_chunks, uint32_t row_bytes, int lane) {
+  if (c < n_chunks) {
+    const uint32_t off = c * kChunk, bytes = min(static_cast<uint32_t>(kChunk), row_bytes - off);
+    uint8_t* dst = ring + static_cast<size_t>(c % kStages) * R * kChunk;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* src = w + static_cast<size_t>(min(row0 + r, n_out - 1)) * row_stride + off;
+      for (uint32_t i = lane * 16; i < bytes; i += 512) CpAsync16(dst + r * kChunk + i, src + i);
+    }
+  }
+  CpAsyncCommit();
+}
+
 // q8_0 / q4_0 rows: w 16-byte aligned, row_stride a multiple of 16, k a multiple of 256 (so
 // every chunk is whole 16-byte units and whole steps).
-template <FormatKind F, int R, int NT>
+template <FormatKind F, int R, int NT, int kChunkBlocks, int kStages>
 __global__ void __launch_bounds__(32 * kWarps)
     MatVecQuantKernel(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                       const float* x, uint32_t n_tok, float* y) {
@@ -184,24 +201,13 @@ __global__ void __launch_bounds__(32 * kWarps)
   uint8_t* ring = smem + static_cast<size_t>(wid) * kStages * R * kChunk;  // [stage][r][kChunk]
   const uint32_t row0 = (blockIdx.x * kWarps + wid) * R;
   if (row0 >= n_out) return;
-  const uint8_t* wr[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) wr[r] = w + static_cast<size_t>(min(row0 + r, n_out - 1)) * row_stride;
   const uint32_t n_blocks = k / 32, row_bytes = n_blocks * BB;
   const uint32_t n_chunks = (n_blocks + kChunkBlocks - 1) / kChunkBlocks;
   // This lane's block within a step and its code word within the block.
   const int j = kQ8 ? lane >> 3 : lane >> 2, m = kQ8 ? lane & 7 : lane & 3;
   float acc[R][NT] = {};
   auto issue = [&](uint32_t c) {
-    if (c < n_chunks) {
-      const uint32_t off = c * kChunk, bytes = min(static_cast<uint32_t>(kChunk), row_bytes - off);
-      uint8_t* dst = ring + static_cast<size_t>(c % kStages) * R * kChunk;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        for (uint32_t i = lane * 16; i < bytes; i += 512) CpAsync16(dst + r * kChunk + i, wr[r] + off + i);
-      }
-    }
-    CpAsyncCommit();
+    IssueChunk<R, kChunk, kStages>(ring, w, row_stride, row0, n_out, c, n_chunks, row_bytes, lane);
   };
   for (uint32_t t0 = 0; t0 < n_tok; t0 += NT) {
 #pragma unroll
@@ -213,8 +219,9 @@ __global__ void __launch_bounds__(32 * kWarps)
       const uint8_t* buf = ring + static_cast<size_t>(c % kStages) * R * kChunk;
       const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
       const uint32_t xc = c * kChunkBlocks * 32;  // first value of the chunk
-#pragma unroll 2
-      for (uint32_t st = 0; st < nb / kStepBlocks; ++st) {
+#pragma unroll
+      for (uint32_t st = 0; st < kChunkBlocks / kStepBlocks; ++st) {
+        if (st * kStepBlocks >= nb) break;
         const uint32_t b = st * kStepBlocks + j;
         // x of this lane's values: q8_0 4 at 32 b + 4 m; q4_0 4 at 32 b + 4 m and 4 at + 16.
         float4 xa[NT], xb[NT];
@@ -282,42 +289,59 @@ Status LaunchPlain(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stri
   return Status::OK();
 }
 
-template <FormatKind F, int R, int NT>
-Status LaunchQuant(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
-                   const float* x, uint32_t n_tok, float* y, cudaStream_t s) {
-  constexpr int kSmem = QuantSmemBytes<F, R>();
-  static bool attr_set = false;  // benign race: every caller sets the same value
+template <FormatKind F, int R, int NT, int CB, int ST>
+Status LaunchQuantWith(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
+                       const float* x, uint32_t n_tok, float* y, int carveout, cudaStream_t s) {
+  constexpr int kSmem = QuantSmemBytes<F, R, CB, ST>();
+  auto* kernel = MatVecQuantKernel<F, R, NT, CB, ST>;
+  static bool attr_set = false;  // benign races: every caller sets the same values
+  static int carve_set = -1;
   if (!attr_set) {
-    KVTIER_CUDA_RETURN(cudaFuncSetAttribute(MatVecQuantKernel<F, R, NT>,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    KVTIER_CUDA_RETURN(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     attr_set = true;
   }
+  if (carveout != carve_set) {
+    KVTIER_CUDA_RETURN(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+    carve_set = carveout;
+  }
   const uint32_t warps = (n_out + R - 1) / R;
-  MatVecQuantKernel<F, R, NT><<<(warps + kWarps - 1) / kWarps, 32 * kWarps, kSmem, s>>>(
-      w, n_out, k, row_stride, x, n_tok, y);
+  kernel<<<(warps + kWarps - 1) / kWarps, 32 * kWarps, kSmem, s>>>(w, n_out, k, row_stride, x,
+                                                                   n_tok, y);
   KVTIER_CUDA_RETURN(cudaGetLastError());
   return Status::OK();
 }
 
+template <FormatKind F, int R, int NT>
+Status LaunchQuant(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
+                   const float* x, uint32_t n_tok, float* y, const MatVecTuning& tu,
+                   cudaStream_t s) {
+  if (tu.chunk_blocks == 16) {
+    return LaunchQuantWith<F, R, NT, 16, 4>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+  }
+  return LaunchQuantWith<F, R, NT, 32, 3>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+}
+
 template <FormatKind F, int NT>
-Status LaunchRows(uint32_t rows, const uint8_t* w, uint32_t n_out, uint32_t k,
+Status LaunchRows(const MatVecTuning& tu, const uint8_t* w, uint32_t n_out, uint32_t k,
                   size_t row_stride, const float* x, uint32_t n_tok, float* y, cudaStream_t s) {
   constexpr bool kQuant = F == FormatKind::kQ8_0 || F == FormatKind::kQ4_0;
   auto go = [&](auto rc) -> Status {
     constexpr int R = decltype(rc)::value;
-    if constexpr (kQuant) return LaunchQuant<F, R, NT>(w, n_out, k, row_stride, x, n_tok, y, s);
+    if constexpr (kQuant) return LaunchQuant<F, R, NT>(w, n_out, k, row_stride, x, n_tok, y, tu, s);
     else return LaunchPlain<F, R, NT>(w, n_out, k, row_stride, x, n_tok, y, s);
   };
-  if (rows >= 4) return go(std::integral_constant<int, 4>{});
-  if (rows >= 2) return go(std::integral_constant<int, 2>{});
+  if (tu.rows_per_warp >= 4) return go(std::integral_constant<int, 4>{});
+  if (tu.rows_per_warp >= 2) return go(std::integral_constant<int, 2>{});
   return go(std::integral_constant<int, 1>{});
 }
 
 template <FormatKind F>
-Status LaunchFormat(uint32_t rows, const uint8_t* w, uint32_t n_out, uint32_t k,
+Status LaunchFormat(const MatVecTuning& tu, const uint8_t* w, uint32_t n_out, uint32_t k,
                     size_t row_stride, const float* x, uint32_t n_tok, float* y, cudaStream_t s) {
-  if (n_tok == 1) return LaunchRows<F, 1>(rows, w, n_out, k, row_stride, x, n_tok, y, s);
-  return LaunchRows<F, 8>(rows, w, n_out, k, row_stride, x, n_tok, y, s);
+  if (n_tok == 1) return LaunchRows<F, 1>(tu, w, n_out, k, row_stride, x, n_tok, y, s);
+  return LaunchRows<F, 8>(tu, w, n_out, k, row_stride, x, n_tok, y, s);
 }
 
 }  // namespace
@@ -334,23 +358,28 @@ bool MatVecFastApplies(const Format& format, uint32_t k, size_t row_stride, cons
   }
 }
 
-uint32_t MatVecDefaultRows(uint32_t n_out, uint32_t n_tok) {
+MatVecTuning MatVecDefaults(const Format& format, uint32_t n_out, uint32_t n_tok,
+                            MatVecTuning tu) {
+  if (tu.rows_per_warp == 0) tu.rows_per_warp = n_out >= 2048 ? 2 : 1;
+  if (tu.chunk_blocks == 0) tu.chunk_blocks = 32;
+  if (tu.smem_carveout < 0) tu.smem_carveout = -1;
+  (void)format;
   (void)n_tok;
-  return n_out >= 2048 ? 2 : 1;
+  return tu;
 }
 
 Status MatVecFast(const void* w, const Format& format, uint32_t n_out, uint32_t k,
-                  size_t row_stride, const float* x, uint32_t n_tok, float* y, uint32_t rows,
-                  void* stream) {
+                  size_t row_stride, const float* x, uint32_t n_tok, float* y,
+                  const MatVecTuning& tuning, void* stream) {
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto s = static_cast<cudaStream_t>(stream);
-  if (rows == 0) rows = MatVecDefaultRows(n_out, n_tok);
+  const MatVecTuning tu = MatVecDefaults(format, n_out, n_tok, tuning);
   switch (format.kind) {
-    case FormatKind::kF32: return LaunchFormat<FormatKind::kF32>(rows, wb, n_out, k, row_stride, x, n_tok, y, s);
-    case FormatKind::kF16: return LaunchFormat<FormatKind::kF16>(rows, wb, n_out, k, row_stride, x, n_tok, y, s);
-    case FormatKind::kBF16: return LaunchFormat<FormatKind::kBF16>(rows, wb, n_out, k, row_stride, x, n_tok, y, s);
-    case FormatKind::kQ8_0: return LaunchFormat<FormatKind::kQ8_0>(rows, wb, n_out, k, row_stride, x, n_tok, y, s);
-    case FormatKind::kQ4_0: return LaunchFormat<FormatKind::kQ4_0>(rows, wb, n_out, k, row_stride, x, n_tok, y, s);
+    case FormatKind::kF32: return LaunchFormat<FormatKind::kF32>(tu, wb, n_out, k, row_stride, x, n_tok, y, s);
+    case FormatKind::kF16: return LaunchFormat<FormatKind::kF16>(tu, wb, n_out, k, row_stride, x, n_tok, y, s);
+    case FormatKind::kBF16: return LaunchFormat<FormatKind::kBF16>(tu, wb, n_out, k, row_stride, x, n_tok, y, s);
+    case FormatKind::kQ8_0: return LaunchFormat<FormatKind::kQ8_0>(tu, wb, n_out, k, row_stride, x, n_tok, y, s);
+    case FormatKind::kQ4_0: return LaunchFormat<FormatKind::kQ4_0>(tu, wb, n_out, k, row_stride, x, n_tok, y, s);
     default: return Status::Unimplemented("CUDA matvec: weight format " + format.spec());
   }
 }
