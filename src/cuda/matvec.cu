@@ -209,13 +209,32 @@ __global__ void __launch_bounds__(32 * kWarps)
   auto issue = [&](uint32_t c) {
     IssueChunk<R, kChunk, kStages>(ring, w, row_stride, row0, n_out, c, n_chunks, row_bytes, lane);
   };
+  // One token: x of chunk c + 1 is loaded into registers while chunk c is summed (its latency
+  // would otherwise sit between the ring's wait and the sums of every chunk).
+  constexpr int kSteps = kChunkBlocks / kStepBlocks;
+  float4 xa_c[kSteps], xb_c[kSteps];
+  auto load_x = [&](uint32_t c, float4(&xa)[kSteps], float4(&xb)[kSteps]) {
+    if (c >= n_chunks) return;
+    const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
+    const float* xp = x + static_cast<size_t>(c) * kChunkBlocks * 32 + 32 * j + 4 * m;
+#pragma unroll
+    for (int st = 0; st < kSteps; ++st) {
+      if (st * kStepBlocks < static_cast<int>(nb)) {
+        xa[st] = LoadX(xp + 32 * kStepBlocks * st);
+        if constexpr (!kQ8) xb[st] = LoadX(xp + 32 * kStepBlocks * st + 16);
+      }
+    }
+  };
   for (uint32_t t0 = 0; t0 < n_tok; t0 += NT) {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(s);
+    if constexpr (NT == 1) load_x(0, xa_c, xb_c);
     for (uint32_t c = 0; c < n_chunks; ++c) {
       CpAsyncWait<kStages - 2>();
       __syncwarp();
       issue(c + kStages - 1);  // into the ring slot that chunk c - 1 left
+      float4 xa_n[kSteps], xb_n[kSteps];
+      if constexpr (NT == 1) load_x(c + 1, xa_n, xb_n);
       const uint8_t* buf = ring + static_cast<size_t>(c % kStages) * R * kChunk;
       const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
       const uint32_t xc = c * kChunkBlocks * 32;  // first value of the chunk
@@ -225,12 +244,17 @@ __global__ void __launch_bounds__(32 * kWarps)
         const uint32_t b = st * kStepBlocks + j;
         // x of this lane's values: q8_0 4 at 32 b + 4 m; q4_0 4 at 32 b + 4 m and 4 at + 16.
         float4 xa[NT], xb[NT];
+        if constexpr (NT == 1) {
+          xa[0] = xa_c[st];
+          xb[0] = xb_c[st];
+        } else {
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (NT > 1 && t0 + t >= n_tok) break;
-          const float* xp = x + static_cast<size_t>(t0 + t) * k + xc + 32 * b + 4 * m;
-          xa[t] = LoadX(xp);
-          if constexpr (!kQ8) xb[t] = LoadX(xp + 16);
+          for (int t = 0; t < NT; ++t) {
+            if (t0 + t >= n_tok) break;
+            const float* xp = x + static_cast<size_t>(t0 + t) * k + xc + 32 * b + 4 * m;
+            xa[t] = LoadX(xp);
+            if constexpr (!kQ8) xb[t] = LoadX(xp + 16);
+          }
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -270,6 +294,13 @@ __global__ void __launch_bounds__(32 * kWarps)
             }
             acc[r][t] = fmaf(d, s, acc[r][t]);
           }
+        }
+      }
+      if constexpr (NT == 1) {
+#pragma unroll
+        for (int st = 0; st < kSteps; ++st) {
+          xa_c[st] = xa_n[st];
+          xb_c[st] = xb_n[st];
         }
       }
     }
@@ -358,13 +389,22 @@ bool MatVecFastApplies(const Format& format, uint32_t k, size_t row_stride, cons
   }
 }
 
+// The measured rule (H100, docs/results/cuda.md, device calls 11-12): one token: plain rows
+// 2 per warp from 2048 rows; q8_0 1; q4_0 4 from 8192 rows (each x load serves 4 rows); 8
+// tokens: 4 rows from 8192 rows, else 1 (q4_0 2); q8_0 / q4_0 chunks of 16 blocks; the
+// driver's carve-out (44% changed nothing).
 MatVecTuning MatVecDefaults(const Format& format, uint32_t n_out, uint32_t n_tok,
                             MatVecTuning tu) {
-  if (tu.rows_per_warp == 0) tu.rows_per_warp = n_out >= 2048 ? 2 : 1;
-  if (tu.chunk_blocks == 0) tu.chunk_blocks = 32;
+  const bool q8 = format.kind == FormatKind::kQ8_0, q4 = format.kind == FormatKind::kQ4_0;
+  if (tu.rows_per_warp == 0) {
+    if (n_tok == 1) {
+      tu.rows_per_warp = q8 ? 1 : q4 ? (n_out >= 8192 ? 4 : 1) : (n_out >= 2048 ? 2 : 1);
+    } else {
+      tu.rows_per_warp = n_out >= 8192 ? (q8 ? 2 : 4) : (q4 ? 2 : 1);
+    }
+  }
+  if (tu.chunk_blocks == 0) tu.chunk_blocks = 16;
   if (tu.smem_carveout < 0) tu.smem_carveout = -1;
-  (void)format;
-  (void)n_tok;
   return tu;
 }
 
