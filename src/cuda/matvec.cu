@@ -389,16 +389,17 @@ bool MatVecFastApplies(const Format& format, uint32_t k, size_t row_stride, cons
   }
 }
 
-// The measured rule (H100, docs/results/cuda.md, device calls 11-12): one token: plain rows
-// 2 per warp from 2048 rows; q8_0 1; q4_0 4 from 8192 rows (each x load serves 4 rows); 8
-// tokens: 4 rows from 8192 rows, else 1 (q4_0 2); q8_0 / q4_0 chunks of 16 blocks; the
-// driver's carve-out (44% changed nothing).
+// The measured rule (H100, docs/results/cuda.md, fourth slice, call 3, x prefetched): one token:
+// rows per warp 2 from 2048 rows (each x load serves both), q8_0 / q4_0 4 from 65536 (the
+// 151936-row output matrix: 64% / 58% of HBM against 58% / 46% at 2); 8 tokens: 4 rows from
+// 8192 rows (q8_0 2), else 1 (q4_0 2); q8_0 / q4_0 chunks of 16 blocks; the driver's
+// carve-out (44% changed nothing).
 MatVecTuning MatVecDefaults(const Format& format, uint32_t n_out, uint32_t n_tok,
                             MatVecTuning tu) {
   const bool q8 = format.kind == FormatKind::kQ8_0, q4 = format.kind == FormatKind::kQ4_0;
   if (tu.rows_per_warp == 0) {
     if (n_tok == 1) {
-      tu.rows_per_warp = q8 ? 1 : q4 ? (n_out >= 8192 ? 4 : 1) : (n_out >= 2048 ? 2 : 1);
+      tu.rows_per_warp = (q8 || q4) && n_out >= 65536 ? 4 : n_out >= 2048 ? 2 : 1;
     } else {
       tu.rows_per_warp = n_out >= 8192 ? (q8 ? 2 : 4) : (q4 ? 2 : 1);
     }
