@@ -59,8 +59,8 @@ int Fail(const Status& s) {
 // fixed scale 2^-7; f16 / bf16 values from random normals), built on the host, at the
 // projection shapes of Llama-3-8B (and its 1024-row K/V) and Qwen3-0.6B (with its 151936-row
 // output matrix). Per shape: the streaming kernel at its default tuning for 1 and 8 tokens,
-// at 1 / 2 / 4 rows per warp (rN; q8_0 / q4_0 also chunks of 32 or 16 blocks, cN, and the
-// shared-memory carve-out default or 44%, o44) for one token and some for 8, the lane-per-block
+// at 1 / 2 / 4 rows per warp (rN; q8_0 / q4_0 also chunks of 32 or 16 blocks, cN, and x per
+// warp or staged per thread block, x) for one token and some for 8, the lane-per-block
 // kernel (`simple`, the baseline) for 1 and 8 tokens, and with --gemm GemmRows at 512 tokens.
 int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::string>& formats) {
   struct Shape {
@@ -120,11 +120,15 @@ int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::s
       };
       auto name = [](const MatVecTuning& t) {
         if (t.simple) return std::string("simple");
-        if (t.rows_per_warp == 0 && t.chunk_blocks == 0 && t.smem_carveout < 0) return std::string("default");
-        std::string n = "r" + std::to_string(t.rows_per_warp);
-        if (t.chunk_blocks) n += "c" + std::to_string(t.chunk_blocks);
-        if (t.smem_carveout >= 0) n += "o" + std::to_string(t.smem_carveout);
-        return n;
+        if (t.rows_per_warp == 0 && t.chunk_blocks == 0 && t.smem_carveout < 0) {
+          return std::string("default");
+        }
+        char buf[48];
+        int n = std::snprintf(buf, sizeof buf, "r%u", t.rows_per_warp);
+        if (t.chunk_blocks) n += std::snprintf(buf + n, sizeof buf - n, "c%u", t.chunk_blocks);
+        if (t.smem_carveout >= 0) n += std::snprintf(buf + n, sizeof buf - n, "o%d", t.smem_carveout);
+        if (t.x_smem == 1) std::snprintf(buf + n, sizeof buf - n, "x");
+        return std::string(buf);
       };
       std::vector<Run> runs;
       auto add = [&](uint32_t tokens, MatVecTuning t) { runs.push_back({tokens, t, false, name(t)}); };
@@ -137,14 +141,14 @@ int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::s
           continue;
         }
         for (uint32_t c : {32u, 16u}) {
-          for (int o : {-1, 44}) add(1, {r, false, c, o});
+          for (int xs : {0, 1}) add(1, {r, false, c, -1, xs});
         }
       }
       add(8, {1, false, 0, -1});
       add(8, {4, false, 0, -1});
       if (quant) {
-        add(8, {2, false, 16, 44});
-        add(8, {4, false, 16, 44});
+        add(8, {2, false, 16, -1});
+        add(8, {4, false, 16, -1});
       }
       add(1, {0, true, 0, -1});
       add(8, {0, true, 0, -1});

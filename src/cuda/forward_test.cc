@@ -141,7 +141,8 @@ TEST_F(CudaForward, SwiGluMatchesTheCpu) {
 
 TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
   // Each shape through every kernel: the streaming one (matvec.cu) at 1, 2 and 4 rows per warp,
-  // q8_0 / q4_0 chunks of 16 and 32 blocks, and its default, and the lane-per-block one; row strides a multiple of 16 (streaming where
+  // q8_0 / q4_0 chunks of 16 and 32 blocks, x per warp or per thread block (one token), and
+  // its default, and the lane-per-block one; row strides a multiple of 16 (streaming where
   // the format allows: q8_0 / q4_0 need k a multiple of 256, k 1280 ends in a partial chunk)
   // and not (lane-per-block only).
   double worst = 0;
@@ -181,10 +182,11 @@ TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
           DeviceBuffer dw = ToDevice(wq), dx = ToDevice(x);
           auto dy = DeviceBuffer::Allocate(want.size() * sizeof(float));
           ASSERT_TRUE(dy.ok());
-          const MatVecTuning tunings[] = {{0, false, 0, -1},  {0, true, 0, -1},
-                                          {1, false, 0, -1},  {2, false, 0, -1},
-                                          {4, false, 0, -1},  {1, false, 16, -1},
-                                          {2, false, 16, 44}, {4, false, 32, 44}};
+          const MatVecTuning tunings[] = {
+              {0, false, 0, -1, -1}, {0, true, 0, -1, -1},   {1, false, 0, -1, -1},
+              {2, false, 0, -1, -1}, {4, false, 0, -1, -1},  {1, false, 16, -1, -1},
+              {2, false, 16, 44, 0}, {4, false, 32, 44, 0},  {1, false, 16, -1, 1},
+              {2, false, 32, -1, 1}, {4, false, 16, -1, 1}};
           for (const MatVecTuning& tu : tunings) {
             ASSERT_TRUE(dy->Fill(0xFF).ok());
             const Status st = MatVecRowsTuned(dw.data(), f, n_out, k, stride, dx.as<float>(),
@@ -193,7 +195,8 @@ TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
             const double e = RelErr(FromDevice(*dy, want.size()), want);
             EXPECT_LT(e, 1e-6) << f.spec() << " k " << k << " tokens " << n_tok << " stride "
                                << stride << " rows " << tu.rows_per_warp << " simple "
-                               << tu.simple << " chunk " << tu.chunk_blocks;
+                               << tu.simple << " chunk " << tu.chunk_blocks << " x_smem "
+                               << tu.x_smem;
             worst = std::max(worst, e);
             ++n;
           }

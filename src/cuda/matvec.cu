@@ -155,9 +155,12 @@ __global__ void __launch_bounds__(32 * kWarps)
 template <FormatKind F>
 __host__ __device__ constexpr int BlockBytes() { return F == FormatKind::kQ8_0 ? 34 : 18; }
 
-// CB: 32-value blocks per staged chunk of a row (16 or 32); ST: chunks in each warp's ring.
-template <FormatKind F, int R, int CB, int ST>
-__host__ __device__ constexpr int QuantSmemBytes() { return kWarps * ST * R * CB * BlockBytes<F>(); }
+// CB: 32-value blocks per staged chunk of a row (16 or 32); ST: chunks in each warp's ring;
+// XS: one token's x chunks staged once per thread block too ([ST][CB * 32] f32 after the rows).
+template <FormatKind F, int R, int CB, int ST, bool XS>
+__host__ __device__ constexpr int QuantSmemBytes() {
+  return kWarps * ST * R * CB * BlockBytes<F>() + (XS ? ST * CB * 32 * 4 : 0);
+}
 
 __device__ __forceinline__ uint32_t LoadU32Half2(const uint8_t* p) {  // 2-byte aligned
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
@@ -168,8 +171,8 @@ __device__ __forceinline__ float HalfAt(const uint8_t* p) {
   return __half2float(__ushort_as_half(*reinterpret_cast<const uint16_t*>(p)));
 }
 
-// Chunk c of each of the warp's R rows into its ring slot (16-byte cp.async by all lanes), then
-// one commit (also when c is past the end, so the wait counts stay uniform).
+// Chunk c of each of the warp's R rows into its ring slot (16-byte cp.async by all lanes); the
+// caller commits (also when c is past the end, so the wait counts stay uniform).
 template <int R, int kChunk, int kStages>
 __device__ __forceinline__ void IssueChunk(uint8_t* ring, const uint8_t* w, size_t row_stride,
                                            uint32_t row0, uint32_t n_out, uint32_t c,
@@ -183,12 +186,11 @@ __device__ __forceinline__ void IssueChunk(uint8_t* ring, const uint8_t* w, size
       for (uint32_t i = lane * 16; i < bytes; i += 512) CpAsync16(dst + r * kChunk + i, src + i);
     }
   }
-  CpAsyncCommit();
 }
 
 // q8_0 / q4_0 rows: w 16-byte aligned, row_stride a multiple of 16, k a multiple of 256 (so
 // every chunk is whole 16-byte units and whole steps).
-template <FormatKind F, int R, int NT, int kChunkBlocks, int kStages>
+template <FormatKind F, int R, int NT, int kChunkBlocks, int kStages, bool kXs>
 __global__ void __launch_bounds__(32 * kWarps)
     MatVecQuantKernel(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                       const float* x, uint32_t n_tok, float* y) {
@@ -199,8 +201,11 @@ __global__ void __launch_bounds__(32 * kWarps)
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   uint8_t* ring = smem + static_cast<size_t>(wid) * kStages * R * kChunk;  // [stage][r][kChunk]
+  float* xring = reinterpret_cast<float*>(smem + kWarps * kStages * R * kChunk);  // kXs: [stage][CB * 32]
   const uint32_t row0 = (blockIdx.x * kWarps + wid) * R;
-  if (row0 >= n_out) return;
+  // With x shared by the thread block every warp takes part in the copies and barriers (a warp
+  // past n_out reads the last row again and stores nothing).
+  if (!kXs && row0 >= n_out) return;
   const uint32_t n_blocks = k / 32, row_bytes = n_blocks * BB;
   const uint32_t n_chunks = (n_blocks + kChunkBlocks - 1) / kChunkBlocks;
   // This lane's block within a step and its code word within the block.
@@ -208,6 +213,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   float acc[R][NT] = {};
   auto issue = [&](uint32_t c) {
     IssueChunk<R, kChunk, kStages>(ring, w, row_stride, row0, n_out, c, n_chunks, row_bytes, lane);
+    if constexpr (kXs) {
+      if (c < n_chunks) {
+        const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
+        float* xd = xring + (c % kStages) * kChunkBlocks * 32;
+        const float* xsrc = x + static_cast<size_t>(c) * kChunkBlocks * 32;
+        for (uint32_t i = threadIdx.x; i < nb * 8; i += 32 * kWarps) CpAsync16(xd + 4 * i, xsrc + 4 * i);
+      }
+    }
+    CpAsyncCommit();
   };
   // One token: x of chunk c + 1 is loaded into registers while chunk c is summed (its latency
   // would otherwise sit between the ring's wait and the sums of every chunk).
@@ -228,13 +242,15 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (uint32_t t0 = 0; t0 < n_tok; t0 += NT) {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(s);
-    if constexpr (NT == 1) load_x(0, xa_c, xb_c);
+    if constexpr (NT == 1 && !kXs) load_x(0, xa_c, xb_c);
     for (uint32_t c = 0; c < n_chunks; ++c) {
       CpAsyncWait<kStages - 2>();
-      __syncwarp();
+      if constexpr (kXs) __syncthreads();
+      else __syncwarp();
       issue(c + kStages - 1);  // into the ring slot that chunk c - 1 left
       float4 xa_n[kSteps], xb_n[kSteps];
-      if constexpr (NT == 1) load_x(c + 1, xa_n, xb_n);
+      if constexpr (NT == 1 && !kXs) load_x(c + 1, xa_n, xb_n);
+      const float* xsm = xring + (c % kStages) * kChunkBlocks * 32;
       const uint8_t* buf = ring + static_cast<size_t>(c % kStages) * R * kChunk;
       const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
       const uint32_t xc = c * kChunkBlocks * 32;  // first value of the chunk
@@ -244,7 +260,10 @@ __global__ void __launch_bounds__(32 * kWarps)
         const uint32_t b = st * kStepBlocks + j;
         // x of this lane's values: q8_0 4 at 32 b + 4 m; q4_0 4 at 32 b + 4 m and 4 at + 16.
         float4 xa[NT], xb[NT];
-        if constexpr (NT == 1) {
+        if constexpr (kXs) {
+          xa[0] = *reinterpret_cast<const float4*>(xsm + 32 * b + 4 * m);
+          if constexpr (!kQ8) xb[0] = *reinterpret_cast<const float4*>(xsm + 32 * b + 4 * m + 16);
+        } else if constexpr (NT == 1) {
           xa[0] = xa_c[st];
           xb[0] = xb_c[st];
         } else {
@@ -296,7 +315,7 @@ __global__ void __launch_bounds__(32 * kWarps)
           }
         }
       }
-      if constexpr (NT == 1) {
+      if constexpr (NT == 1 && !kXs) {
 #pragma unroll
         for (int st = 0; st < kSteps; ++st) {
           xa_c[st] = xa_n[st];
@@ -305,7 +324,8 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
     }
     CpAsyncWait<0>();
-    __syncwarp();
+    if constexpr (kXs) __syncthreads();
+    else __syncwarp();
     ReduceStore<R, NT>(acc, row0, n_out, t0, n_tok, lane, y);
   }
 }
@@ -320,11 +340,11 @@ Status LaunchPlain(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stri
   return Status::OK();
 }
 
-template <FormatKind F, int R, int NT, int CB, int ST>
+template <FormatKind F, int R, int NT, int CB, int ST, bool XS>
 Status LaunchQuantWith(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                        const float* x, uint32_t n_tok, float* y, int carveout, cudaStream_t s) {
-  constexpr int kSmem = QuantSmemBytes<F, R, CB, ST>();
-  auto* kernel = MatVecQuantKernel<F, R, NT, CB, ST>;
+  constexpr int kSmem = QuantSmemBytes<F, R, CB, ST, XS>();
+  auto* kernel = MatVecQuantKernel<F, R, NT, CB, ST, XS>;
   static bool attr_set = false;  // benign races: every caller sets the same values
   static int carve_set = -1;
   if (!attr_set) {
@@ -348,10 +368,18 @@ template <FormatKind F, int R, int NT>
 Status LaunchQuant(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                    const float* x, uint32_t n_tok, float* y, const MatVecTuning& tu,
                    cudaStream_t s) {
-  if (tu.chunk_blocks == 16) {
-    return LaunchQuantWith<F, R, NT, 16, 4>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+  if constexpr (NT == 1) {
+    if (tu.x_smem == 1) {
+      if (tu.chunk_blocks == 16) {
+        return LaunchQuantWith<F, R, NT, 16, 4, true>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+      }
+      return LaunchQuantWith<F, R, NT, 32, 3, true>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+    }
   }
-  return LaunchQuantWith<F, R, NT, 32, 3>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+  if (tu.chunk_blocks == 16) {
+    return LaunchQuantWith<F, R, NT, 16, 4, false>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+  }
+  return LaunchQuantWith<F, R, NT, 32, 3, false>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
 }
 
 template <FormatKind F, int NT>
@@ -406,6 +434,7 @@ MatVecTuning MatVecDefaults(const Format& format, uint32_t n_out, uint32_t n_tok
   }
   if (tu.chunk_blocks == 0) tu.chunk_blocks = 16;
   if (tu.smem_carveout < 0) tu.smem_carveout = -1;
+  if (tu.x_smem < 0) tu.x_smem = 0;
   return tu;
 }
 
