@@ -417,24 +417,25 @@ bool MatVecFastApplies(const Format& format, uint32_t k, size_t row_stride, cons
   }
 }
 
-// The measured rule (H100, docs/results/cuda.md, fourth slice, call 3, x prefetched): one token:
-// rows per warp 2 from 2048 rows (each x load serves both), q8_0 / q4_0 4 from 65536 (the
-// 151936-row output matrix: 64% / 58% of HBM against 58% / 46% at 2); 8 tokens: 4 rows from
-// 8192 rows (q8_0 2), else 1 (q4_0 2); q8_0 / q4_0 chunks of 16 blocks; the driver's
-// carve-out (44% changed nothing).
+// The measured rule (H100, docs/results/cuda.md, fourth slice, calls 3 and 4): one token:
+// rows per warp 2 from 2048 rows (each x load serves both), q4_0 4 from 65536 (the
+// 151936-row output matrix: 63% of HBM against 50% at 2); q8_0 / q4_0 with x staged per
+// thread block (call 4: q8_0 44-65% against 38-64% per warp), q8_0 chunks of 32 blocks,
+// q4_0 16; 8 tokens: 4 rows from 8192 rows (q8_0 2), else 1 (q4_0 2), chunks of 16, x per
+// warp; the driver's carve-out (44% changed nothing).
 MatVecTuning MatVecDefaults(const Format& format, uint32_t n_out, uint32_t n_tok,
                             MatVecTuning tu) {
   const bool q8 = format.kind == FormatKind::kQ8_0, q4 = format.kind == FormatKind::kQ4_0;
   if (tu.rows_per_warp == 0) {
     if (n_tok == 1) {
-      tu.rows_per_warp = (q8 || q4) && n_out >= 65536 ? 4 : n_out >= 2048 ? 2 : 1;
+      tu.rows_per_warp = q4 && n_out >= 65536 ? 4 : n_out >= 2048 ? 2 : 1;
     } else {
       tu.rows_per_warp = n_out >= 8192 ? (q8 ? 2 : 4) : (q4 ? 2 : 1);
     }
   }
-  if (tu.chunk_blocks == 0) tu.chunk_blocks = 16;
+  if (tu.chunk_blocks == 0) tu.chunk_blocks = q8 && n_tok == 1 ? 32 : 16;
   if (tu.smem_carveout < 0) tu.smem_carveout = -1;
-  if (tu.x_smem < 0) tu.x_smem = 0;
+  if (tu.x_smem < 0) tu.x_smem = n_tok == 1 ? 1 : 0;
   return tu;
 }
 
