@@ -147,8 +147,8 @@ int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::s
       add(8, {1, false, 0, -1});
       add(8, {4, false, 0, -1});
       if (quant) {
-        add(8, {2, false, 16, -1});
-        add(8, {4, false, 16, -1});
+        for (uint32_t r : {1u, 2u, 4u}) add(8, {r, false, 16, -1, 1});
+        add(8, {2, false, 32, -1, 1});
       }
       add(1, {0, true, 0, -1});
       add(8, {0, true, 0, -1});

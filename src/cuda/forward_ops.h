@@ -52,8 +52,8 @@ Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t 
 // MatVecRows with its kernel picked by hand (benchmarks, tests): rows_per_warp 1, 2 or 4 for
 // the streaming kernel; q8_0 / q4_0: chunk_blocks 16 (4-deep ring) or 32 (3-deep) per warp and
 // the shared-memory carve-out in percent (cudaFuncAttributePreferredSharedMemoryCarveout: a
-// smaller one leaves L1 to x), x_smem 1: one token's x staged once per thread block in shared
-// memory (0: each warp loads it); 0 / -1: the default rule. simple: the lane-per-block kernel
+// smaller one leaves L1 to x), x_smem 1: x (every token of a pass) staged once per thread
+// block in shared memory (0: each warp loads it); 0 / -1: the default rule. simple: the lane-per-block kernel
 // even where the streaming one applies.
 struct MatVecTuning {
   uint32_t rows_per_warp = 0;

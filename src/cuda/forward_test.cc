@@ -141,7 +141,7 @@ TEST_F(CudaForward, SwiGluMatchesTheCpu) {
 
 TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
   // Each shape through every kernel: the streaming one (matvec.cu) at 1, 2 and 4 rows per warp,
-  // q8_0 / q4_0 chunks of 16 and 32 blocks, x per warp or per thread block (one token), and
+  // q8_0 / q4_0 chunks of 16 and 32 blocks, x per warp or per thread block, and
   // its default, and the lane-per-block one; row strides a multiple of 16 (streaming where
   // the format allows: q8_0 / q4_0 need k a multiple of 256, k 1280 ends in a partial chunk)
   // and not (lane-per-block only).
@@ -186,7 +186,7 @@ TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
               {0, false, 0, -1, -1}, {0, true, 0, -1, -1},   {1, false, 0, -1, -1},
               {2, false, 0, -1, -1}, {4, false, 0, -1, -1},  {1, false, 16, -1, -1},
               {2, false, 16, 44, 0}, {4, false, 32, 44, 0},  {1, false, 16, -1, 1},
-              {2, false, 32, -1, 1}, {4, false, 16, -1, 1}};
+              {2, false, 32, -1, 1}, {4, false, 16, -1, 1},  {1, false, 32, -1, 1}};
           for (const MatVecTuning& tu : tunings) {
             ASSERT_TRUE(dy->Fill(0xFF).ok());
             const Status st = MatVecRowsTuned(dw.data(), f, n_out, k, stride, dx.as<float>(),

@@ -156,10 +156,11 @@ template <FormatKind F>
 __host__ __device__ constexpr int BlockBytes() { return F == FormatKind::kQ8_0 ? 34 : 18; }
 
 // CB: 32-value blocks per staged chunk of a row (16 or 32); ST: chunks in each warp's ring;
-// XS: one token's x chunks staged once per thread block too ([ST][CB * 32] f32 after the rows).
-template <FormatKind F, int R, int CB, int ST, bool XS>
+// XS: the NT tokens' x chunks staged once per thread block too ([ST][NT][CB * 32] f32 after
+// the rows).
+template <FormatKind F, int R, int NT, int CB, int ST, bool XS>
 __host__ __device__ constexpr int QuantSmemBytes() {
-  return kWarps * ST * R * CB * BlockBytes<F>() + (XS ? ST * CB * 32 * 4 : 0);
+  return kWarps * ST * R * CB * BlockBytes<F>() + (XS ? ST * NT * CB * 32 * 4 : 0);
 }
 
 __device__ __forceinline__ uint32_t LoadU32Half2(const uint8_t* p) {  // 2-byte aligned
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   extern __shared__ __align__(16) uint8_t smem[];
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   uint8_t* ring = smem + static_cast<size_t>(wid) * kStages * R * kChunk;  // [stage][r][kChunk]
-  float* xring = reinterpret_cast<float*>(smem + kWarps * kStages * R * kChunk);  // kXs: [stage][CB * 32]
+  float* xring = reinterpret_cast<float*>(smem + kWarps * kStages * R * kChunk);  // kXs: [stage][NT][CB * 32]
   const uint32_t row0 = (blockIdx.x * kWarps + wid) * R;
   // With x shared by the thread block every warp takes part in the copies and barriers (a warp
   // past n_out reads the last row again and stores nothing).
@@ -211,14 +212,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   // This lane's block within a step and its code word within the block.
   const int j = kQ8 ? lane >> 3 : lane >> 2, m = kQ8 ? lane & 7 : lane & 3;
   float acc[R][NT] = {};
+  uint32_t t0 = 0;  // the pass's first token
   auto issue = [&](uint32_t c) {
     IssueChunk<R, kChunk, kStages>(ring, w, row_stride, row0, n_out, c, n_chunks, row_bytes, lane);
     if constexpr (kXs) {
       if (c < n_chunks) {
         const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
-        float* xd = xring + (c % kStages) * kChunkBlocks * 32;
-        const float* xsrc = x + static_cast<size_t>(c) * kChunkBlocks * 32;
-        for (uint32_t i = threadIdx.x; i < nb * 8; i += 32 * kWarps) CpAsync16(xd + 4 * i, xsrc + 4 * i);
+        const uint32_t nt = min(static_cast<uint32_t>(NT), n_tok - t0);
+        for (uint32_t i = threadIdx.x; i < nt * nb * 8; i += 32 * kWarps) {
+          const uint32_t t = i / (nb * 8), e = i - t * nb * 8;  // token, 16-byte piece
+          CpAsync16(xring + ((c % kStages) * NT + t) * kChunkBlocks * 32 + 4 * e,
+                    x + static_cast<size_t>(t0 + t) * k + static_cast<size_t>(c) * kChunkBlocks * 32 + 4 * e);
+        }
       }
     }
     CpAsyncCommit();
@@ -239,7 +244,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       }
     }
   };
-  for (uint32_t t0 = 0; t0 < n_tok; t0 += NT) {
+  for (t0 = 0; t0 < n_tok; t0 += NT) {
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(s);
     if constexpr (NT == 1 && !kXs) load_x(0, xa_c, xb_c);
@@ -250,7 +255,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       issue(c + kStages - 1);  // into the ring slot that chunk c - 1 left
       float4 xa_n[kSteps], xb_n[kSteps];
       if constexpr (NT == 1 && !kXs) load_x(c + 1, xa_n, xb_n);
-      const float* xsm = xring + (c % kStages) * kChunkBlocks * 32;
+      const float* xsm = xring + (c % kStages) * NT * kChunkBlocks * 32;
       const uint8_t* buf = ring + static_cast<size_t>(c % kStages) * R * kChunk;
       const uint32_t nb = min(static_cast<uint32_t>(kChunkBlocks), n_blocks - c * kChunkBlocks);
       const uint32_t xc = c * kChunkBlocks * 32;  // first value of the chunk
@@ -261,8 +266,13 @@ __global__ void __launch_bounds__(32 * kWarps)
         // x of this lane's values: q8_0 4 at 32 b + 4 m; q4_0 4 at 32 b + 4 m and 4 at + 16.
         float4 xa[NT], xb[NT];
         if constexpr (kXs) {
-          xa[0] = *reinterpret_cast<const float4*>(xsm + 32 * b + 4 * m);
-          if constexpr (!kQ8) xb[0] = *reinterpret_cast<const float4*>(xsm + 32 * b + 4 * m + 16);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            if (NT > 1 && t0 + t >= n_tok) break;
+            const float* xp = xsm + t * kChunkBlocks * 32 + 32 * b + 4 * m;
+            xa[t] = *reinterpret_cast<const float4*>(xp);
+            if constexpr (!kQ8) xb[t] = *reinterpret_cast<const float4*>(xp + 16);
+          }
         } else if constexpr (NT == 1) {
           xa[0] = xa_c[st];
           xb[0] = xb_c[st];
@@ -343,7 +353,7 @@ Status LaunchPlain(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stri
 template <FormatKind F, int R, int NT, int CB, int ST, bool XS>
 Status LaunchQuantWith(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                        const float* x, uint32_t n_tok, float* y, int carveout, cudaStream_t s) {
-  constexpr int kSmem = QuantSmemBytes<F, R, CB, ST, XS>();
+  constexpr int kSmem = QuantSmemBytes<F, R, NT, CB, ST, XS>();
   auto* kernel = MatVecQuantKernel<F, R, NT, CB, ST, XS>;
   static bool attr_set = false;  // benign races: every caller sets the same values
   static int carve_set = -1;
@@ -368,13 +378,11 @@ template <FormatKind F, int R, int NT>
 Status LaunchQuant(const uint8_t* w, uint32_t n_out, uint32_t k, size_t row_stride,
                    const float* x, uint32_t n_tok, float* y, const MatVecTuning& tu,
                    cudaStream_t s) {
-  if constexpr (NT == 1) {
-    if (tu.x_smem == 1) {
-      if (tu.chunk_blocks == 16) {
-        return LaunchQuantWith<F, R, NT, 16, 4, true>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
-      }
-      return LaunchQuantWith<F, R, NT, 32, 3, true>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
+  if (tu.x_smem == 1) {
+    if (tu.chunk_blocks == 16) {
+      return LaunchQuantWith<F, R, NT, 16, 4, true>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
     }
+    return LaunchQuantWith<F, R, NT, 32, 3, true>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
   }
   if (tu.chunk_blocks == 16) {
     return LaunchQuantWith<F, R, NT, 16, 4, false>(w, n_out, k, row_stride, x, n_tok, y, tu.smem_carveout, s);
