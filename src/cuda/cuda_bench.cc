@@ -10,9 +10,10 @@
 //                     [--iters 20] [--peak-gbps 3352] [--sdpa FILE] [--exact] [--per-head] [--sequential]
 //                     [--hpc 2|4|8] [--splits N] [--separate-merge] [--clean-flush]
 //                     [--wide-variant 0|1]
-//   kvtier_cuda_bench --matvec [--iters 20]: the forward pass's MatVecRows (1 and 8 tokens)
-//                     and GemmRows (512 tokens, bf16 compute) at an 8B model's projection
-//                     shapes, GB/s of weight bytes and TFLOP/s, L2 flushed before each call.
+//   kvtier_cuda_bench --matvec [--iters 20] [--formats ...] [--gemm]: the forward pass's
+//                     MatVecRows (1 and 8 tokens, each kernel) and with --gemm GemmRows (512
+//                     tokens, bf16 compute) at Llama-3-8B's and Qwen3-0.6B's projection
+//                     shapes, GB/s of weight bytes and TFLOP/s, L2 flushed (clean) before each.
 // --clean-flush: the L2 flush also reads its buffer back, so the timed call starts with clean
 // lines in L2 (the plain flush leaves up to 50 MB of dirty lines that the call writes back).
 #include <algorithm>
@@ -55,33 +56,44 @@ int Fail(const Status& s) {
 }
 
 // --matvec: weights [n_out, k] of each format with random codes (q8_0 / q4_0 blocks get a
-// fixed scale 2^-7; bf16 values from random normals), built on the host.
-int MatVecBench(uint32_t iters) {
+// fixed scale 2^-7; f16 / bf16 values from random normals), built on the host, at the
+// projection shapes of Llama-3-8B (and its 1024-row K/V) and Qwen3-0.6B (with its 151936-row
+// output matrix). Per shape: the streaming kernel at its default tuning for 1 and 8 tokens,
+// at 1 / 2 / 4 rows per warp (rN; q8_0 / q4_0 also chunks of 32 or 16 blocks, cN, and x per
+// warp or staged per thread block, x) for one token and some for 8, the lane-per-block
+// kernel (`simple`, the baseline) for 1 and 8 tokens, and with --gemm GemmRows at 512 tokens.
+int MatVecBench(uint32_t iters, double peak, bool gemm, const std::vector<std::string>& formats) {
   struct Shape {
+    const char* model;
     uint32_t n_out, k;
   };
-  const Shape shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+  const Shape shapes[] = {{"llama8b", 4096, 4096},   {"llama8b", 1024, 4096},
+                          {"llama8b", 14336, 4096},  {"llama8b", 4096, 14336},
+                          {"qwen06b", 2048, 1024},   {"qwen06b", 1024, 2048},
+                          {"qwen06b", 3072, 1024},   {"qwen06b", 1024, 3072},
+                          {"qwen06b", 151936, 1024}};
   auto flush = DeviceBuffer::Allocate(size_t{256} << 20);
   if (!flush.ok()) return Fail(flush.status());
+  std::printf("device: %s\n", DeviceDescription().c_str());
   std::printf("matvec / gemm: y [tokens, n_out] = x [tokens, k] . W^T, f32 x and y; median of "
-              "%u calls, L2 flushed before each; GB/s of W's bytes\n", iters);
-  std::printf("%-6s %6s %6s %6s %9s %8s %9s\n", "format", "n_out", "k", "tokens", "ms",
-              "GB/s", "TFLOP/s");
+              "%u calls, L2 flushed (clean lines) before each; GB/s of W's bytes, %% of %.0f\n",
+              iters, peak);
+  std::printf("%-6s %-8s %6s %6s %6s %-10s %9s %8s %6s %9s\n", "format", "model", "n_out", "k",
+              "tokens", "kernel", "ms", "GB/s", "%peak", "TFLOP/s");
   std::mt19937_64 rng(7);
   GemmWorkspace gws;
-  for (const char* fname : {"bf16", "q8_0", "q4_0"}) {
+  for (const std::string& fname : formats) {
     auto fmt = ParseFormat(fname);
     if (!fmt.ok()) return Fail(fmt.status());
     for (const Shape& sh : shapes) {
       const size_t rb = fmt->row_bytes(sh.k);
       std::vector<uint8_t> host(rb * sh.n_out);
-      if (fmt->kind == FormatKind::kBF16) {
-        std::normal_distribution<float> nd;
+      if (fmt->kind == FormatKind::kBF16 || fmt->kind == FormatKind::kF16) {
+        // Random 16-bit patterns with the exponent kept small (finite, |v| < 2).
         for (size_t i = 0; i < host.size() / 2; ++i) {
-          const float f = nd(rng);
-          uint32_t u;
-          std::memcpy(&u, &f, 4);
-          const uint16_t h = static_cast<uint16_t>(u >> 16);
+          uint16_t h = static_cast<uint16_t>(rng());
+          h = fmt->kind == FormatKind::kBF16 ? static_cast<uint16_t>((h & 0x807f) | 0x3c00)
+                                             : static_cast<uint16_t>((h & 0x83ff) | 0x3800);
           std::memcpy(&host[2 * i], &h, 2);
         }
       } else {
@@ -92,23 +104,65 @@ int MatVecBench(uint32_t iters) {
           host[i + 1] = 0x20;  // f16 2^-7
         }
       }
+      const uint32_t max_tok = gemm ? 512 : 8;
       auto w = DeviceBuffer::Allocate(host.size());
-      auto x = DeviceBuffer::Allocate(static_cast<size_t>(512) * sh.k * 4);
-      auto y = DeviceBuffer::Allocate(static_cast<size_t>(512) * sh.n_out * 4);
+      auto x = DeviceBuffer::Allocate(static_cast<size_t>(max_tok) * sh.k * 4);
+      auto y = DeviceBuffer::Allocate(static_cast<size_t>(max_tok) * sh.n_out * 4);
       if (!w.ok() || !x.ok() || !y.ok()) return Fail(Status::ResourceExhausted("matvec buffers"));
       Status st = w->CopyFromHost(host.data(), host.size());
-      if (st.ok()) st = FillRandom(x->data(), static_cast<size_t>(512) * sh.k, DType::kF32, 3);
+      if (st.ok()) st = FillRandom(x->data(), static_cast<size_t>(max_tok) * sh.k, DType::kF32, 3);
       if (!st.ok()) return Fail(st);
-      for (uint32_t tokens : {1u, 8u, 512u}) {
+      struct Run {
+        uint32_t tokens;
+        MatVecTuning tu;
+        bool gemm;
+        std::string name;
+      };
+      auto name = [](const MatVecTuning& t) {
+        if (t.simple) return std::string("simple");
+        if (t.rows_per_warp == 0 && t.chunk_blocks == 0 && t.smem_carveout < 0) {
+          return std::string("default");
+        }
+        char buf[48];
+        int n = std::snprintf(buf, sizeof buf, "r%u", t.rows_per_warp);
+        if (t.chunk_blocks) n += std::snprintf(buf + n, sizeof buf - n, "c%u", t.chunk_blocks);
+        if (t.smem_carveout >= 0) n += std::snprintf(buf + n, sizeof buf - n, "o%d", t.smem_carveout);
+        if (t.x_smem == 1) std::snprintf(buf + n, sizeof buf - n, "x");
+        return std::string(buf);
+      };
+      std::vector<Run> runs;
+      auto add = [&](uint32_t tokens, MatVecTuning t) { runs.push_back({tokens, t, false, name(t)}); };
+      const bool quant = fmt->is_quantized();
+      add(1, {});
+      add(8, {});
+      for (uint32_t r : {1u, 2u, 4u}) {
+        if (!quant) {
+          add(1, {r, false, 0, -1});
+          continue;
+        }
+        for (uint32_t c : {32u, 16u}) {
+          for (int xs : {0, 1}) add(1, {r, false, c, -1, xs});
+        }
+      }
+      add(8, {1, false, 0, -1});
+      add(8, {4, false, 0, -1});
+      if (quant) {
+        for (uint32_t r : {1u, 2u, 4u}) add(8, {r, false, 16, -1, 1});
+        add(8, {2, false, 32, -1, 1});
+      }
+      add(1, {0, true, 0, -1});
+      add(8, {0, true, 0, -1});
+      if (gemm) runs.push_back({512, {}, true, "gemm-bf16"});
+      for (const Run& run : runs) {
         std::vector<double> ms;
         for (uint32_t it = 0; it < iters + 3; ++it) {
           if (Status f = flush->Fill(static_cast<uint8_t>(it)); !f.ok()) return Fail(f);
           if (Status f = ReadThrough(*flush); !f.ok()) return Fail(f);
           auto t = TimeOnDevice([&] {
-            return tokens <= 8 ? MatVecRows(w->data(), *fmt, sh.n_out, sh.k, rb, x->as<float>(),
-                                            tokens, y->as<float>())
-                               : GemmRows(w->data(), *fmt, sh.n_out, sh.k, rb, x->as<float>(),
-                                          tokens, y->as<float>(), DType::kBF16, &gws);
+            return run.gemm ? GemmRows(w->data(), *fmt, sh.n_out, sh.k, rb, x->as<float>(),
+                                       run.tokens, y->as<float>(), DType::kBF16, &gws)
+                            : MatVecRowsTuned(w->data(), *fmt, sh.n_out, sh.k, rb,
+                                              x->as<float>(), run.tokens, y->as<float>(), run.tu);
           });
           if (!t.ok()) return Fail(t.status());
           if (it >= 3) ms.push_back(*t);
@@ -116,9 +170,10 @@ int MatVecBench(uint32_t iters) {
         std::sort(ms.begin(), ms.end());
         const double med = ms[ms.size() / 2];
         const double gbps = static_cast<double>(host.size()) / (med * 1e-3) / 1e9;
-        const double tflops = 2.0 * sh.n_out * sh.k * tokens / (med * 1e-3) / 1e12;
-        std::printf("%-6s %6u %6u %6u %9.4f %8.0f %9.2f%s\n", fname, sh.n_out, sh.k, tokens, med,
-                    gbps, tflops, tokens > 8 ? "  (GemmRows, bf16 tensor cores)" : "");
+        const double tflops = 2.0 * sh.n_out * sh.k * run.tokens / (med * 1e-3) / 1e12;
+        std::printf("%-6s %-8s %6u %6u %6u %-10s %9.4f %8.0f %5.1f%% %9.2f\n", fname.c_str(),
+                    sh.model, sh.n_out, sh.k, run.tokens, run.name.c_str(), med, gbps,
+                    100 * gbps / peak, tflops);
         std::fflush(stdout);
       }
     }
@@ -133,7 +188,7 @@ int Main(int argc, char** argv) {
   double peak = 3352;
   std::string sdpa_file;
   bool exact = false, per_head = false, sequential = false, separate_merge = false;
-  bool clean_flush = false, matvec = false;
+  bool clean_flush = false, matvec = false, gemm = false, formats_set = false;
   uint32_t hpc = 0, splits_opt = 0, wide_variant = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -146,7 +201,7 @@ int Main(int argc, char** argv) {
     };
     if (a == "--contexts") contexts = ParseList(next());
     else if (a == "--batches") batches = ParseList(next());
-    else if (a == "--formats") formats = ParseNames(next());
+    else if (a == "--formats") formats = ParseNames(next()), formats_set = true;
     else if (a == "--heads") heads = std::stoul(next());
     else if (a == "--kv-heads") kv_heads = std::stoul(next());
     else if (a == "--head-dim") head_dim = std::stoul(next());
@@ -163,6 +218,7 @@ int Main(int argc, char** argv) {
     else if (a == "--clean-flush") clean_flush = true;
     else if (a == "--wide-variant") wide_variant = std::stoul(next());
     else if (a == "--matvec") matvec = true;
+    else if (a == "--gemm") gemm = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       return 2;
@@ -173,7 +229,10 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "kvtier_cuda_bench: %s\n", why.c_str());
     return 1;
   }
-  if (matvec) return MatVecBench(iters);
+  if (matvec) {
+    if (!formats_set) formats = {"bf16", "f16", "q8_0", "q4_0"};
+    return MatVecBench(iters, peak, gemm, formats);
+  }
   std::map<std::pair<uint32_t, uint32_t>, double> sdpa;
   if (!sdpa_file.empty()) {
     std::ifstream in(sdpa_file);

@@ -9,7 +9,8 @@
 //
 // AppendKv: quantize-on-append. K and V of n_tokens tokens (all KV heads, f32/f16/bf16 on the
 // device) are converted into the pool's formats and written to their slots. The bytes equal the
-// CPU reference quantizer's (src/quant/quant_ref.cc) bit for bit: f16, bf16, q8_0, q4_0.
+// CPU reference quantizer's (src/quant/quant_ref.cc) bit for bit: f16, bf16, q8_0, q4_0 and
+// the rotated rot<bits>s<seed> rows (head_dim up to 256; rot.cuh).
 //
 // DecodeAttention: one query token per row (decode) over a device PagedKvView, split-K over the
 // row's keys with a log-sum-exp merge, a KV head's rows read once for all of its query heads
@@ -18,7 +19,9 @@
 // (mma.sync) by default: a thread block over up to 8 KV heads of a token range where the view
 // allows and the batch has several rows (decode_wide.cuh), else one per KV head
 // (decode_mma.cuh); DecodeOptions::exact selects the f32 kernel. The splits of a row merge in
-// the last thread block to finish (no second launch).
+// the last thread block to finish (no second launch). rot4 rows (rot4s<seed>): q rotated once
+// per head, the f32 kernel reads the rows in the rotated basis, out rotated back once per head
+// (DecodeWorkspace::rotated holds the rotated queries).
 //
 // Every function returns a Status naming what failed (a CUDA error names the call and the
 // runtime's message). Not thread-safe per pool; distinct pools and streams are independent.
@@ -120,6 +123,7 @@ Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const v
 struct DecodeWorkspace {
   DeviceBuffer partial;
   DeviceBuffer counters;
+  DeviceBuffer rotated;  // rot4 rows: the rotated queries
 };
 
 struct DecodeOptions {

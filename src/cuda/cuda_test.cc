@@ -87,8 +87,11 @@ std::vector<float> TestValues(size_t n_tokens, size_t row, std::mt19937_64* rng)
 TEST_F(Cuda, AppendWritesTheCpuQuantizersBytes) {
   std::mt19937_64 rng(7);
   int checked = 0;
-  for (const Format& f : {Format::F16(), Format::BF16(), Format::Q8_0(), Format::Q4_0(), Format::F32()}) {
-    for (uint32_t hd : {64u, 128u, 256u}) {
+  // Rotated rows too (rot.cuh): 4, 3 and 2 bits, seeds 0 and 7, head_dim 96 = [64, 32].
+  for (const Format& f : {Format::F16(), Format::BF16(), Format::Q8_0(), Format::Q4_0(),
+                          Format::F32(), Format::Rot(4, 0), Format::Rot(4, 7), Format::Rot(3, 0),
+                          Format::Rot(2, 0)}) {
+    for (uint32_t hd : {64u, 96u, 128u, 256u}) {
       for (DType src : {DType::kF32, DType::kF16, DType::kBF16}) {
         const KvShape shape{2, 3, hd};
         const uint32_t bt = 16, n_tokens = 50, n_blocks = 8;
@@ -334,6 +337,48 @@ TEST_F(Cuda, DecodeEveryFormatHeadDimAndGqaRatioMatchesTheReference) {
 
 // Issue 35's shape (8 KV heads, 4 query heads each): the all-heads kernel takes all 8 KV heads
 // in one thread block; 4 KV heads per block with 4 KV heads; both kernels against the reference.
+// rot4 rows (rotated 4-bit codebook): appended on the GPU, read in place by the f32 kernel in
+// the rotated basis (q rotated before, out rotated back after), against the float64 reference
+// over the CPU dequantizer (which rotates each row back): the exact bound.
+TEST_F(Cuda, DecodeRot4MatchesTheReference) {
+  uint64_t seed = 900;
+  double worst = 0;
+  int n = 0;
+  for (const Format& f : {Format::Rot(4, 0), Format::Rot(4, 7)}) {
+    for (uint32_t hd : {64u, 128u, 256u}) {
+      for (uint32_t g : {1u, 2u, 3u, 4u, 8u}) {
+        for (uint32_t splits : {0u, 1u, 7u}) {
+          Case c;
+          c.f = f;
+          c.head_dim = hd;
+          c.group = g;
+          c.n_kv_heads = g == 8 ? 1 : 2;
+          c.lengths = {300, 1, 77, 40, 1000};
+          c.n_splits = splits;
+          c.seed = ++seed;
+          const double err = RelError(c);
+          EXPECT_LT(err, kExactBound) << Describe(c);
+          worst = std::max(worst, err);
+          ++n;
+        }
+      }
+    }
+  }
+  Case c;
+  c.f = Format::Rot(4, 0);
+  c.lengths = {3000, 500};
+  c.window = 700;
+  c.softcap = 30;
+  c.scale = 0.2f;
+  c.block_tokens = 1;
+  c.seed = 77;
+  const double err = RelError(c);
+  EXPECT_LT(err, kExactBound) << Describe(c);
+  worst = std::max(worst, err);
+  std::printf("decode rot4: %d cases, worst relative error %.2e (bound %.0e)\n", n + 1, worst,
+              kExactBound);
+}
+
 TEST_F(Cuda, DecodeAllHeadsKernelMatchesTheReference) {
   uint64_t seed = 5000;
   double worst[2] = {0, 0};  // [quantized]
@@ -464,6 +509,12 @@ TEST_F(Cuda, DecodeRefusesWhatItDoesNotServe) {
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
   p.n_heads = 3;
   p.out_dtype = DType::kBF16;
+  st = DecodeAttention(view, &dummy, p, &dummy, DecodeOptions(), &ws);
+  EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
+  auto rot3 = DevicePool::Create(KvShape{1, 1, 128}, Format::Rot(3, 0), Format::Rot(3, 0), 16, 4);
+  ASSERT_TRUE(rot3.ok());
+  view = (*rot3)->View(0, &row, 1);
+  p.out_dtype = DType::kF32;
   st = DecodeAttention(view, &dummy, p, &dummy, DecodeOptions(), &ws);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
   auto affine = DevicePool::Create(KvShape{1, 1, 128}, Format::Affine(4, 64, DType::kF16),

@@ -6,6 +6,8 @@
 
 #include "cuda/cuda_kv.h"
 #include "cuda/decode_wide.cuh"
+#include "cuda/rot.cuh"
+#include "quant/rot.h"
 
 namespace kvtier::cuda {
 namespace {
@@ -31,6 +33,18 @@ __global__ void MergeSplitsKernel(const float* part_o, const float* part_lse, fl
   }
 }
 
+// rot4 rows: q into the rotated basis before the kernel, out back after (a warp per vector).
+__global__ void RotateVectorsKernel(const float* in, float* out, uint32_t n, uint32_t seed,
+                                    bool inverse) {
+  __shared__ float y[kRotMaxHeadDim];
+  const int lane = threadIdx.x;
+  const size_t base = static_cast<size_t>(blockIdx.x) * n;
+  for (uint32_t i = lane; i < n; i += 32) y[i] = in[base + i];
+  __syncwarp();
+  dev::RotateRowWarp(y, n, seed, lane, inverse);
+  for (uint32_t i = lane; i < n; i += 32) out[base + i] = y[i];
+}
+
 using Launcher = Status (*)(const DecodeParams&, int, int, uint32_t, uint32_t, cudaStream_t, int*);
 using MmaLauncher = Status (*)(const DecodeParams&, int, uint32_t, uint32_t, cudaStream_t, int*);
 using WideLauncher = Status (*)(const DecodeParams&, int, int, uint32_t, uint32_t, cudaStream_t,
@@ -42,6 +56,7 @@ Launcher LauncherFor(FormatKind k) {
     case FormatKind::kBF16: return LaunchDecodeBF16;
     case FormatKind::kQ8_0: return LaunchDecodeQ8_0;
     case FormatKind::kQ4_0: return LaunchDecodeQ4_0;
+    case FormatKind::kRot: return LaunchDecodeRot4;
     default: return nullptr;
   }
 }
@@ -141,10 +156,10 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
   KernelChoice c;
   DecodeParams dummy{};
   const int hd = static_cast<int>(head_dim);
-  const size_t row_bytes = f == FormatKind::kQ8_0   ? head_dim / 32 * 34
-                           : f == FormatKind::kQ4_0 ? head_dim / 32 * 18
-                                                    : head_dim * 2;
-  if (o.exact) {
+  const size_t row_bytes = f == FormatKind::kQ8_0                              ? head_dim / 32 * 34
+                           : f == FormatKind::kQ4_0 || f == FormatKind::kRot ? head_dim / 32 * 18
+                                                                             : head_dim * 2;
+  if (o.exact || f == FormatKind::kRot) {  // rot4: only the f32 kernel reads it so far
     c.kind = KernelChoice::kExact;
     c.tile = kTile;
     const Launcher launch = LauncherFor(f);
@@ -228,9 +243,13 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
                                  " differ; the GPU kernels take one format for both so far");
   }
   const Launcher launch = LauncherFor(kv.k_format.kind);
-  if (!launch) {
-    return Status::Unimplemented(w + "format " + kv.k_format.spec() +
-                                 " is not implemented on the GPU yet (f16, bf16, q8_0, q4_0)");
+  const bool rot = kv.k_format.kind == FormatKind::kRot;
+  if (!launch || (rot && kv.k_format.bits != 4) ||
+      (rot && kv.head_dim > kRotMaxHeadDim)) {
+    return Status::Unimplemented(w + "format " + kv.k_format.spec() + " with head_dim " +
+                                 std::to_string(kv.head_dim) +
+                                 " is not implemented on the GPU yet (f16, bf16, q8_0, q4_0, "
+                                 "rot4 up to head_dim 256)");
   }
   if (kv.n_kv_heads == 0 || params.n_heads == 0 || params.n_heads % kv.n_kv_heads != 0) {
     return Status::InvalidArgument(w + "n_heads " + std::to_string(params.n_heads) +
@@ -344,6 +363,20 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
     }
   }
   const auto stream = static_cast<cudaStream_t>(options.stream);
+  if (rot) {
+    // q . k = (R q) . (R k) and sum p v = R^T sum p (R v): q rotated once per head here, the
+    // kernel reads the rows in the rotated basis, out rotated back below.
+    const size_t need = heads * kv.head_dim * sizeof(float);
+    if (ws->rotated.size() < need) {
+      ws->rotated = DeviceBuffer();
+      KVTIER_ASSIGN_OR_RETURN(ws->rotated, DeviceBuffer::Allocate(need));
+    }
+    RotateVectorsKernel<<<static_cast<unsigned>(heads), 32, 0, stream>>>(
+        q, ws->rotated.as<float>(), kv.head_dim, kv.k_format.seed, false);
+    KVTIER_CUDA_RETURN(cudaGetLastError());
+    p.q = ws->rotated.as<float>();
+    for (int i = 0; i < 16; ++i) p.rot_levels[i] = kRotLevels4[i];
+  }
   if (choice.kind == KernelChoice::kExact) {
     KVTIER_RETURN_IF_ERROR(launch(p, static_cast<int>(kv.head_dim), static_cast<int>(group),
                                   kv.n_rows, kv.n_kv_heads, stream, nullptr));
@@ -360,6 +393,11 @@ Status DecodeAttention(const PagedKvView& kv, const float* q, const AttentionPar
   if (n_splits > 1 && !p.counters) {
     MergeSplitsKernel<<<static_cast<unsigned>(heads), std::min<uint32_t>(kv.head_dim, 256), 0,
                         stream>>>(p.part_o, p.part_lse, out, n_splits, kv.head_dim);
+    KVTIER_CUDA_RETURN(cudaGetLastError());
+  }
+  if (rot) {
+    RotateVectorsKernel<<<static_cast<unsigned>(heads), 32, 0, stream>>>(
+        out, out, kv.head_dim, kv.k_format.seed, true);
     KVTIER_CUDA_RETURN(cudaGetLastError());
   }
   return Status::OK();

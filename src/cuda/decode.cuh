@@ -40,6 +40,7 @@ struct DecodeParams {
   uint32_t* counters;
   uint32_t n_heads, group, window, n_splits, chunk;
   float scale, softcap;
+  float rot_levels[16];  // rot4 rows: the codebook (q rotated and out rotated back outside)
 };
 
 constexpr int kTile = 32;
@@ -122,10 +123,21 @@ __device__ __forceinline__ uint64_t TokenOffset(const DecodeParams& p, const Pag
 }
 
 // 8 values of the K row in shared memory: dims [8c, 8c + 8). For q8_0 / q4_0 the codes
-// (q4_0: code - 8) are returned and *d is the block's scale; for plain formats *d = 1.
+// (q4_0: code - 8) are returned and *d is the block's scale; for plain formats *d = 1; for
+// rot4 (rotated basis) the levels lv[code] (value i at byte i / 2, low nibble first).
 template <FormatKind F>
-__device__ __forceinline__ void LoadChunk8(const uint8_t* row, int c, float* x, float* d) {
-  if constexpr (F == FormatKind::kF16 || F == FormatKind::kBF16) {
+__device__ __forceinline__ void LoadChunk8(const uint8_t* row, int c, float* x, float* d,
+                                           const float* lv) {
+  if constexpr (F == FormatKind::kRot) {
+    const uint8_t* blk = row + 18 * (c >> 2);
+    *d = HalfBits(Ld16(blk));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t b = blk[2 + 4 * (c & 3) + i];
+      x[2 * i] = lv[b & 15];
+      x[2 * i + 1] = lv[b >> 4];
+    }
+  } else if constexpr (F == FormatKind::kF16 || F == FormatKind::kBF16) {
     const uint4 raw = *reinterpret_cast<const uint4*>(row + 16 * c);
     const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
@@ -165,8 +177,19 @@ __device__ __forceinline__ void LoadChunk8(const uint8_t* row, int c, float* x, 
 
 // DPL adjacent values of the V row in shared memory: dims [DPL * lane, DPL * lane + DPL).
 template <FormatKind F, int DPL>
-__device__ __forceinline__ void LoadLaneValues(const uint8_t* row, int lane, float* x, float* d) {
-  if constexpr (F == FormatKind::kF16 || F == FormatKind::kBF16) {
+__device__ __forceinline__ void LoadLaneValues(const uint8_t* row, int lane, float* x, float* d,
+                                               const float* lv) {
+  if constexpr (F == FormatKind::kRot) {
+    const int dim = DPL * lane;
+    const uint8_t* blk = row + 18 * (dim >> 5);
+    *d = HalfBits(Ld16(blk));
+#pragma unroll
+    for (int i = 0; i < DPL / 2; ++i) {
+      const uint32_t b = blk[2 + (dim & 31) / 2 + i];
+      x[2 * i] = lv[b & 15];
+      x[2 * i + 1] = lv[b >> 4];
+    }
+  } else if constexpr (F == FormatKind::kF16 || F == FormatKind::kBF16) {
     uint32_t w[DPL / 2];
     const uint8_t* p = row + 2 * DPL * lane;
     if constexpr (DPL == 2) {
@@ -234,6 +257,8 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const DecodeParams p) {
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const uint32_t split = blockIdx.x, h = blockIdx.y, r = blockIdx.z;
+  __shared__ float lv[16];  // rot4's codebook
+  if (F == FormatKind::kRot && tid < 16) lv[tid] = p.rot_levels[tid];
   const PagedKvRow row = p.rows[r];
   uint32_t begin, end;
   dev::SplitRange(p, row.length, split, &begin, &end);
@@ -312,7 +337,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const DecodeParams p) {
     for (int k = 0; k < HD / 32; ++k) {
       const int c = 4 * k + sub;
       float x[8], d;
-      dev::LoadChunk8<F>(krow, c, x, &d);
+      dev::LoadChunk8<F>(krow, c, x, &d, lv);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const float4 qa = *reinterpret_cast<const float4*>(qs + g * HD + 8 * c);
@@ -357,7 +382,7 @@ __global__ void __launch_bounds__(kThreads) DecodeKernel(const DecodeParams p) {
 #pragma unroll
       for (int g = 0; g < G; ++g) pg[g] = __shfl_sync(0xffffffffu, pexp[g], 4 * t);
       float x[DPL], d;
-      dev::LoadLaneValues<F, DPL>(sb + (kTile + tok) * Geo::kPitch, lane, x, &d);
+      dev::LoadLaneValues<F, DPL>(sb + (kTile + tok) * Geo::kPitch, lane, x, &d, lv);
 #pragma unroll
       for (int g = 0; g < G; ++g) {
         const float w = pg[g] * d;
@@ -451,6 +476,8 @@ Status LaunchDecodeBF16(const DecodeParams& p, int hd, int g, uint32_t n_rows, u
 Status LaunchDecodeQ8_0(const DecodeParams& p, int hd, int g, uint32_t n_rows, uint32_t kvh,
                         cudaStream_t s, int* occupancy);
 Status LaunchDecodeQ4_0(const DecodeParams& p, int hd, int g, uint32_t n_rows, uint32_t kvh,
+                        cudaStream_t s, int* occupancy);
+Status LaunchDecodeRot4(const DecodeParams& p, int hd, int g, uint32_t n_rows, uint32_t kvh,
                         cudaStream_t s, int* occupancy);
 
 // Dispatch on head_dim and the query-head group (1, 2, 4, 8: a group of 3 runs as 4, 5-7 as 8).

@@ -3,9 +3,11 @@
 # dependencies), run the `cuda` tests, the PyTorch SDPA baseline and kvtier_cuda_bench, all in
 # the same call (same card). Run from a tree holding include/, src/ and a googletest source
 # tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
-#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1;
+#   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1 /
+#   SKIP_DECODE_TESTS=1 (forward-pass tests only, ~100 s less);
 #   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run;
 #   CLEAN=1 both benchmarks again with a clean-line L2 flush; MATVEC=1 kvtier_cuda_bench --matvec
+#   (MATVEC_ARGS: its flags)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -23,8 +25,10 @@ grep -E "ptxas info *: Used [0-9]+ registers" "$OUT/build.log" | sort | uniq -c 
 echo "== tests (${SECONDS}s)"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
-  [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  if [ "${SKIP_DECODE_TESTS:-0}" != 1 ]; then
+    build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+  fi
   build/cuda/kvtier_cuda_forward_test 2>&1 | tee "$OUT/forward_test.log" | grep -v "^\[ RUN\|^\[       OK" || true
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
@@ -61,7 +65,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
 fi
 if [ "${MATVEC:-0}" = 1 ]; then
   echo "== forward-pass matvec / GEMM (${SECONDS}s)"
-  build/cuda/kvtier_cuda_bench --matvec 2>&1 | tee "$OUT/matvec.txt"
+  build/cuda/kvtier_cuda_bench --matvec ${MATVEC_ARGS:-} 2>&1 | tee "$OUT/matvec.txt"
 fi
 if [ -n "${SWEEP:-}" ]; then
   # SWEEP="flags;flags;...": kvtier_cuda_bench once per flag set (e.g. "--hpc 2 --batches 1").

@@ -10,6 +10,7 @@
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_kv.h"
 #include "cuda/forward_ops.h"
+#include "cuda/matvec.h"
 
 namespace kvtier::cuda {
 namespace {
@@ -322,12 +323,34 @@ Status SwiGluRows(float* g, const float* u, size_t n, void* stream) {
 
 Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
                   size_t row_stride, const float* x, uint32_t n_tok, float* y, void* stream) {
+  return MatVecRowsTuned(w, format, n_out, k, row_stride, x, n_tok, y, MatVecTuning{}, stream);
+}
+
+Status MatVecRowsTuned(const void* w, const Format& format, uint32_t n_out, uint32_t k,
+                       size_t row_stride, const float* x, uint32_t n_tok, float* y,
+                       const MatVecTuning& tuning, void* stream) {
   const std::string what = "CUDA matvec: ";
   KVTIER_RETURN_IF_ERROR(CheckRows(what, format, k, row_stride));
   if (n_out == 0 || n_tok == 0) return Status::OK();
   if (!w || !x || !y) return Status::InvalidArgument(what + "null pointer");
   if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {
     return Status::InvalidArgument(what + "x must be 16-byte aligned");
+  }
+  const uint32_t rows = tuning.rows_per_warp;
+  if (rows > 4 || rows == 3) {
+    return Status::InvalidArgument(what + "rows_per_warp " + std::to_string(rows) +
+                                   " (1, 2 or 4)");
+  }
+  if (tuning.chunk_blocks != 0 && tuning.chunk_blocks != 16 && tuning.chunk_blocks != 32) {
+    return Status::InvalidArgument(what + "chunk_blocks " + std::to_string(tuning.chunk_blocks) +
+                                   " (16 or 32)");
+  }
+  if (tuning.smem_carveout > 100) {
+    return Status::InvalidArgument(what + "smem_carveout " +
+                                   std::to_string(tuning.smem_carveout) + " (percent, -1..100)");
+  }
+  if (!tuning.simple && MatVecFastApplies(format, k, row_stride, w)) {
+    return MatVecFast(w, format, n_out, k, row_stride, x, n_tok, y, tuning, stream);
   }
   const auto* wb = static_cast<const uint8_t*>(w);
   const dim3 grid((n_out + kMvWarps - 1) / kMvWarps);

@@ -40,12 +40,31 @@ Status SwiGluRows(float* g, const float* u, size_t n, void* stream = nullptr);
 
 // y [n_tok, n_out] = x [n_tok, k] . W^T for W's n_out rows of k values stored in `format`
 // (f32, f16, bf16, q8_0, q4_0: src/quant's row layouts, the same bytes as GGUF's weight
-// types), row r at w + r * row_stride. A warp per output row reads it once for up to 8 tokens
-// at a time, decoding each 32-value block to f32 (code * d) and summing in f32; the decode
-// step's dequantizing GEMV. k must be a multiple of 32. InvalidArgument names a bad shape.
+// types), row r at w + r * row_stride; the decode step's dequantizing GEMV, sums in f32, one
+// or 8 tokens per pass over the rows. With w 16-byte aligned, row_stride a multiple of 16 (and
+// for q8_0 / q4_0 k a multiple of 256) a warp streams 1-4 rows by coalesced 16-byte loads
+// (matvec.cu); otherwise a warp per row decodes whole 32-value blocks per lane. k must be a
+// multiple of 32, x 16-byte aligned. InvalidArgument names a bad shape.
 Status MatVecRows(const void* w, const Format& format, uint32_t n_out, uint32_t k,
                   size_t row_stride, const float* x, uint32_t n_tok, float* y,
                   void* stream = nullptr);
+
+// MatVecRows with its kernel picked by hand (benchmarks, tests): rows_per_warp 1, 2 or 4 for
+// the streaming kernel; q8_0 / q4_0: chunk_blocks 16 (4-deep ring) or 32 (3-deep) per warp and
+// the shared-memory carve-out in percent (cudaFuncAttributePreferredSharedMemoryCarveout: a
+// smaller one leaves L1 to x), x_smem 1: x (every token of a pass) staged once per thread
+// block in shared memory (0: each warp loads it); 0 / -1: the default rule. simple: the lane-per-block kernel
+// even where the streaming one applies.
+struct MatVecTuning {
+  uint32_t rows_per_warp = 0;
+  bool simple = false;
+  uint32_t chunk_blocks = 0;
+  int smem_carveout = -1;
+  int x_smem = -1;
+};
+Status MatVecRowsTuned(const void* w, const Format& format, uint32_t n_out, uint32_t k,
+                       size_t row_stride, const float* x, uint32_t n_tok, float* y,
+                       const MatVecTuning& tuning, void* stream = nullptr);
 
 // Prefill's matrix product through cuBLAS: W's rows are dequantized into the workspace as
 // `compute` (f32: an exact SGEMM of the dequantized weights; f16 / bf16: tensor cores with

@@ -140,49 +140,67 @@ TEST_F(CudaForward, SwiGluMatchesTheCpu) {
 }
 
 TEST_F(CudaForward, MatVecMatchesTheDequantizedFloat64Product) {
+  // Each shape through every kernel: the streaming one (matvec.cu) at 1, 2 and 4 rows per warp,
+  // q8_0 / q4_0 chunks of 16 and 32 blocks, x per warp or per thread block, and
+  // its default, and the lane-per-block one; row strides a multiple of 16 (streaming where
+  // the format allows: q8_0 / q4_0 need k a multiple of 256, k 1280 ends in a partial chunk)
+  // and not (lane-per-block only).
   double worst = 0;
   int n = 0;
   for (const Format& f :
        {Format::F32(), Format::F16(), Format::BF16(), Format::Q8_0(), Format::Q4_0()}) {
-    for (uint32_t k : {96u, 2048u}) {
+    for (uint32_t k : {96u, 1280u, 2048u}) {
       for (uint32_t n_tok : {1u, 3u, 8u, 9u, 17u}) {
-        const uint32_t n_out = 37;
-        const size_t rb = f.row_bytes(k), stride = rb + 16;  // strided rows
-        std::vector<float> wf = Random(static_cast<size_t>(n_out) * k, k + n_tok);
-        std::vector<uint8_t> wq(n_out * stride, 0);
-        for (uint32_t r = 0; r < n_out; ++r) {
-          ASSERT_TRUE(QuantizeRowsRef(f, DType::kF32, wf.data() + static_cast<size_t>(r) * k, 1, k,
-                                      wq.data() + r * stride)
-                          .ok());
-        }
-        std::vector<float> wd(static_cast<size_t>(n_out) * k);
-        for (uint32_t r = 0; r < n_out; ++r) {
-          ASSERT_TRUE(DequantizeRowsRef(f, wq.data() + r * stride, 1, k, DType::kF32,
-                                        wd.data() + static_cast<size_t>(r) * k)
-                          .ok());
-        }
-        const std::vector<float> x = Random(static_cast<size_t>(n_tok) * k, 7 * k + n_tok);
-        std::vector<double> want(static_cast<size_t>(n_tok) * n_out);
-        for (uint32_t t = 0; t < n_tok; ++t) {
+        for (size_t pad : {size_t{16}, size_t{4}}) {
+          const uint32_t n_out = 37;
+          const size_t rb = f.row_bytes(k), stride = rb + pad;
+          std::vector<float> wf = Random(static_cast<size_t>(n_out) * k, k + n_tok);
+          std::vector<uint8_t> wq(n_out * stride, 0);
           for (uint32_t r = 0; r < n_out; ++r) {
-            double s = 0;
-            for (uint32_t i = 0; i < k; ++i) {
-              s += double(wd[static_cast<size_t>(r) * k + i]) * double(x[static_cast<size_t>(t) * k + i]);
+            ASSERT_TRUE(QuantizeRowsRef(f, DType::kF32, wf.data() + static_cast<size_t>(r) * k, 1,
+                                        k, wq.data() + r * stride)
+                            .ok());
+          }
+          std::vector<float> wd(static_cast<size_t>(n_out) * k);
+          for (uint32_t r = 0; r < n_out; ++r) {
+            ASSERT_TRUE(DequantizeRowsRef(f, wq.data() + r * stride, 1, k, DType::kF32,
+                                          wd.data() + static_cast<size_t>(r) * k)
+                            .ok());
+          }
+          const std::vector<float> x = Random(static_cast<size_t>(n_tok) * k, 7 * k + n_tok);
+          std::vector<double> want(static_cast<size_t>(n_tok) * n_out);
+          for (uint32_t t = 0; t < n_tok; ++t) {
+            for (uint32_t r = 0; r < n_out; ++r) {
+              double s = 0;
+              for (uint32_t i = 0; i < k; ++i) {
+                s += double(wd[static_cast<size_t>(r) * k + i]) *
+                     double(x[static_cast<size_t>(t) * k + i]);
+              }
+              want[static_cast<size_t>(t) * n_out + r] = s;
             }
-            want[static_cast<size_t>(t) * n_out + r] = s;
+          }
+          DeviceBuffer dw = ToDevice(wq), dx = ToDevice(x);
+          auto dy = DeviceBuffer::Allocate(want.size() * sizeof(float));
+          ASSERT_TRUE(dy.ok());
+          const MatVecTuning tunings[] = {
+              {0, false, 0, -1, -1}, {0, true, 0, -1, -1},   {1, false, 0, -1, -1},
+              {2, false, 0, -1, -1}, {4, false, 0, -1, -1},  {1, false, 16, -1, -1},
+              {2, false, 16, 44, 0}, {4, false, 32, 44, 0},  {1, false, 16, -1, 1},
+              {2, false, 32, -1, 1}, {4, false, 16, -1, 1},  {1, false, 32, -1, 1}};
+          for (const MatVecTuning& tu : tunings) {
+            ASSERT_TRUE(dy->Fill(0xFF).ok());
+            const Status st = MatVecRowsTuned(dw.data(), f, n_out, k, stride, dx.as<float>(),
+                                              n_tok, dy->as<float>(), tu);
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            const double e = RelErr(FromDevice(*dy, want.size()), want);
+            EXPECT_LT(e, 1e-6) << f.spec() << " k " << k << " tokens " << n_tok << " stride "
+                               << stride << " rows " << tu.rows_per_warp << " simple "
+                               << tu.simple << " chunk " << tu.chunk_blocks << " x_smem "
+                               << tu.x_smem;
+            worst = std::max(worst, e);
+            ++n;
           }
         }
-        DeviceBuffer dw = ToDevice(wq), dx = ToDevice(x);
-        auto dy = DeviceBuffer::Allocate(want.size() * sizeof(float));
-        ASSERT_TRUE(dy.ok());
-        ASSERT_TRUE(dy->Fill(0xFF).ok());
-        const Status st = MatVecRows(dw.data(), f, n_out, k, stride, dx.as<float>(), n_tok,
-                                     dy->as<float>());
-        ASSERT_TRUE(st.ok()) << st.ToString();
-        const double e = RelErr(FromDevice(*dy, want.size()), want);
-        EXPECT_LT(e, 1e-6) << f.spec() << " k " << k << " tokens " << n_tok;
-        worst = std::max(worst, e);
-        ++n;
       }
     }
   }
@@ -247,6 +265,13 @@ TEST_F(CudaForward, MatVecRefusesBadShapes) {
   EXPECT_NE(st.ToString().find("row_stride 60"), std::string::npos) << st.ToString();
   st = MatVecRows(b->data(), Format::Affine(4, 32, DType::kF16), 4, 64, 64, x, 1, x);
   EXPECT_EQ(st.code(), StatusCode::kUnimplemented) << st.ToString();
+  st = MatVecRowsTuned(b->data(), Format::BF16(), 4, 64, 128, x, 1, x, MatVecTuning{3, false});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.ToString().find("rows_per_warp 3"), std::string::npos) << st.ToString();
+  st = MatVecRowsTuned(b->data(), Format::BF16(), 4, 64, 128, x, 2, x, MatVecTuning{8, false});
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+  st = MatVecRowsTuned(b->data(), Format::Q8_0(), 4, 256, 272, x, 1, x, MatVecTuning{1, false, 8});
+  EXPECT_NE(st.ToString().find("chunk_blocks 8"), std::string::npos) << st.ToString();
 }
 
 }  // namespace

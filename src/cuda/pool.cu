@@ -5,7 +5,8 @@
 // signed value of largest magnitude, the first one on ties) comes from a warp reduction that
 // gives the CPU loop's answer on every input (NaN ignored, +0 when all are zero), and every
 // multiply, divide and add is an explicitly rounded intrinsic, so nothing is contracted into
-// an FMA: the bytes equal quant_ref.cc's.
+// an FMA: the bytes equal quant_ref.cc's. Rotated rows (rot<bits>s<seed>): a warp per row,
+// staged in shared memory, rotated and quantized as rot.cuh says (the same bytes too).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,7 +15,9 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/cuda_kv.h"
+#include "cuda/rot.cuh"
 #include "quant/blocks.h"
+#include "quant/rot.h"
 
 namespace kvtier::cuda {
 
@@ -194,7 +197,10 @@ struct AppendArgs {
   const void* k;
   const void* v;
   const int64_t* slots;
+  RotConsts k_rot, v_rot;  // rot formats only
 };
+
+constexpr int kAppendThreads = 256;
 
 // One ggml block (32 values) held one value per lane; writes 34 (q8_0) or 18 (q4_0) bytes.
 __device__ void QuantizeGgmlBlockWarp(bool q8, float x, uint8_t* dst, int lane) {
@@ -259,7 +265,25 @@ __global__ void AppendKernel(AppendArgs a) {
     uint8_t* dst = a.base + block * a.block_stride + (kv ? a.v_off : a.k_off) +
                    slot * (kv ? a.v_token_stride : a.k_token_stride);
     const size_t row_bytes = kv ? a.v_row_bytes : a.k_row_bytes;
-    if (kind == FormatKind::kF32 || kind == FormatKind::kF16 || kind == FormatKind::kBF16) {
+    if (kind == FormatKind::kRot) {
+      // A warp per KV head: the row into shared memory, rotated, then its 32-value blocks.
+      __shared__ float rows[kAppendThreads / 32][kRotMaxHeadDim];
+      const RotConsts& rc = kv ? a.v_rot : a.k_rot;
+      const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+      float* y = rows[wid];
+      const size_t bb = 2 + 4 * static_cast<size_t>(rc.bits);
+      for (uint32_t h = wid; h < a.n_kv_heads; h += kAppendThreads / 32) {
+        for (uint32_t i = lane; i < a.head_dim; i += 32) {
+          y[i] = dev::LoadAs(a.src_dtype, src, static_cast<size_t>(h) * a.head_dim + i);
+        }
+        __syncwarp();
+        dev::RotateRowWarp(y, a.head_dim, rc.seed, lane);
+        for (uint32_t j = 0; j < a.head_dim / 32; ++j) {
+          dev::QuantizeRotBlockWarp(y[32 * j + lane], rc, dst + h * row_bytes + j * bb, lane);
+        }
+        __syncwarp();
+      }
+    } else if (kind == FormatKind::kF32 || kind == FormatKind::kF16 || kind == FormatKind::kBF16) {
       // Rows of one token are adjacent (head stride == row bytes), so the token is one run.
       for (size_t i = threadIdx.x; i < row_elems; i += blockDim.x) {
         dev::StoreAs(plain, dst, i, dev::LoadAs(a.src_dtype, src, i));
@@ -279,6 +303,23 @@ __global__ void AppendKernel(AppendArgs a) {
   }
 }
 
+template <int kBits>
+void FillRot(const Format& f, RotConsts* rc) {
+  static constexpr RotMids<kBits> kMids;
+  rc->n_levels = 1 << kBits;
+  rc->bits = kBits;
+  rc->seed = f.seed;
+  for (int t = 0; t < (1 << kBits); ++t) rc->levels[t] = RotLevels<kBits>()[t];
+  for (int t = 0; t + 1 < (1 << kBits); ++t) rc->mids[t] = kMids.m[t];
+}
+
+void RotConstsOf(const Format& f, RotConsts* rc) {
+  if (f.kind != FormatKind::kRot) return;
+  if (f.bits == 2) FillRot<2>(f, rc);
+  else if (f.bits == 3) FillRot<3>(f, rc);
+  else FillRot<4>(f, rc);
+}
+
 }  // namespace
 
 Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const void* k,
@@ -287,7 +328,13 @@ Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const v
   for (const Format* f : {&l.k_format, &l.v_format}) {
     if (f->kind == FormatKind::kAffine) {
       return Status::Unimplemented("CUDA AppendKv: format " + f->spec() +
-                                   " is not implemented on the GPU yet (f32, f16, bf16, q8_0, q4_0)");
+                                   " is not implemented on the GPU yet (f32, f16, bf16, q8_0, "
+                                   "q4_0, rot)");
+    }
+    if (f->kind == FormatKind::kRot && l.shape.head_dim > kRotMaxHeadDim) {
+      return Status::Unimplemented("CUDA AppendKv: format " + f->spec() + " with head_dim " +
+                                   std::to_string(l.shape.head_dim) + " (at most " +
+                                   std::to_string(kRotMaxHeadDim) + " on the GPU)");
     }
   }
   if (layer >= l.shape.n_layers) {
@@ -319,7 +366,9 @@ Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const v
   a.k = k;
   a.v = v;
   a.slots = slot_mapping;
-  AppendKernel<<<n_tokens, 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+  RotConstsOf(l.k_format, &a.k_rot);
+  RotConstsOf(l.v_format, &a.v_rot);
+  AppendKernel<<<n_tokens, kAppendThreads, 0, static_cast<cudaStream_t>(stream)>>>(a);
   KVTIER_CUDA_RETURN(cudaGetLastError());
   return Status::OK();
 }
