@@ -57,7 +57,7 @@ struct KEntries {
         if constexpr (KT::kAffine) {
           off = (e < kg.n_groups ? kg.scales_off + 2 * e : kg.biases_off + 2 * (e - kg.n_groups)) - 2;
         } else {
-          off = SubBlockBytes(KF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kQ8_0) * e;
+          off = BlockBytesOf(KF) * e;
         }
         ent_off[q][l] = static_cast<int32_t>(off);
       }
@@ -88,7 +88,8 @@ struct KEntries {
 
   // Entries of rows r[0..3]: dm[q] lane 4 j + e = entry 4 q + e of row j, as f32.
   KV_INL void Rows4(const uint8_t* const r[4], __m512 dm[4]) const {
-    if constexpr (KF == Fmt::kQ4_0 && kD <= 128) {
+    static_assert(BlockBytesOf(Fmt::kRot4) == Q4_0Traits::kBlockBytes, "rot4 blocks: q4_0's geometry");
+    if constexpr ((KF == Fmt::kQ4_0 || KF == Fmt::kRot4) && kD <= 128) {
       // Scales at words kQ4Words x b of each row's first 64 bytes: two 2-row permutes.
       const __m512i w01 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[0]), q4_idx,
                                                     _mm512_loadu_si512(r[1]));
@@ -142,6 +143,25 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
   Transpose4(x, c);
 }
 
+// A rot block (sub-block sb) of rows r[0..15] as fixed-point level bytes paired like q8_0's
+// code pieces: lo[k] / hi[k] lane 4 j + i = the levels of values 4 k .. 4 k + 3 / 16 + 4 k ..
+// of row 4 i + j. The codes are transposed as dwords of 8 codes (one row per lane), then each
+// dword's codes 0..3 and 4..7 go to bytes (vpmultishiftqb) and to their levels (vpermb).
+template <int kBits>
+KV_INL void RotPieces16(const uint8_t* const r[16], size_t sb, const RotConsts<kBits>& rc,
+                        __m512i lo[4], __m512i hi[4]) {
+  const size_t o = RotBlockBytes(kBits) * sb + 2;
+  __m512i x[4], c[4];
+  for (uint32_t i = 0; i < 4; ++i) x[i] = RotCodes4<kBits>(r + 4 * i, o);
+  Transpose4(x, c);
+  for (size_t k = 0; k < 2; ++k) {
+    lo[2 * k] = PermB(rc.table, MultiShift(rc.ctrl_a, c[k]));
+    lo[2 * k + 1] = PermB(rc.table, MultiShift(rc.ctrl_b, c[k]));
+    hi[2 * k] = PermB(rc.table, MultiShift(rc.ctrl_a, c[2 + k]));
+    hi[2 * k + 1] = PermB(rc.table, MultiShift(rc.ctrl_b, c[2 + k]));
+  }
+}
+
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
 // the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
 // rows and, when the tile's V rows were not dripped into L2 during the tile before, this
@@ -185,6 +205,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
   constexpr size_t kSb = kD / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  [[maybe_unused]] const std::conditional_t<KT::kRot, RotConsts<KT::kRotBits>, NoRotConsts> rot{};
   // Entries of the 16 rows, transposed: ent[e] lane 4 j + i = entry e of row 4 i + j.
   alignas(64) float ent[16][16];
   {
@@ -210,7 +231,9 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
     for (size_t sb = sb0; sb < sb0 + span; ++sb) {
       PrefetchAhead(ahead, sb, kSb);
       __m512i lo[4], hi[4];
-      if constexpr (KT::kNibble) {
+      if constexpr (KT::kRot) {
+        RotPieces16<KT::kRotBits>(r, sb, rot, lo, hi);
+      } else if constexpr (KT::kNibble) {
         __m512i c[4];
         LoadPiece16<KF>(r, sb, 0, c);
         for (size_t k = 0; k < 4; ++k) {
