@@ -64,7 +64,8 @@ struct KEntries {
     }
     // q4_0 scales (word kBlockBytes / 2 x b of a row) of rows A, B into words 4 j + b (j: 0
     // for A, 1 for B) and, for the second pair, 8 + 4 j + b.
-    constexpr int kQ4Words = static_cast<int>(Q4_0Traits::kBlockBytes / 2);
+    // (Rot formats: the same with their own block size, kBlockWords.)
+    constexpr int kQ4Words = static_cast<int>(kBlockWords);
     static_assert(Q4_0Traits::kScaleOffset == 0 && 3 * kQ4Words < 32, "q4_0 scales: words of 64 bytes");
     alignas(64) int16_t q4_words[32];
     for (int w = 0; w < 32; ++w) {
@@ -86,10 +87,23 @@ struct KEntries {
     q8_shift = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
   }
 
+  // 2-byte words per block of q4_0 and the rot formats; whether all of a row's block scales lie
+  // in its first 64 bytes (then Rows4 picks them with two word permutes, not a gather).
+  static constexpr size_t kBlockWords = IsRot(KF) ? BlockBytesOf(KF) / 2 : Q4_0Traits::kBlockBytes / 2;
+  static constexpr bool kPermScales = (KF == Fmt::kQ4_0 || IsRot(KF)) && (kSb - 1) * kBlockWords < 32;
+  // Rot rows are read with masks that stop at the row's end (q4_0 reads 64 bytes).
+  static constexpr __mmask32 kRowWords =
+      kSb * kBlockWords >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (kSb * kBlockWords)) - 1);
+
   // Entries of rows r[0..3]: dm[q] lane 4 j + e = entry 4 q + e of row j, as f32.
   KV_INL void Rows4(const uint8_t* const r[4], __m512 dm[4]) const {
-    static_assert(BlockBytesOf(Fmt::kRot4) == Q4_0Traits::kBlockBytes, "rot4 blocks: q4_0's geometry");
-    if constexpr ((KF == Fmt::kQ4_0 || KF == Fmt::kRot4) && kD <= 128) {
+    if constexpr (kPermScales && IsRot(KF)) {
+      const __m512i w01 = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(kRowWords, r[0]), q4_idx,
+                                                    _mm512_maskz_loadu_epi16(kRowWords, r[1]));
+      const __m512i w23 = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(kRowWords, r[2]), q4_idx,
+                                                    _mm512_maskz_loadu_epi16(kRowWords, r[3]));
+      dm[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, w01, w23)));
+    } else if constexpr (kPermScales) {
       // Scales at words kQ4Words x b of each row's first 64 bytes: two 2-row permutes.
       const __m512i w01 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[0]), q4_idx,
                                                     _mm512_loadu_si512(r[1]));
