@@ -3,10 +3,14 @@
 // Internal to src/kernels; its entry point and Int8QkAvailable are in paths.h, its on / off
 // switch in dispatch.h, and dispatch.cc says when it runs.
 // Served: K q8_0, q4_0, affine8 and affine4 (f16 scales, groups of 32 or more), V the same
-// formats (the pair table in dispatch.h), head_dim 64, 128 and 256. Output error against the
-// float64 reference on dequantized K/V: relative error < 1e-3 with 8-bit V, < 1e-2 with 4-bit
-// V (whose softmax weights are rounded to int8; docs/kernels.md states the bounds;
-// attention_test.cc tests them).
+// formats, and rot4 / rot3 / rot2 pairs where the CPU has AVX-512 VBMI too (the pair table in
+// dispatch.h), head_dim 64, 128 and 256. Rot codes are read as the fixed-point levels of
+// quant/rot.h (RotFixedLevels: bytes u with level = (u - off) / s, within 0.5 / s of the
+// codebook), unpacked with vpmultishiftqb and looked up with vpermb, then dotted like q8_0
+// codes; the driver has rotated the queries (and rotates the outputs back). Output error
+// against the float64 reference on dequantized K/V: relative error < 1e-3 with 8-bit V, < 1e-2
+// with 4-bit and rot V (whose softmax weights are rounded to int8; docs/kernels.md states the
+// bounds; attention_test.cc tests them).
 //
 // Per item, each KV head's query vectors are quantized once, 4 at a time ("a pass"), with
 // AVX-512: one scale per 32 values (affine: per K scale group) and two int8 planes,
@@ -58,6 +62,11 @@ bool DetectVnni() {
   const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 30) | (1u << 31);  // F DQ BW VL
   const bool avx2_bmi = (b & (1u << 5)) && (b & (1u << 3)) && (b & (1u << 8));
   return (b & avx512) == avx512 && avx2_bmi && (c & (1u << 11));  // AVX512_VNNI
+}
+
+bool DetectVbmi() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 1));  // AVX512_VBMI
 }
 
 template <size_t kD, Fmt KF, Fmt VF>
@@ -252,7 +261,13 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
         }
         const uint8_t* vr = vb + size_t{pm.lo - t0} * vs;
         const float* p = s + 4 * (pm.lo - t0);
-        if constexpr (VF == Fmt::kQ4_0 || VF == Fmt::kAffine4) {
+        if constexpr (IsRot(VF)) {
+          if (dripping) {
+            AccumulateVRot<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
+          } else {
+            AccumulateVRot<kD, VF, false>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
+          }
+        } else if constexpr (VF == Fmt::kQ4_0 || VF == Fmt::kAffine4) {
           if (dripping) {
             AccumulateV4<kD, VF, true>(vr, vs, pm.hi - pm.lo, p, corr, acc_ptr, vsc, &drip);
           } else {
@@ -270,7 +285,7 @@ KV_VNNI void RunInt8(const Job& job, const Item& it, float* partial) {
   }
   // Accumulators back to value order: float 16 c + d of a 32-value block (lane d of chunk c)
   // holds value 2 d + c for affine4 (even / odd) and 8 (d / 4) + 4 c + d % 4 for 8-bit V
-  // (VPairCodes' in-lane unpack order); q4_0 is in value order.
+  // (VPairCodes' in-lane unpack order) and rot (AccumulateVRot's); q4_0 is in value order.
   if constexpr (VF != Fmt::kQ4_0) {
     for (size_t j = 0; j < size_t{nh} * nq; ++j) {
       float* acc = partial + j * kStride + 2;
@@ -301,8 +316,14 @@ bool Int8QkAvailable() {
   return available;
 }
 
+bool Int8RotAvailable() {
+  static const bool available = Int8QkAvailable() && DetectVbmi();
+  return available;
+}
+
 bool RunItemInt8(const Job& job, const Item& it, float* partial) {
   if (!Int8QkAvailable()) return false;
+  if ((int8::IsRot(job.kernel.k) || int8::IsRot(job.kernel.v)) && !Int8RotAvailable()) return false;
   switch (job.kernel.head_dim) {
     case 64: return RunD<64>(job, it, partial);
     case 128: return RunD<128>(job, it, partial);
@@ -314,6 +335,7 @@ bool RunItemInt8(const Job& job, const Item& it, float* partial) {
 #else  // !KVTIER_INT8_X86
 
 bool Int8QkAvailable() { return false; }
+bool Int8RotAvailable() { return false; }
 bool RunItemInt8(const Job&, const Item&, float*) { return false; }
 
 #endif  // KVTIER_INT8_X86

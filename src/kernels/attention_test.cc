@@ -418,7 +418,15 @@ TEST(Attention, DenseLeftPaddedBatchWithMlxMasks) {
 constexpr double kInt8Bound = 1e-3;
 constexpr double kInt8Bound4BitV = 1e-2;
 
-double Int8Bound(const Format& v) { return v.bits == 4 ? kInt8Bound4BitV : kInt8Bound; }
+// Rot V (int8 weights as 4-bit V, against fixed-point levels): the weights' rounding gives the
+// errors of 4-bit V, 1.0e-2 .. 1.2e-2 on the single 3,000- and 30,000-token rows where q4_0
+// sees 7.6e-3 .. 9.6e-3 (its centred codes span 16 steps, the levels 255), 8e-3 on short rows;
+// `perplexity --kld` shows what it costs (docs/results/kv-cache.md, 2026-11-27).
+constexpr double kInt8BoundRotV = 1.5e-2;
+
+double Int8Bound(const Format& v) {
+  return v.is_rotated() ? kInt8BoundRotV : v.bits <= 4 ? kInt8Bound4BitV : kInt8Bound;
+}
 
 std::vector<std::pair<Format, Format>> Int8Pairs() {
   std::vector<std::pair<Format, Format>> v = {{Format::Q8_0(), Format::Q8_0()},
@@ -429,6 +437,11 @@ std::vector<std::pair<Format, Format>> Int8Pairs() {
       const Format f = Format::Affine(bits, group, DType::kF16);
       v.push_back({f, f});
     }
+  }
+  // Rot formats (with AVX-512 VBMI): their fixed-point levels (quant/rot.h) are within half a
+  // step (1 / 270 .. 1 / 310 of the block scale) of the codebook's, which the bound takes.
+  if (attn::Int8RotAvailable()) {
+    for (const Format& f : {Format::Rot(4, 0), Format::Rot(3, 1), Format::Rot(2, 7)}) v.push_back({f, f});
   }
   return v;
 }
@@ -454,7 +467,7 @@ TEST(AttentionInt8, EveryServedFormatHeadDimAndGqaRatio) {
         c.seed = ++seed;
         const double err = RelError(c, &pool);
         EXPECT_LT(err, Int8Bound(vf)) << Describe(c);
-        worst[vf.bits == 4] = std::max(worst[vf.bits == 4], err);
+        worst[vf.bits <= 4] = std::max(worst[vf.bits <= 4], err);
         least = std::min(least, err);
       }
     }
@@ -508,6 +521,9 @@ TEST(AttentionInt8, MasksWindowsSoftcapSplitsAndScales) {
   if (!attn::Int8QkAvailable()) GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
   QuantizedQkMasksAndSplits({Format::Q4_0(), Format::Affine(4, 64, DType::kF16)}, kInt8Bound4BitV, 700, true);
   QuantizedQkMasksAndSplits({Format::Q8_0(), Format::Affine(8, 64, DType::kF16)}, kInt8Bound, 800, true);
+  if (attn::Int8RotAvailable()) {
+    QuantizedQkMasksAndSplits({Format::Rot(4, 3), Format::Rot(3, 0), Format::Rot(2, 0)}, kInt8BoundRotV, 850, true);
+  }
 }
 
 // The int16 q.k path (every target with 4 or more float lanes; AVX-512 VNNI CPUs take the
@@ -631,8 +647,12 @@ TEST(AttentionInt8, ErrorFarBelowTheFormatsOwnAndFlatInLength) {
     GTEST_SKIP() << "int8 path not available (no AVX-512 VNNI, or built without it)";
   }
   ThreadPool pool(2);
-  for (const Format& f : {Format::Q4_0(), Format::Affine(4, 64, DType::kF16), Format::Q8_0(),
-                          Format::Affine(8, 64, DType::kF16)}) {
+  std::vector<Format> formats = {Format::Q4_0(), Format::Affine(4, 64, DType::kF16), Format::Q8_0(),
+                                 Format::Affine(8, 64, DType::kF16)};
+  if (attn::Int8RotAvailable()) {
+    for (int bits : {4, 3, 2}) formats.push_back(Format::Rot(bits, 0));
+  }
+  for (const Format& f : formats) {
     std::vector<double> errs;
     for (uint32_t len : {300u, 3000u, 30000u}) {
       Case c;
@@ -650,7 +670,8 @@ TEST(AttentionInt8, ErrorFarBelowTheFormatsOwnAndFlatInLength) {
       ASSERT_EQ(got.size(), exact.size());
       const double fmt_err = RelDiff(got, exact);
       EXPECT_LT(err, Int8Bound(f)) << Describe(c);
-      EXPECT_LT(err, (f.bits == 4 ? 0.1 : 0.02) * fmt_err) << Describe(c);
+      // Rot4: its own error is the smallest of the 4-bit formats (0.11 against q4_0's 0.13).
+      EXPECT_LT(err, (f.is_rotated() ? 0.15 : f.bits <= 4 ? 0.1 : 0.02) * fmt_err) << Describe(c);
       EXPECT_GT(err, 1e-6) << Describe(c) << ": the int8 path did not run";
       std::printf("int8 %-14s %5u tokens: kernel error %.2e, format error on the output %.2e\n",
                   f.spec().c_str(), len, err, fmt_err);

@@ -61,6 +61,7 @@ const char* PathName(Path p) {
 CpuFeatures DetectCpuFeatures() {
   CpuFeatures c = HWY_DYNAMIC_DISPATCH(TargetFeaturesImpl)();
   c.vnni = Int8QkAvailable();
+  c.vbmi = Int8RotAvailable();
   c.int8_enabled = Int8QkEnabled();
   c.q16_enabled = Int16QkEnabled();
   c.fast_enabled = FastPathEnabled();
@@ -84,6 +85,7 @@ bool WholeSubBlocks(const Format& f) {
 bool Int8Serves(const Format& k, const Format& v, uint32_t d, const CpuFeatures& cpu) {
   if (!cpu.x86_avx3 || !cpu.vnni || !cpu.int8_enabled || !OneOf(d, {64, 128, 256})) return false;
   if ((PairPaths(CodeOf(k), CodeOf(v)) & kServeInt8) == 0) return false;
+  if ((k.is_rotated() || v.is_rotated()) && !cpu.vbmi) return false;
   auto ok = [](const Format& f) {  // f16 scales only (its scale loads convert halves)
     return f.kind != FormatKind::kAffine || (f.scale_dtype == DType::kF16 && WholeSubBlocks(f));
   };

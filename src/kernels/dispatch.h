@@ -3,7 +3,8 @@
 // Job). The path table the driver runs items through is in paths.h. Internal to src/kernels.
 //
 // Paths (one file each; none calls another):
-//   kInt8     attention_int8.cc     quantized K/V, int8 q.k with AVX-512 VNNI (decode and prefill)
+//   kInt8     attention_int8.cc     quantized K/V, int8 q.k with AVX-512 VNNI (decode and prefill;
+//                                   rot pairs with VBMI too)
 //   kQ16      attention_q16.cc      quantized K/V, int16 q.k on 4..16-lane targets (decode; and
 //                                   prefill below 8 lanes)
 //   kFast     attention_fast.cc     rows decoded in registers, f32 (decode)
@@ -46,9 +47,9 @@ inline constexpr PairRow kPairTable[] = {
     {KvCode::kQ8_0, KvCode::kQ4_0, kServeInt8 | kServeQ16 | kServeFast},
     {KvCode::kAffine8, KvCode::kAffine8, kServeInt8 | kServeQ16 | kServeFast},
     {KvCode::kAffine4, KvCode::kAffine4, kServeInt8 | kServeQ16 | kServeFast},
-    {KvCode::kRot4, KvCode::kRot4, kServeFast},
-    {KvCode::kRot3, KvCode::kRot3, kServeFast},
-    {KvCode::kRot2, KvCode::kRot2, kServeFast},
+    {KvCode::kRot4, KvCode::kRot4, kServeInt8 | kServeFast},
+    {KvCode::kRot3, KvCode::kRot3, kServeInt8 | kServeFast},
+    {KvCode::kRot2, KvCode::kRot2, kServeInt8 | kServeFast},
 };
 inline constexpr size_t kNumPairs = sizeof(kPairTable) / sizeof(kPairTable[0]);
 
@@ -88,6 +89,7 @@ struct CpuFeatures {
   size_t float_lanes = 1;   // f32 lanes of the dispatched target
   bool x86_avx3 = false;    // the dispatched target is an AVX-512 one
   bool vnni = false;        // AVX-512 VNNI present and the int8 path compiled in
+  bool vbmi = false;        // and AVX-512 VBMI (the int8 path's rot formats)
   bool int8_enabled = true, q16_enabled = true, fast_enabled = true;  // test switches
 };
 CpuFeatures DetectCpuFeatures();
@@ -124,6 +126,8 @@ bool Int16QkEnabled();
 // True when this CPU has AVX-512 with VNNI and the int8 path is compiled in (its only
 // requirements besides the format). Defined beside the path, in attention_int8.cc.
 bool Int8QkAvailable();
+// Int8QkAvailable() and AVX-512 VBMI (vpmultishiftqb, vpermb), which the rot formats need there.
+bool Int8RotAvailable();
 
 std::string TargetName();
 

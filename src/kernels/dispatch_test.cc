@@ -66,6 +66,17 @@ TEST(SelectAttentionKernel, PicksThePathOfThePairTable) {
   // Affine groups of 16: the quantized-query paths need whole 32-value sub-blocks.
   const Format a4g16 = Format::Affine(4, 16, DType::kF16);
   EXPECT_EQ(SelectAttentionKernel(a4g16, a4g16, 128, Avx512(true)).decode, Path::kFast);
+  // Rot pairs: int8 where VBMI is there too (its code unpacking), else the fast f32 decoders;
+  // mixed rot pairs: generic.
+  const Format r4 = Format::Rot(4, 0), r3 = Format::Rot(3, 5);
+  CpuFeatures vbmi = Avx512(true);
+  vbmi.vbmi = true;
+  c = SelectAttentionKernel(r4, r4, 128, vbmi);
+  EXPECT_EQ(c.decode, Path::kInt8);
+  EXPECT_EQ(c.prefill, Path::kInt8);
+  EXPECT_EQ(SelectAttentionKernel(r3, r3, 64, vbmi).decode, Path::kInt8);
+  EXPECT_EQ(SelectAttentionKernel(r4, r4, 128, Avx512(true)).decode, Path::kFast);
+  EXPECT_EQ(SelectAttentionKernel(r4, r3, 128, vbmi).decode, Path::kGeneric);
   // Switches.
   CpuFeatures off = Avx512(true);
   off.int8_enabled = false;

@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "quant/format_traits.h"
+#include "quant/rot.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(KVTIER_NO_INT8)
 #define KVTIER_INT8_X86 1
@@ -44,14 +45,32 @@ constexpr uint32_t kTile = 32;
 // no other affine scale dtype).
 using Geo = RowLayout;
 
+constexpr bool IsRot(Fmt f) { return f == Fmt::kRot4 || f == Fmt::kRot3 || f == Fmt::kRot2; }
+// Bytes of one 32-value block of a block format (q8_0, q4_0, rot: the scale leads each block).
+constexpr size_t BlockBytesOf(Fmt f) {
+  return f == Fmt::kQ8_0 ? Q8_0Traits::kBlockBytes
+       : f == Fmt::kQ4_0 ? Q4_0Traits::kBlockBytes
+                         : RotBlockBytes(CodeBits(f));
+}
+
 // K side: where a 32-value sub-block's code bytes are and how they pair with query values.
+// Rotated formats (rot4 / rot3 / rot2) are read as quant/rot.h's fixed-point codebook bytes
+// u = round(kScale * level) + kOffset (RotPieces16 in int8_qk.h), paired like q8_0's bytes.
 template <Fmt F>
 struct KTraits {
   static constexpr bool kNibble = F == Fmt::kQ4_0 || F == Fmt::kAffine4;  // lo / hi nibble planes
   static constexpr bool kInterleave = F == Fmt::kAffine4;  // lo nibble of byte i: value 2i
   static constexpr bool kAffine = F == Fmt::kAffine8 || F == Fmt::kAffine4;
-  // Code offsets: q4_0's zero point; q8_0's signed codes are read unsigned after xor 0x80.
-  static constexpr int kOffset = F == Fmt::kQ4_0 ? Q4_0Traits::kZeroPoint : F == Fmt::kQ8_0 ? 128 : 0;
+  static constexpr bool kRot = IsRot(F);
+  static constexpr int kRotBits = F == Fmt::kRot4 ? 4 : F == Fmt::kRot3 ? 3 : 2;
+  // Code offsets: q4_0's zero point; q8_0's signed codes are read unsigned after xor 0x80;
+  // rot: the fixed-point codebook's.
+  static constexpr int kOffset = F == Fmt::kQ4_0 ? Q4_0Traits::kZeroPoint
+                               : F == Fmt::kQ8_0 ? 128
+                               : kRot            ? RotFixedLevels<kRotBits>::kOffset
+                                                 : 0;
+  // The value of one code step (rot: 1 / kScale of the block scale).
+  static constexpr float kCodeStep = kRot ? 1.0f / static_cast<float>(RotFixedLevels<kRotBits>::kScale) : 1.0f;
   // Byte offset of piece p (16 bytes) of sub-block b.
   static constexpr size_t PieceOff(size_t b, size_t p) {
     return F == Fmt::kQ4_0 ? SubBlockCodes(KvCode::kQ4_0, b)
@@ -123,7 +142,7 @@ KV_VNNI void Quantize(const float* const qv[4], float scale, const Geo& kg, QPac
       }
       p->bias_hi[b][g] = -T::kOffset * _mm512_reduce_add_epi32(hi_sum);
       p->bias_low[b][g] = -T::kOffset * _mm512_reduce_add_epi32(low_sum);
-      p->sq[b][g] = amax / 127.0f / 256.0f * scale;
+      p->sq[b][g] = amax / 127.0f / 256.0f * scale * T::kCodeStep;
     }
     if constexpr (T::kAffine) {
       const size_t gs = size_t{1} << kg.group_shift;
@@ -179,6 +198,68 @@ KV_INL __m512i Load4(const uint8_t* const r[4], size_t o) {
   x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[1] + o)), 1);
   x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[2] + o)), 2);
   return _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[3] + o)), 3);
+}
+
+// AVX-512 VBMI byte ops for the rot formats, as asm: the path's functions carry the VNNI
+// target only (VBMI would shut q4_0 / q8_0 out of CPUs without it), and rot pairs run only where
+// Int8RotAvailable() (dispatch.h) found VBMI.
+// Per qword, byte j of the result = the 8 bits of x's qword from bit ctrl byte j (vpmultishiftqb).
+KV_INL __m512i MultiShift(__m512i ctrl, __m512i x) {
+  __m512i r;
+  __asm__("vpmultishiftqb %2, %1, %0" : "=v"(r) : "v"(ctrl), "v"(x));
+  return r;
+}
+// Byte i of the result = table byte idx[i] % 64 (vpermb).
+KV_INL __m512i PermB(__m512i table, __m512i idx) {
+  __m512i r;
+  __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(table));
+  return r;
+}
+
+// The constants of a rot format's decode: the multishift controls that take codes 0..3 (a) and
+// 4..7 (b) of each dword's 8 codes (kBits apart) into its 4 bytes, and the fixed-point levels
+// as a 64-byte table (entry i: level i % 2^kBits, so the bits above a code never matter).
+struct alignas(64) Bytes64 {
+  uint8_t b[64];
+};
+template <int kBits>
+struct RotConsts {
+  static constexpr Bytes64 kTable = [] {
+    constexpr RotFixedLevels<kBits> kLevels;
+    Bytes64 x{};
+    for (int i = 0; i < 64; ++i) x.b[i] = kLevels.u[i % (1 << kBits)];
+    return x;
+  }();
+  static constexpr uint64_t Ctrl(int first) {
+    uint64_t c = 0;
+    for (int j = 0; j < 8; ++j) c |= static_cast<uint64_t>(32 * (j / 4) + kBits * (first + j % 4)) << (8 * j);
+    return c;
+  }
+  __m512i ctrl_a, ctrl_b, table;
+  KV_INL RotConsts()
+      : ctrl_a(_mm512_set1_epi64(static_cast<long long>(Ctrl(0)))),
+        ctrl_b(_mm512_set1_epi64(static_cast<long long>(Ctrl(4)))),
+        table(_mm512_load_si512(kTable.b)) {}
+};
+struct NoRotConsts {};
+
+// The codes of one rot block of rows r[0..3] (block codes at byte o of each row): 128-bit lane
+// i holds row i's 32 codes, dword j codes 8 j .. 8 j + 7, kBits apart from bit 0 (rot4: the
+// 16 code bytes as they are; rot3: 3 bytes per dword; rot2: 2). Loads stop at the block's end.
+template <int kBits>
+KV_INL __m512i RotCodes4(const uint8_t* const r[4], size_t o) {
+  if constexpr (kBits == 4) {
+    return Load4(r, o);
+  } else {
+    constexpr __mmask16 kMask = kBits == 3 ? 0x0fff : 0x00ff;
+    __m512i x = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(kMask, r[0] + o));
+    x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[1] + o), 1);
+    x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[2] + o), 2);
+    x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[3] + o), 3);
+    const __m128i spread = kBits == 3 ? _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1)
+                                      : _mm_setr_epi8(0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1, -1);
+    return _mm512_shuffle_epi8(x, _mm512_broadcast_i32x4(spread));
+  }
 }
 
 // exp(x) for x <= 88 (relative error ~2e-7); callers mask -inf inputs.

@@ -57,14 +57,15 @@ struct KEntries {
         if constexpr (KT::kAffine) {
           off = (e < kg.n_groups ? kg.scales_off + 2 * e : kg.biases_off + 2 * (e - kg.n_groups)) - 2;
         } else {
-          off = SubBlockBytes(KF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kQ8_0) * e;
+          off = BlockBytesOf(KF) * e;
         }
         ent_off[q][l] = static_cast<int32_t>(off);
       }
     }
     // q4_0 scales (word kBlockBytes / 2 x b of a row) of rows A, B into words 4 j + b (j: 0
     // for A, 1 for B) and, for the second pair, 8 + 4 j + b.
-    constexpr int kQ4Words = static_cast<int>(Q4_0Traits::kBlockBytes / 2);
+    // (Rot formats: the same with their own block size, kBlockWords.)
+    constexpr int kQ4Words = static_cast<int>(kBlockWords);
     static_assert(Q4_0Traits::kScaleOffset == 0 && 3 * kQ4Words < 32, "q4_0 scales: words of 64 bytes");
     alignas(64) int16_t q4_words[32];
     for (int w = 0; w < 32; ++w) {
@@ -86,9 +87,23 @@ struct KEntries {
     q8_shift = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
   }
 
+  // 2-byte words per block of q4_0 and the rot formats; whether all of a row's block scales lie
+  // in its first 64 bytes (then Rows4 picks them with two word permutes, not a gather).
+  static constexpr size_t kBlockWords = IsRot(KF) ? BlockBytesOf(KF) / 2 : Q4_0Traits::kBlockBytes / 2;
+  static constexpr bool kPermScales = (KF == Fmt::kQ4_0 || IsRot(KF)) && (kSb - 1) * kBlockWords < 32;
+  // Rot rows are read with masks that stop at the row's end (q4_0 reads 64 bytes).
+  static constexpr __mmask32 kRowWords =
+      kSb * kBlockWords >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((uint64_t{1} << (kSb * kBlockWords)) - 1);
+
   // Entries of rows r[0..3]: dm[q] lane 4 j + e = entry 4 q + e of row j, as f32.
   KV_INL void Rows4(const uint8_t* const r[4], __m512 dm[4]) const {
-    if constexpr (KF == Fmt::kQ4_0 && kD <= 128) {
+    if constexpr (kPermScales && IsRot(KF)) {
+      const __m512i w01 = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(kRowWords, r[0]), q4_idx,
+                                                    _mm512_maskz_loadu_epi16(kRowWords, r[1]));
+      const __m512i w23 = _mm512_permutex2var_epi16(_mm512_maskz_loadu_epi16(kRowWords, r[2]), q4_idx,
+                                                    _mm512_maskz_loadu_epi16(kRowWords, r[3]));
+      dm[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_mask_blend_epi16(0xFF00, w01, w23)));
+    } else if constexpr (kPermScales) {
       // Scales at words kQ4Words x b of each row's first 64 bytes: two 2-row permutes.
       const __m512i w01 = _mm512_permutex2var_epi16(_mm512_loadu_si512(r[0]), q4_idx,
                                                     _mm512_loadu_si512(r[1]));
@@ -142,6 +157,25 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
   Transpose4(x, c);
 }
 
+// A rot block (sub-block sb) of rows r[0..15] as fixed-point level bytes paired like q8_0's
+// code pieces: lo[k] / hi[k] lane 4 j + i = the levels of values 4 k .. 4 k + 3 / 16 + 4 k ..
+// of row 4 i + j. The codes are transposed as dwords of 8 codes (one row per lane), then each
+// dword's codes 0..3 and 4..7 go to bytes (vpmultishiftqb) and to their levels (vpermb).
+template <int kBits>
+KV_INL void RotPieces16(const uint8_t* const r[16], size_t sb, const RotConsts<kBits>& rc,
+                        __m512i lo[4], __m512i hi[4]) {
+  const size_t o = RotBlockBytes(kBits) * sb + 2;
+  __m512i x[4], c[4];
+  for (uint32_t i = 0; i < 4; ++i) x[i] = RotCodes4<kBits>(r + 4 * i, o);
+  Transpose4(x, c);
+  for (size_t k = 0; k < 2; ++k) {
+    lo[2 * k] = PermB(rc.table, MultiShift(rc.ctrl_a, c[k]));
+    lo[2 * k + 1] = PermB(rc.table, MultiShift(rc.ctrl_b, c[k]));
+    hi[2 * k] = PermB(rc.table, MultiShift(rc.ctrl_a, c[2 + k]));
+    hi[2 * k + 1] = PermB(rc.table, MultiShift(rc.ctrl_b, c[2 + k]));
+  }
+}
+
 // What to bring into L1 during a score step, spread over its sub-blocks (a burst would stall on
 // the fill buffers). Either whole lines of two contiguous ranges (`lines`: the next step's K
 // rows and, when the tile's V rows were not dripped into L2 during the tile before, this
@@ -185,6 +219,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
   constexpr size_t kSb = kD / 32;
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  [[maybe_unused]] const std::conditional_t<KT::kRot, RotConsts<KT::kRotBits>, NoRotConsts> rot{};
   // Entries of the 16 rows, transposed: ent[e] lane 4 j + i = entry e of row 4 i + j.
   alignas(64) float ent[16][16];
   {
@@ -210,7 +245,9 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
     for (size_t sb = sb0; sb < sb0 + span; ++sb) {
       PrefetchAhead(ahead, sb, kSb);
       __m512i lo[4], hi[4];
-      if constexpr (KT::kNibble) {
+      if constexpr (KT::kRot) {
+        RotPieces16<KT::kRotBits>(r, sb, rot, lo, hi);
+      } else if constexpr (KT::kNibble) {
         __m512i c[4];
         LoadPiece16<KF>(r, sb, 0, c);
         for (size_t k = 0; k < 4; ++k) {

@@ -45,10 +45,12 @@ struct VScaleMap {
 
 template <size_t kD, Fmt VF>
 KV_VNNI VScaleMap<kD> MakeVScaleMap() {
-  static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kQ4_0, "q formats (affine: VEntries)");
+  static_assert(VF == Fmt::kQ8_0 || VF == Fmt::kQ4_0 || IsRot(VF), "block formats (affine: VEntries)");
   constexpr size_t kNB = VShape<kD>::kNB;
-  constexpr size_t kBlock = SubBlockBytes(VF == Fmt::kQ4_0 ? KvCode::kQ4_0 : KvCode::kQ8_0);
-  static_assert(Q4_0Traits::kScaleOffset == 0 && Q8_0Traits::kScaleOffset == 0, "scales lead");
+  constexpr size_t kBlock = BlockBytesOf(VF);
+  static_assert(Q4_0Traits::kScaleOffset == 0 && Q8_0Traits::kScaleOffset == 0 &&
+                    offsetof(BlockRot4, d) == 0 && kBlock % 2 == 0,
+                "scales lead, on 2-byte boundaries");
   VScaleMap<kD> m;
   for (size_t v = 0; v < VShape<kD>::kVecs; ++v) {
     m.win[v] = 4 * kBlock * v;
@@ -423,6 +425,100 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
     }
     for (size_t j = 1; j < 16; j += 2) o[j] = _mm512_sub_epi32(o[j], o[j - 1]);  // 16 x high
     FlushSweep<true, true>(o, b0, corr, acc, step, bias);
+  }
+  *drip_out = drip;
+}
+
+// Weighted V as AccumulateV4, for the rot formats: the weights w = p x scale(t, b) rounded to
+// int8 the same way (steps of max_t |w| / 127 per call, block and query vector), against the
+// fixed-point level bytes u (quant/rot.h's RotFixedLevels: level = (u - off) / s) of 4 tokens
+// per `vpdpbusd`. Per quad of rows and block: the codes as dwords of 8 codes (RotCodes4), codes
+// 0..3 and 4..7 of each dword to bytes (vpmultishiftqb), the bytes to their levels and to the
+// 4-rows-per-lane order (two vpermb): chunk c lane k holds value 8 (k / 4) + 4 c + k % 4, the
+// order of 8-bit V, which RunInt8 restores when the item ends. The offset comes back as
+// -off x step x the rounded weights' sum, so the weights' rounding errors multiply centred levels.
+template <size_t kD, Fmt VF, bool kDrip>
+__attribute__((noinline)) KV_VNNI void AccumulateVRot(const uint8_t* vr, size_t vs, uint32_t n,
+                                                      const float* p, const float corr[4],
+                                                      float* const acc[4],
+                                                      const VScales<kD, VF>& vsc, TileDrip* drip_out) {
+  static_assert(IsRot(VF), "rot V formats only");
+  using KT = KTraits<VF>;
+  constexpr int kBits = KT::kRotBits;
+  TileDrip drip = *drip_out;
+  using S = VShape<kD>;
+  constexpr size_t kNB = S::kNB;
+  alignas(64) float w[(kTile + 3) * S::kW];      // [token][lane 4 b + g]: p x scale(t, b)
+  alignas(64) float step[S::kW], bias[S::kW];    // per lane: the int8 step / s; the offsets
+  alignas(64) int8_t wq[kTile / 4 * S::kW * 4];  // [quad][lane][token of the quad]: int8 weights
+  __m512 wmax[S::kVecs], wsum[S::kVecs], psum[S::kVecs];
+  for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = psum[v] = _mm512_setzero_ps();
+  const uint32_t nq4 = (n + 3) / 4;
+  const uint8_t* rows[kTile + 3];
+  CallRows(vr, vs, n, rows);
+  TileWeights<kD, VF, false>(rows, n, p, vsc, w, wmax, wsum, psum);
+  for (uint32_t t = n; t < 4 * nq4; ++t) {  // the last quad's padding: weight 0
+    for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
+  }
+  __m512 inv[S::kVecs];
+  __m512i isum[S::kVecs];  // sum_t of the rounded weights
+  for (size_t v = 0; v < S::kVecs; ++v) {
+    const __mmask16 nz = _mm512_cmp_ps_mask(wmax[v], _mm512_setzero_ps(), _CMP_GT_OQ);
+    inv[v] = _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), wmax[v]);
+    isum[v] = _mm512_setzero_si512();
+  }
+  const __m512i quad = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (uint32_t i = 0; i < nq4; ++i) {
+    for (size_t v = 0; v < S::kVecs; ++v) {
+      __m512i a[4];
+      for (uint32_t k = 0; k < 4; ++k) {
+        const __m512 x = _mm512_load_ps(w + (4 * i + k) * S::kW + 16 * v);
+        a[k] = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[v]));
+      }
+      const __m512i packed = _mm512_shuffle_epi8(
+          _mm512_packs_epi16(_mm512_packs_epi32(a[0], a[1]), _mm512_packs_epi32(a[2], a[3])), quad);
+      _mm512_store_si512(wq + 4 * (i * S::kW + 16 * v), packed);
+      isum[v] = DpBusd(isum[v], ones, packed);
+    }
+  }
+  for (size_t v = 0; v < S::kVecs; ++v) {
+    const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(KT::kCodeStep / 127.0f));
+    _mm512_store_ps(step + 16 * v, st);
+    const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-static_cast<float>(KT::kOffset))));
+    _mm512_store_ps(bias + 16 * v, b);
+  }
+  const RotConsts<kBits> rc;
+  // Byte 4 k + r of a chunk = byte 16 r + k of the decoded rows (row r in 128-bit lane r).
+  static constexpr Bytes64 kToQuads = [] {
+    Bytes64 x{};
+    for (int k = 0; k < 16; ++k) {
+      for (int r = 0; r < 4; ++r) x.b[4 * k + r] = static_cast<uint8_t>(16 * r + k);
+    }
+    return x;
+  }();
+  const __m512i to_quads = _mm512_load_si512(kToQuads.b);
+#pragma GCC unroll 4  // as in AccumulateV
+  for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
+    __m512i o[16];  // accumulator 4 g + c: query vector g, chunk c
+    for (size_t j = 0; j < 16; ++j) o[j] = _mm512_setzero_si512();
+    for (uint32_t i = 0; i < nq4; ++i) {
+      const uint8_t* const* r = rows + 4 * i;
+      const int8_t* wi = wq + 4 * i * S::kW;
+      if constexpr (kDrip) drip.Step(2);  // the slots of two token pairs
+      for (size_t bb = 0; bb < 2; ++bb) {
+        const size_t b = b0 + bb;
+        const __m512i x = RotCodes4<kBits>(r, RotBlockBytes(kBits) * b + 2);
+        const __m512i z0 = PermB(rc.table, PermB(MultiShift(rc.ctrl_a, x), to_quads));
+        const __m512i z1 = PermB(rc.table, PermB(MultiShift(rc.ctrl_b, x), to_quads));
+        for (size_t g = 0; g < 4; ++g) {
+          o[4 * g + 2 * bb] = DpBusdBcast(o[4 * g + 2 * bb], z0, wi + 4 * (4 * b + g));
+          o[4 * g + 2 * bb + 1] = DpBusdBcast(o[4 * g + 2 * bb + 1], z1, wi + 4 * (4 * b + g));
+        }
+      }
+    }
+    FlushSweep<true>(o, b0, corr, acc, step, bias);
   }
   *drip_out = drip;
 }

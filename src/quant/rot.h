@@ -75,6 +75,28 @@ inline const float* RotLevelsOf(int bits) {
   return bits == 4 ? kRotLevels4 : bits == 3 ? kRotLevels3 : kRotLevels2;
 }
 
+// Fixed-point codebooks for the int8 attention path (kernels/int8_*.h): level i as the byte
+// u_i = round(kScale * L_i) + kOffset, so L_i = (u_i - kOffset) / kScale within 0.5 / kScale.
+// kScale is the one (of those that keep every byte in 0..255) with the least mean squared
+// rounding error over the levels: 135 (4 bits; mean squared error 3.3e-6, in units of the
+// block scale, against the codebook's own ~1.2e-3), 124 (3 bits, 1.6e-6), 155 (2 bits, 1.6e-7).
+template <int kBits>
+struct RotFixedLevels {
+  static constexpr int kScale = kBits == 4 ? 135 : kBits == 3 ? 124 : 155;
+  static constexpr int kOffset = kBits == 4 ? 120 : kBits == 3 ? 95 : 83;
+  uint8_t u[1 << kBits];
+  constexpr RotFixedLevels() : u() {
+    for (int i = 0; i < (1 << kBits); ++i) {
+      const float x = RotLevels<kBits>()[i] * static_cast<float>(kScale);
+      u[i] = static_cast<uint8_t>(static_cast<int>(x + (x >= 0.0f ? 0.5f : -0.5f)) + kOffset);
+    }
+  }
+};
+static_assert(RotFixedLevels<4>().u[0] == 0 && RotFixedLevels<4>().u[15] == 255 &&
+                  RotFixedLevels<3>().u[0] == 0 && RotFixedLevels<3>().u[7] == 219 &&
+                  RotFixedLevels<2>().u[0] == 0 && RotFixedLevels<2>().u[3] == 238,
+              "fixed-point rot levels stay within a byte");
+
 // ---------------------------------------------------------------- the rotation
 
 // Whether value i's sign is flipped under `seed` (splitmix64 of (seed, i / 64), bit i % 64).

@@ -67,9 +67,37 @@ HWY_INLINE void RotateVec(float* HWY_RESTRICT x, size_t n, const RotSigns& s, bo
   if (inverse) FlipSigns(x, s.bits, n);
 }
 
+// RotBlockSum of the 32 values in a[0 .. kV) (in order) without leaving the registers: its
+// fixed order is a halving tree. 16 lanes: t = a[0] + a[1] (t_j = a_j + a_16+j), then
+// p_j = t_j + t_8+j; 8 lanes: p_j = (a_j + a_16+j) + (a_8+j + a_24+j); then
+// ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)) by halves. The same additions as
+// RotBlockSum (float addition commutes exactly), so the same sum bit for bit.
+// (V is VF: a template parameter, so that the branch for the other vector width is not
+// checked where it cannot apply.)
+template <size_t kV, class V>
+HWY_INLINE float RotBlockSumVec(const V* HWY_RESTRICT a) {
+  [[maybe_unused]] const hn::Half<hn::DFromV<V>> dh;
+  using D8 = hn::Simd<float, 8, 0>;
+  hn::Vec<D8> p;
+  if constexpr (kV == 2) {
+    const V t = hn::Add(a[0], a[1]);
+    p = hn::Add(hn::LowerHalf(dh, t), hn::UpperHalf(dh, t));
+  } else {
+    static_assert(kV == 4, "8 or 16 lanes");
+    p = hn::Add(hn::Add(a[0], a[2]), hn::Add(a[1], a[3]));
+  }
+  const hn::Half<D8> d4;
+  const auto w = hn::Add(hn::LowerHalf(d4, p), hn::UpperHalf(d4, p));  // p_j + p_4+j
+  const auto x = hn::Add(w, hn::Shuffle1032(w));                       // w_j + w_2+j
+  return hn::GetLane(hn::Add(x, hn::Shuffle2301(x)));
+}
+
 // One block of 32 rotated values on vectors of 8 or 16 lanes: QuantizeRotBlock's steps with
 // the same operations per value and the same summation order (RotBlockSum), so the same
-// bytes. y: [32] (aligned).
+// bytes. y: [32] (aligned). The codes (the number of midpoints at or below y / d): with 16
+// lanes a branch-free binary search over the sorted midpoints (kBits compares, each against a
+// midpoint picked by a lane permute), which counts the same; with 8 lanes a compare per
+// midpoint.
 template <int kBits>
 HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RESTRICT block) {
   const DF df;
@@ -89,7 +117,7 @@ HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RE
     amax = hn::Max(amax, hn::IfThenElseZero(hn::Eq(a, a), a));
   }
   const float am = hn::GetLane(hn::MaxOfLanes(df, amax));
-  uint8_t codes[kRotBlockValues] = {};
+  HWY_ALIGN uint8_t codes[kRotBlockValues] = {};
   float d = 0.0f;
   if (am > 0.0f && std::isfinite(am)) {
     const VF vam = hn::Set(df, am);
@@ -108,31 +136,43 @@ HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RE
       for (int i = 0; i < (1 << kBits); ++i) p.v[i] = RotLevels<kBits>()[i];
       return p;
     }();
+    static constexpr Padded kMidPad = [] {
+      Padded p{};
+      for (int i = 0; i + 1 < (1 << kBits); ++i) p.v[i] = RotMids<kBits>().m[i];
+      return p;
+    }();
     const VF table = hn::LoadU(df, kPadded.v);  // first N levels (N = 16: all of them)
-    HWY_ALIGN int32_t ci[kRotBlockValues];
-    HWY_ALIGN float xl[kRotBlockValues], ll[kRotBlockValues];
+    const VF mids = hn::LoadU(df, kMidPad.v);   // N = 16: every midpoint
+    hn::Vec<DI> c[kV];
     for (int pass = 0; pass < 2; ++pass) {
       const VF inv = hn::Set(df, 1.0f / d);
+      VF xl[kV], ll[kV];
       for (size_t k = 0; k < kV; ++k) {
         const VF q = hn::Mul(v[k], inv);
-        auto c = hn::Zero(di);
-        for (int t = 0; t + 1 < (1 << kBits); ++t) {
-          c = hn::Sub(c, hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(q, hn::Set(df, kMids.m[t])))));
-        }
         VF l;
-        if constexpr (kMaxN == 16) {  // the levels fit one register: a permute, not a gather
-          l = hn::TableLookupLanes(table, hn::IndicesFromVec(df, c));
+        if constexpr (kMaxN == 16) {  // the levels and midpoints fit one register each
+          c[k] = hn::Zero(di);
+          for (int step = 1 << (kBits - 1); step >= 1; step /= 2) {
+            const auto at = hn::Add(c[k], hn::Set(di, step - 1));
+            const VF mid = hn::TableLookupLanes(mids, hn::IndicesFromVec(df, at));
+            c[k] = hn::IfThenElse(hn::RebindMask(di, hn::Ge(q, mid)), hn::Add(c[k], hn::Set(di, step)), c[k]);
+          }
+          l = hn::TableLookupLanes(table, hn::IndicesFromVec(df, c[k]));
         } else {
-          l = hn::GatherIndex(df, L, c);
+          c[k] = hn::Zero(di);
+          for (int t = 0; t + 1 < (1 << kBits); ++t) {
+            c[k] = hn::Sub(c[k], hn::VecFromMask(di, hn::RebindMask(di, hn::Ge(q, hn::Set(df, kMids.m[t])))));
+          }
+          l = hn::GatherIndex(df, L, c[k]);
         }
-        hn::Store(c, di, ci + k * N);
-        hn::Store(hn::Mul(v[k], l), df, xl + k * N);
-        hn::Store(hn::Mul(l, l), df, ll + k * N);
+        xl[k] = hn::Mul(v[k], l);
+        ll[k] = hn::Mul(l, l);
       }
-      const float sxl = RotBlockSum(xl), sll = RotBlockSum(ll);
+      const float sxl = RotBlockSumVec<kV>(xl), sll = RotBlockSumVec<kV>(ll);
       d = sll > 0.0f ? sxl / sll : d;
     }
-    for (size_t i = 0; i < kRotBlockValues; ++i) codes[i] = static_cast<uint8_t>(ci[i]);
+    const hn::Rebind<uint8_t, DI> d8;
+    for (size_t k = 0; k < kV; ++k) hn::Store(hn::DemoteTo(d8, c[k]), d8, codes + k * N);
   }
   const uint16_t dh = F32ToF16(d);
   std::memcpy(block, &dh, 2);

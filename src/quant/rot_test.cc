@@ -45,6 +45,32 @@ std::vector<float> Gaussian(size_t n, uint64_t seed, float sd = 1.0f) {
   return v;
 }
 
+// The fixed-point codebooks the int8 attention path reads: every level within half a step of
+// its byte, the bytes ascending (so distinct) within 0..255, and their mean squared rounding
+// error (in block-scale units) at most 0.3% of the codebook's own on Gaussian blocks (rot.h:
+// 0.0058 / 0.0244 / 0.105 per unit variance, a block scale of ~2.2 standard deviations).
+template <int kBits>
+void CheckFixedLevels(double codebook_mse) {
+  constexpr RotFixedLevels<kBits> f;
+  const float* L = RotLevels<kBits>();
+  double mse = 0;
+  for (int i = 0; i < (1 << kBits); ++i) {
+    const double back = (static_cast<double>(f.u[i]) - f.kOffset) / f.kScale;
+    EXPECT_LE(std::fabs(back - L[i]), 0.5 / f.kScale + 1e-9) << kBits << " bits, level " << i;
+    if (i > 0) {
+      EXPECT_LT(f.u[i - 1], f.u[i]) << kBits << " bits, level " << i;
+    }
+    mse += (back - L[i]) * (back - L[i]) / (1 << kBits);
+  }
+  EXPECT_LT(mse * 2.2 * 2.2, 0.003 * codebook_mse) << kBits << " bits";
+}
+
+TEST(Rot, FixedPointLevelsAreWithinHalfAStep) {
+  CheckFixedLevels<4>(0.0058);
+  CheckFixedLevels<3>(0.0244);
+  CheckFixedLevels<2>(0.105);
+}
+
 TEST(Rot, RotationIsTheSeededHadamardAndInvertsOnEveryTarget) {
   for (size_t n : {32, 64, 96, 128, 160, 256}) {
     for (uint8_t seed : {0, 1, 200}) {
