@@ -206,6 +206,15 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   // again once freed and reallocated.
   Status DropWindowRows(BlockId id);
   bool WindowRowsDropped(BlockId id) const;
+  // The block's "window rows absent" flag: its window layers' rows are not the tokens' K/V
+  // (dropped here, or copied, converted or loaded from a block that had them dropped), so no
+  // resume point may need them (SequenceCache::WindowRowsPresent). Set by DropWindowRows, by
+  // MarkWindowRowsAbsent (any pool, window layers or not: a dense store-format pool of a
+  // window model carries it too), cleared when the block is freed. The tiers' block headers
+  // carry it (docs/formats/kv-block-file.md, flags). MarkWindowRowsAbsent leaves the bytes as
+  // they are; InvalidArgument for a block that is not live.
+  Status MarkWindowRowsAbsent(BlockId id);
+  bool WindowRowsAbsent(BlockId id) const;
 
   uint8_t* block_data(BlockId id) { return base_ + static_cast<size_t>(id) * layout_.block_stride; }
   const uint8_t* block_data(BlockId id) const {
@@ -248,6 +257,7 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
     // Window layers' pages given back (DropWindowRows): 1 while referenced, 2 once freed and
     // on its way back to the OS (Release then charges the budget the global part only).
     uint8_t dropped = 0;
+    bool window_absent = false;  // WindowRowsAbsent (with dropped != 0 or marked)
   };
   std::vector<Meta> meta_;          // [max_blocks_]
   std::vector<BlockId> warm_;       // freed, resident, dirty: cleared when reused (LIFO)

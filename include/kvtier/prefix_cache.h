@@ -165,6 +165,9 @@ struct PrefixCacheOptions {
   // Spill target and second source of hits (optional).
   std::shared_ptr<LowerTier> lower_tier;
   CacheWritePolicy write_policy = CacheWritePolicy::kWriteBack;
+  // How StoreState keeps snapshots (`--state-type`): kBF16 rounds an f32 snapshot to bf16
+  // (half the bytes, here and in the lower tiers); a fetch always returns f32 values.
+  StateType state_type = StateType::kF32;
 };
 
 // vllm-mlx's --kv-cache-quantization-bits / -group-size: MLX affine, f16 scales. bits 8 or 4.
@@ -191,7 +194,7 @@ struct PrefixFetchResult {
   // pool on a miss. Append the remaining request tokens to it.
   SequenceCache sequence;
   // With PrefixFetchOptions::recurrent_state: the snapshot at reused_tokens (its position),
-  // or null when reused_tokens is 0.
+  // or null when reused_tokens is 0. Always f32 values (a bf16 snapshot is widened).
   std::shared_ptr<const StateSnapshot> state;
   uint32_t state_trimmed_tokens = 0;  // K/V tokens matched but dropped for lack of a snapshot
 };

@@ -10,6 +10,10 @@
 //          CRC-32C, then the rows in their stored format under their own CRC-32C
 //   kvt:1:ns:<model fingerprint, 32 hex>   a set of the model's namespaces (shape, formats,
 //          block size), so another replica finds them
+//   kvt:1:st:<state key, 32 hex>   a recurrent-state snapshot (qwen35) as a state record: the
+//          SSD tier's state file bytes (header naming key, model, position under a CRC-32C,
+//          then the encoded snapshot under its own CRCs)
+//   kvt:1:stpos:<model fingerprint, 32 hex>   a set of the positions the model has snapshots at
 //
 // Reads: FindChain asks for the chain's keys in one pipelined EXISTS round trip (and one more
 // for the tail block); Load takes a block from the read-ahead buffer, or fetches a batch of
@@ -57,6 +61,7 @@ struct RemoteTierOptions {
   uint32_t backoff_max_ms = 2000;    // ... up to this
   uint32_t namespace_refresh_ms = 1000;  // how long a read of the namespace set is reused
   bool log = true;                   // one stderr line per corrupt value
+  uint32_t queue_states = 64;        // snapshots waiting for their writer at most (then dropped)
 };
 
 // Why a remote read became a miss (RemoteTierStats::misses_by).
@@ -89,6 +94,17 @@ struct RemoteTierStats {
   uint64_t ask = 0;
   double load_ms_total = 0;          // time inside Load (latency: / (hits + misses))
   bool cluster = false;
+  // Recurrent-state snapshots (SpillState / FindState).
+  uint64_t state_lookups = 0;        // FindState calls with candidate positions
+  uint64_t state_hits = 0;           // snapshots read and verified
+  uint64_t state_hit_bytes = 0;
+  std::array<uint64_t, kNumRemoteMisses> state_misses_by{};
+  uint64_t state_written = 0;        // SET acknowledged
+  uint64_t state_written_bytes = 0;
+  uint64_t state_write_errors = 0;
+  uint64_t state_dropped_queue_full = 0;
+  uint64_t state_already_written = 0;
+  uint64_t state_queued = 0;
 };
 
 // What `kvtier cache stats|verify --remote` sees in Redis.
@@ -98,6 +114,7 @@ struct RemoteScan {
   uint64_t bytes = 0;                // their value bytes (verify only)
   uint64_t good = 0, bad = 0;        // verify: values that verified / did not (removed)
   uint64_t other_keys = 0;           // kvt:* keys of other versions (left alone)
+  uint64_t states = 0;               // kvt:1:st:* state snapshot keys
   std::vector<std::pair<TierNamespace, uint64_t>> namespaces;  // registered, with blocks
 };
 
@@ -115,8 +132,14 @@ class RemoteTier : public LowerTier {
                                    std::span<const int32_t> tokens) override;
   Status Load(const TierNamespace& ns, const BlockKey& key, BlockPool& pool,
               BlockId id) override;
+  // State snapshots (kvt:1:st:*): queued for their own writer; found by position, verified.
+  void SpillState(const ModelFingerprint& model, const BlockKey& key,
+                  std::shared_ptr<const StateSnapshot> snapshot) override;
+  std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
+                                                 std::span<const int32_t> tokens,
+                                                 uint32_t max_position) override;
 
-  // Waits until every block queued so far is written or failed.
+  // Waits until every block and snapshot queued so far is written or failed.
   void Flush();
   RemoteTierStats Stats() const;
   // Walks every master's kvt:1:* keys (SCAN); with `verify`, reads and checks each value and

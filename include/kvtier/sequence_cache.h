@@ -102,15 +102,16 @@ class SequenceCache {
   // returns how many blocks it dropped. Blocks shared with a fork or another holder are kept whole. Incremental: each
   // block is looked at once. A no-op for a dense pool or a forward pass half way through.
   // After it, the sequence must only grow: Trim back into the window would expose rows that
-  // read as zeros (a prefix hit checks them: kvtier/prefix ... WindowRowsPresent).
+  // read as zeros (a prefix hit checks the blocks' flag: WindowRowsPresent).
   uint32_t DropOutsideWindow();
   // Keeps the window rows a resume at `pos` (and at pos rounded down to whole blocks) needs
   // through later DropOutsideWindow calls: e.g. the end of a prompt, stored in the prefix
   // cache while the row goes on. Forks inherit it.
   void KeepWindowRowsAt(uint32_t pos);
-  // True when the window layers' rows of tokens [first, end) are all present (not dropped
-  // by DropOutsideWindow): checked on the data (a dropped row reads as all zeros), so it
-  // holds however the blocks came (converted, from a lower tier). Dense pools: true.
+  // True when the window layers' rows of tokens [first, end) are all present: no block of
+  // theirs has the "window rows absent" flag (BlockPool::WindowRowsAbsent: dropped by
+  // DropOutsideWindow, or copied, converted or loaded from a lower tier with the flag set).
+  // Dense pools: true.
   bool WindowRowsPresent(uint32_t first, uint32_t end) const;
   // The longest length P' <= size() this sequence can resume from: the window rows a query
   // at P' attends ([P' - max_window + 1, P')) are all present. size() for a dense pool.

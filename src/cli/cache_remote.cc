@@ -28,7 +28,7 @@ Status RunRemoteCacheCommand(const CacheCommand& c, std::ostream& out) {
   KVTIER_ASSIGN_OR_RETURN(const RemoteScan s, tier->Scan(verify));
   if (c.json) {
     nlohmann::json j{{"remote", c.remote}, {"masters", s.masters}, {"blocks", s.blocks},
-                     {"other_keys", s.other_keys}};
+                     {"state_snapshots", s.states}, {"other_keys", s.other_keys}};
     if (verify) {
       j["bytes"] = s.bytes;
       j["good"] = s.good;
@@ -49,6 +49,7 @@ Status RunRemoteCacheCommand(const CacheCommand& c, std::ostream& out) {
     out << c.remote << ": " << s.blocks << " blocks on " << s.masters.size()
         << (s.masters.size() == 1 ? " Redis" : " masters");
     if (verify) out << "; " << s.good << " verified, " << s.bad << " failed (removed)";
+    if (s.states > 0) out << "; " << s.states << " state snapshots";
     if (s.other_keys > 0) out << "; " << s.other_keys << " keys of other format versions";
     out << "\n";
     for (const auto& [ns, blocks] : s.namespaces) {

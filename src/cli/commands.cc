@@ -84,6 +84,10 @@ Command ServeCommand() {
                  "Directory of the SSD tier (spills and reloads KV blocks; survives restarts)");
     s.add_option("--ssd-cache-max-gb", c->ssd_cache_max_gb, "Size cap of the SSD tier")
         ->capture_default_str();
+    s.add_option("--state-type", c->state_type,
+                 "Recurrent-state snapshots (qwen35) in the cache tiers: f32, or bf16 (half "
+                 "the bytes; docs/results/prefix-cache.md)")
+        ->capture_default_str();
     s.add_option("--cache-write-policy", c->cache_write_policy,
                  "write-back (blocks go down when RAM evicts them) or write-through (at once); "
                  "default write-back, write-through with --remote-cache");

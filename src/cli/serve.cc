@@ -174,6 +174,7 @@ Status RunServe(const ServeConfig& c) {
       po.store_format = store_format;
     }
     po.min_quantize_tokens = c.min_quantize_tokens;
+    KVTIER_ASSIGN_OR_RETURN(po.state_type, ParseStateType(c.state_type));
     po.lower_tier = lower;
     // A shared tier is only shared when entries reach it when stored, not when evicted.
     if (remote != nullptr) po.write_policy = CacheWritePolicy::kWriteThrough;

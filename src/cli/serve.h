@@ -37,6 +37,7 @@ struct ServeConfig {
   bool disable_prefix_cache = false;     // --disable-prefix-cache
   std::string ssd_cache_dir;             // --ssd-cache-dir
   double ssd_cache_max_gb = 10;          // --ssd-cache-max-gb
+  std::string state_type = "f32";        // --state-type f32|bf16 (recurrent-state snapshots)
   std::string cache_write_policy;        // --cache-write-policy ("": write-back, or
                                          // write-through with --remote-cache)
   std::string remote_cache;              // --remote-cache redis://HOST:PORT[,HOST:PORT...]

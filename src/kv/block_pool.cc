@@ -234,6 +234,7 @@ Status BlockPool::AllocateImpl(size_t n, KvOwner owner, std::vector<BlockId>* ou
       m.refs = {};
       m.refs[o] = 1;
       m.total = 1;
+      m.window_absent = false;
       out->push_back(id);
     }
     in_use_ += static_cast<uint32_t>(n);
@@ -357,6 +358,7 @@ Status BlockPool::DropWindowRows(BlockId id) {
                                         " references; only a sole holder may drop rows");
     }
     m.dropped = 1;
+    m.window_absent = true;
     ++dropped_;
     dropped_total_bytes_ += layout_.window_bytes;
     for (size_t o = 0; o < m.refs.size(); ++o) owner_dropped_[o] += m.refs[o] > 0;
@@ -372,6 +374,24 @@ bool BlockPool::WindowRowsDropped(BlockId id) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_) return false;
   return meta_[static_cast<size_t>(id)].dropped != 0;
+}
+
+Status BlockPool::MarkWindowRowsAbsent(BlockId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_ ||
+      meta_[static_cast<size_t>(id)].total == 0) {
+    return Status::InvalidArgument("MarkWindowRowsAbsent: block id " + std::to_string(id) +
+                                   " is not a live block of this pool");
+  }
+  meta_[static_cast<size_t>(id)].window_absent = true;
+  return Status::OK();
+}
+
+bool BlockPool::WindowRowsAbsent(BlockId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_) return false;
+  const Meta& m = meta_[static_cast<size_t>(id)];
+  return m.total > 0 && (m.dropped != 0 || m.window_absent);
 }
 
 uint64_t BlockPool::ReleaseFreeMemory() {

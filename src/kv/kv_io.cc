@@ -110,6 +110,19 @@ Status AppendConverted(SequenceCache& dst, const SequenceCache& src, uint32_t fi
     }
   }
   if (copied > 0) dst.pool()->CountCopied(copied);
+  // A source block's "window rows absent" flag reaches every destination block its rows went
+  // to (the rows copied are not the tokens' K/V there either).
+  const uint32_t sbt = sl.block_tokens, dbt = dl.block_tokens;
+  const uint64_t shift = uint64_t{dst.size()} - n - first;  // dst position - src position
+  const std::span<const BlockId> sids = src.block_ids(), dids = dst.block_ids();
+  for (uint32_t sb = first / sbt; uint64_t{sb} * sbt < uint64_t{first} + n; ++sb) {
+    if (!src.pool()->WindowRowsAbsent(sids[sb])) continue;
+    const uint64_t lo = std::max<uint64_t>(first, uint64_t{sb} * sbt) + shift;
+    const uint64_t hi = std::min<uint64_t>(uint64_t{first} + n, uint64_t{sb + 1} * sbt) + shift;
+    for (uint64_t db = lo / dbt; db * dbt < hi; ++db) {
+      KVTIER_RETURN_IF_ERROR(dst.pool()->MarkWindowRowsAbsent(dids[db]));
+    }
+  }
   return Status::OK();
 }
 

@@ -153,6 +153,7 @@ void SequenceCache::CopyValidRows(size_t i, BlockId from, BlockId to) {
     copied += valid * (l.k_token_stride + l.v_token_stride);
   }
   pool_->CountCopied(copied);
+  if (pool_->WindowRowsAbsent(from)) (void)pool_->MarkWindowRowsAbsent(to);  // the copy is too
 }
 
 Status SequenceCache::MakeWritable(uint32_t from, uint32_t end, const char* what) {
@@ -450,15 +451,10 @@ bool SequenceCache::WindowRowsPresent(uint32_t first, uint32_t end) const {
   uint32_t layer = 0;
   while (l.layer_window[layer] == 0) ++layer;
   end = std::min(end, layer_size(layer));
-  std::vector<float> k(static_cast<size_t>(l.shape.n_kv_heads) * l.shape.head_dim);
-  std::vector<float> v(k.size());
+  // The blocks' flag (BlockPool::WindowRowsAbsent): set where the rows were dropped and
+  // carried wherever the block went since (copies, conversions, the tiers' block headers).
   for (uint32_t t = first; t < end; t = (t / l.block_tokens + 1) * l.block_tokens) {
-    const BlockId id = table_->ids[t / l.block_tokens];
-    if (pool_->WindowRowsDropped(id)) return false;
-    // Dropped rows read as zeros wherever the block went since (conversion, a lower tier);
-    // a real key row (normed, rotated) is never all zeros.
-    if (!ReadDense(layer, t, 1, DType::kF32, k.data(), v.data()).ok()) return false;
-    if (std::all_of(k.begin(), k.end(), [](float x) { return x == 0.0f; })) return false;
+    if (pool_->WindowRowsAbsent(table_->ids[t / l.block_tokens])) return false;
   }
   return true;
 }

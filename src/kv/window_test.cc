@@ -148,9 +148,43 @@ TEST(WindowPool, ResumePointSkipsBackOverDroppedRowsAfterConversion) {
   SequenceCache back = ConvertSequence(cut, back_pool, KvOwner::kOther).value();
   EXPECT_FALSE(back.WindowRowsPresent(27, 34));
   EXPECT_EQ(back.WindowResumePoint(), 0u);
+  // Window -> dense (quantize on store) -> window (a fetch): the dense pool carries the
+  // blocks' flag, so the round trip still knows which rows are absent.
+  for (size_t b = 0; b < conv.n_blocks(); ++b) {
+    EXPECT_EQ(other->WindowRowsAbsent(conv.block_ids()[b]), b < 8) << "block " << b;
+  }
+  SequenceCache round = ConvertSequence(conv, WindowPool(64), KvOwner::kOther).value();
+  EXPECT_FALSE(round.WindowRowsPresent(27, 34));
+  EXPECT_EQ(round.WindowResumePoint(), 0u);
+  // Copy on write of a flagged block keeps the flag.
+  SequenceCache fork = cut.Fork();
+  ASSERT_TRUE(fork.Trim(4).ok());  // 30: block 7 (28..31) is now the shared tail
+  const std::vector<float> row(static_cast<size_t>(kShape.n_kv_heads) * kShape.head_dim, 0.5f);
+  for (uint32_t layer = 0; layer < kShape.n_layers; ++layer) {
+    ASSERT_TRUE(fork.Append(layer, DType::kF32, row.data(), row.data(), 1).ok());
+  }
+  EXPECT_NE(fork.block_ids()[7], cut.block_ids()[7]) << "copied on write";
+  EXPECT_TRUE(pool->WindowRowsAbsent(fork.block_ids()[7]));
+  EXPECT_FALSE(fork.WindowRowsPresent(28, 31));
   // A sequence whose early blocks are intact resumes at the last good point.
   SequenceCache s3 = Filled(pool, 24, 13, DType::kF32);  // nothing dropped yet
   EXPECT_EQ(s3.WindowResumePoint(), 24u);
+}
+
+// The flag, not the data, decides: window rows that happen to be all zeros are present.
+TEST(WindowPool, ZeroRowsThatWereNeverDroppedArePresent) {
+  auto pool = WindowPool(64);
+  SequenceCache s(pool);
+  const std::vector<float> zeros(static_cast<size_t>(12) * kShape.n_kv_heads * kShape.head_dim);
+  for (uint32_t layer = 0; layer < kShape.n_layers; ++layer) {
+    ASSERT_TRUE(s.Append(layer, DType::kF32, zeros.data(), zeros.data(), 12).ok());
+  }
+  EXPECT_TRUE(s.WindowRowsPresent(0, 12));
+  EXPECT_EQ(s.WindowResumePoint(), 12u);
+  ASSERT_TRUE(pool->MarkWindowRowsAbsent(s.block_ids()[1]).ok());  // tokens 4..7
+  EXPECT_FALSE(s.WindowRowsPresent(0, 12));
+  EXPECT_EQ(s.WindowResumePoint(), 4u) << "a query at 4 attends 0..3 only";
+  EXPECT_FALSE(pool->MarkWindowRowsAbsent(BlockId{60}).ok()) << "not a live block";
 }
 
 TEST(WindowPool, KeptResumePointsKeepTheirWindowRows) {

@@ -53,6 +53,10 @@ Status PrefixCache::StoreState(const ModelFingerprint& model, std::span<const in
     }
   }
   Impl& m = *impl_;
+  if (m.opt.state_type == StateType::kBF16 && snapshot->type == StateType::kF32) {
+    snapshot = std::make_shared<const StateSnapshot>(
+        ConvertStateSnapshot(*snapshot, StateType::kBF16));
+  }
   const BlockKey key = StateSnapshotKey(model, tokens);
   const uint64_t need = snapshot->bytes();
   Status result = Status::OK();
@@ -143,7 +147,10 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
     r.state_trimmed_tokens = reused - best;
     r.reused_tokens = best;
   }
-  r.state = snap;
+  // The caller's copy in f32 (what a model reads); the cached one stays as it is.
+  r.state = snap == nullptr || snap->type == StateType::kF32
+                ? snap
+                : std::make_shared<const StateSnapshot>(ConvertStateSnapshot(*snap, StateType::kF32));
   {
     std::lock_guard<std::mutex> lock(m.mu);
     ++m.stats.state_fetches;

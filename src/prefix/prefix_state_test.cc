@@ -4,6 +4,9 @@
 // use never evicted, spills to a lower tier on eviction and write-through, and bad input.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <map>
+
 #include <mutex>
 
 #include "kvtier/prefix_cache.h"
@@ -186,6 +189,80 @@ TEST(PrefixState, BadInputNamesTheProblem) {
   s = cache->StoreState(kModelA, Range(1, 3), Snap(3, 1 << 20));
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(cache->Stats().states, 0u);
+}
+
+// --state-type bf16: a stored snapshot costs half the value bytes; a fetch gets f32 values,
+// each the bf16 rounding (nearest even) of the stored one.
+TEST(PrefixState, Bf16SnapshotsHalveTheBytesAndFetchAsF32) {
+  auto pool = MakePool(kShape, Format::F16(), Format::F16(), kBt, 16 << 20);
+  auto run = [&](StateType type, std::shared_ptr<const StateSnapshot>* got) {
+    PrefixCacheOptions po;
+    po.memory_budget_bytes = 8 << 20;
+    po.state_type = type;
+    auto cache = PrefixCache::Create(po).value();
+    const std::vector<int32_t> t = Range(1, 40);
+    EXPECT_TRUE(cache->Store(kModelA, t, SeqOf(pool, t)).ok());
+    EXPECT_TRUE(cache->StoreState(kModelA, std::span<const int32_t>(t).first(39),
+                                  Snap(39, 1001)).ok());
+    Result<PrefixFetchResult> f = cache->Fetch(kModelA, t, pool, Recurrent());
+    EXPECT_TRUE(f.ok());
+    *got = f->state;
+    return cache->Stats().state_bytes;
+  };
+  std::shared_ptr<const StateSnapshot> f32, bf16;
+  const uint64_t f32_bytes = run(StateType::kF32, &f32);
+  const uint64_t bf16_bytes = run(StateType::kBF16, &bf16);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  EXPECT_EQ(f32_bytes, 40u + 4 + 4 * 1001);
+  EXPECT_EQ(bf16_bytes, 40u + 4 + (2 * 1001 + 2));  // padded to 4
+  EXPECT_EQ(bf16->type, StateType::kF32);
+  ASSERT_EQ(bf16->data.size(), 1001u);
+  const std::shared_ptr<const StateSnapshot> ref = Snap(39, 1001);
+  EXPECT_EQ(f32->data, ref->data);
+  int differ = 0;
+  for (size_t i = 0; i < ref->data.size(); ++i) {
+    const float x = ref->data[i];
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t rounded = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000u;  // nearest even
+    float want;
+    std::memcpy(&want, &rounded, 4);
+    EXPECT_EQ(bf16->data[i], want) << i;
+    differ += bf16->data[i] != x;
+  }
+  EXPECT_GT(differ, 900) << "bf16 keeps 8 bits of mantissa: most values change";
+}
+
+// The encoded forms: f32 keeps version 1's bytes; bf16 is version 2 (an odd count padded);
+// both verify every byte and decode to the same values.
+TEST(PrefixState, EncodedSnapshotsOfBothTypesRoundTripAndDetectDamage) {
+  const StateSnapshot f32 = *Snap(9, 7);
+  const StateSnapshot bf16 = ConvertStateSnapshot(f32, StateType::kBF16);
+  const std::vector<uint8_t> a = EncodeStateSnapshot(f32), b = EncodeStateSnapshot(bf16);
+  EXPECT_EQ(a[4], 1);
+  EXPECT_EQ(a[20], 0);
+  EXPECT_EQ(b[4], 2);
+  EXPECT_EQ(b[20], 1);
+  EXPECT_EQ(a.size(), f32.bytes());
+  EXPECT_EQ(b.size(), bf16.bytes());
+  EXPECT_EQ(b.size(), 40u + 4 + 16);  // 7 values: 14 bytes, padded to 16
+  Result<StateSnapshot> da = DecodeStateSnapshot(a, "a"), db = DecodeStateSnapshot(b, "b");
+  ASSERT_TRUE(da.ok() && db.ok()) << da.status().ToString() << db.status().ToString();
+  EXPECT_EQ(da->data, f32.data);
+  EXPECT_EQ(db->type, StateType::kBF16);
+  EXPECT_EQ(db->bf16, bf16.bf16);
+  EXPECT_EQ(ConvertStateSnapshot(*db, StateType::kF32).data,
+            ConvertStateSnapshot(bf16, StateType::kF32).data);
+  for (size_t i = 0; i < b.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::vector<uint8_t> bad = b;
+      bad[i] ^= static_cast<uint8_t>(1 << bit);
+      EXPECT_FALSE(DecodeStateSnapshot(bad, "flip").ok()) << "byte " << i << " bit " << bit;
+    }
+  }
+  EXPECT_EQ(ParseStateType("bf16").value(), StateType::kBF16);
+  EXPECT_EQ(ParseStateType("f16").status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "remote/redis_client.h"
 #include "remote/remote_keys.h"
+#include "remote/remote_state.h"
 #include "tier/block_file.h"
 
 namespace kvtier {
@@ -117,6 +118,7 @@ struct RemoteTier::Impl {
 
   const RemoteTierOptions opt;
   std::unique_ptr<RedisClient> client;
+  std::unique_ptr<remote::StateBlobs> states;  // after client: stopped before it goes
   uint64_t block_value_bytes_guess = 1 << 20;
 
   // Writer.
@@ -258,6 +260,7 @@ Result<std::shared_ptr<RemoteTier>> RemoteTier::Open(RemoteTierOptions options) 
                           RedisClient::Create(options.url, co));
   auto impl = std::make_unique<Impl>(std::move(options));
   impl->client = std::move(client);
+  impl->states = std::make_unique<remote::StateBlobs>(impl->client.get(), impl->opt);
   Impl* m = impl.get();
   m->writer = std::thread([m] { m->WriterLoop(); });
   for (int i = 0; i < 2; ++i) m->readers.emplace_back([m] { m->ReaderLoop(); });
@@ -295,8 +298,20 @@ void RemoteTier::Spill(const EvictedBlock& b) {
   m.wcv.notify_one();
 }
 
+void RemoteTier::SpillState(const ModelFingerprint& model, const BlockKey& key,
+                            std::shared_ptr<const StateSnapshot> snapshot) {
+  impl_->states->Spill(model, key, std::move(snapshot));
+}
+
+std::shared_ptr<const StateSnapshot> RemoteTier::FindState(const ModelFingerprint& model,
+                                                           std::span<const int32_t> tokens,
+                                                           uint32_t max_position) {
+  return impl_->states->Find(model, tokens, max_position);
+}
+
 void RemoteTier::Flush() {
   Impl& m = *impl_;
+  m.states->Flush();
   std::unique_lock<std::mutex> lock(m.wmu);
   m.wdone.wait(lock, [&] { return m.queue.empty() && m.writing == 0; });
 }
@@ -649,6 +664,10 @@ Result<RemoteScan> RemoteTier::Scan(bool verify) {
       blocks.emplace_back(ns, b);
     } else if (k.compare(0, prefix.size() + 3, prefix + "ns:") == 0) {
       sets.push_back(k);
+    } else if (k.compare(0, prefix.size() + 3, prefix + "st:") == 0) {
+      ++out.states;
+    } else if (k.compare(0, prefix.size() + 6, prefix + "stpos:") == 0) {
+      // a state positions set (counted with its snapshots)
     } else {
       ++out.other_keys;
     }
@@ -730,6 +749,7 @@ Result<uint64_t> RemoteTier::Clear() {
     m.known.clear();
     m.known_order.clear();
   }
+  m.states->Forget();
   std::lock_guard<std::mutex> lock(m.nmu);
   m.ns_cache.clear();
   m.ns_local.clear();
@@ -754,6 +774,7 @@ RemoteTierStats RemoteTier::Stats() const {
   s.moved = c.moved;
   s.ask = c.ask;
   s.cluster = m.client->cluster();
+  m.states->AddStats(&s);
   return s;
 }
 

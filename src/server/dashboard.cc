@@ -90,6 +90,18 @@ json CacheStatsJson(const ServerDeps& deps) {
                      {"write_errors", rs.write_errors},
                      {"dropped_queue_full", rs.dropped_queue_full}, {"queued", rs.queued},
                      {"round_trips", rs.round_trips}, {"timeouts", rs.timeouts}};
+    json state_misses;
+    for (int k = 0; k < kNumRemoteMisses; ++k) {
+      state_misses[std::string(RemoteMissName(static_cast<RemoteMiss>(k)))] =
+          rs.state_misses_by[k];
+    }
+    out["remote"]["states"] = {{"lookups", rs.state_lookups}, {"hits", rs.state_hits},
+                               {"hit_bytes", rs.state_hit_bytes}, {"misses", state_misses},
+                               {"written", rs.state_written},
+                               {"written_bytes", rs.state_written_bytes},
+                               {"write_errors", rs.state_write_errors},
+                               {"dropped_queue_full", rs.state_dropped_queue_full},
+                               {"queued", rs.state_queued}};
   } else {
     out["remote"] = nullptr;
   }

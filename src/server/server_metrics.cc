@@ -193,6 +193,21 @@ void ServerMetrics::Collect() {
             rs.load_ms_total / 1000.0);
     gauge("kvtier_remote_queued_blocks", "Blocks waiting for the remote writer",
           static_cast<double>(rs.queued));
+    counter("kvtier_remote_state_hits_total",
+            "Recurrent-state snapshots read from the remote tier and verified",
+            static_cast<double>(rs.state_hits));
+    counter("kvtier_remote_state_lookups_total", "Remote snapshot lookups",
+            static_cast<double>(rs.state_lookups));
+    for (int k = 0; k < kNumRemoteMisses; ++k) {
+      counter("kvtier_remote_state_misses_total",
+              "Remote snapshot reads that became misses, by reason",
+              static_cast<double>(rs.state_misses_by[k]),
+              {{"reason", std::string(RemoteMissName(static_cast<RemoteMiss>(k)))}});
+    }
+    counter("kvtier_remote_state_written_total", "Snapshots written to the remote tier",
+            static_cast<double>(rs.state_written));
+    counter("kvtier_remote_state_written_bytes_total", "Bytes of snapshots written to Redis",
+            static_cast<double>(rs.state_written_bytes));
   }
   if (deps_.ssd != nullptr) {
     // Never a walk of the disk here (the event loop's thread): a writer thread checks the

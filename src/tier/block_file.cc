@@ -120,7 +120,7 @@ Status EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool, BlockId 
   PutLe32(p + 104, static_cast<uint32_t>(h.tokens.size()));
   PutLe32(p + 108, h.first_position);
   PutLe32(p + 112, static_cast<uint32_t>(h.ends.size()));
-  PutLe32(p + 116, 0);
+  PutLe32(p + 116, pool.WindowRowsAbsent(id) ? kBlockFlagWindowRowsAbsent : 0u);
   PutLe64(p + 120, h.payload_bytes());
   size_t off = kBlockFileFixedHeader;
   for (int32_t t : h.tokens) PutLe32(p + (off += 4) - 4, static_cast<uint32_t>(t));
@@ -153,7 +153,7 @@ Result<BlockFileHeader> DecodeHeader(std::span<const uint8_t> prefix, uint64_t f
                                  " is newer than this kvtier (" +
                                  std::to_string(kBlockFileVersion) + ")");
   }
-  if (version != kBlockFileVersion) return Bad(name, "version " + std::to_string(version));
+  if (version < 1) return Bad(name, "version " + std::to_string(version));
   if (prefix.size() < kBlockFileFixedHeader + 8) {
     return Bad(name, "file of " + std::to_string(file_size) + " bytes is shorter than a header");
   }
@@ -194,7 +194,13 @@ Result<BlockFileHeader> DecodeHeader(std::span<const uint8_t> prefix, uint64_t f
     return Bad(name, "first_position " + std::to_string(h.first_position) +
                          " is not a multiple of block_tokens");
   }
-  if (GetLe32(p + 116) != 0) return Bad(name, "flags " + Hex32(GetLe32(p + 116)));
+  h.version = version;
+  h.flags = GetLe32(p + 116);
+  const uint32_t known_flags = version >= 2 ? kBlockFlagWindowRowsAbsent : 0u;
+  if ((h.flags & ~known_flags) != 0) {
+    return Bad(name, "flags " + Hex32(h.flags) + " (version " + std::to_string(version) +
+                         " defines " + Hex32(known_flags) + ")");
+  }
   size_t off = kBlockFileFixedHeader;
   if (off + 4 * (uint64_t{n} + n_ends) + 4 > hb) return Bad(name, "tokens overrun the header");
   for (uint32_t i = 0; i < n; ++i, off += 4) h.tokens.push_back(static_cast<int32_t>(GetLe32(p + off)));
@@ -243,6 +249,11 @@ Result<BlockFileHeader> DecodeRecordHeader(std::span<const uint8_t> prefix, uint
   return DecodeHeader(prefix, bytes_left, name, false);
 }
 
+// The block's flag after its rows were written and verified.
+static Status SetFlags(const BlockFileHeader& h, BlockPool& pool, BlockId id) {
+  return h.window_rows_absent() ? pool.MarkWindowRowsAbsent(id) : Status::OK();
+}
+
 // What DecodeBlockRows and ReadBlockRows check before they write block `id`: the pool matches
 // the header, the block exists, and the file has the size the header says (a record at
 // `record_offset` > 0 of a segment: the file holds all of it).
@@ -289,7 +300,7 @@ Status DecodeRows(const BlockFileHeader& h, std::span<const uint8_t> file, Block
                 });
   const size_t stride = pool.layout().block_stride;
   if (fill && stride > end) std::memset(block + end, 0, stride - end);
-  return Status::OK();
+  return SetFlags(h, pool, id);
 }
 
 }  // namespace
@@ -362,7 +373,7 @@ Status ReadRecordRows(const BlockFileHeader& h, const RandomAccessFile& file,
   }
   const size_t stride = pool.layout().block_stride;
   if (stride > end) std::memset(block + end, 0, stride - end);
-  return Status::OK();
+  return SetFlags(h, pool, id);
 }
 
 }  // namespace kvtier::tier

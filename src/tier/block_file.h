@@ -18,7 +18,10 @@
 
 namespace kvtier::tier {
 
-inline constexpr uint32_t kBlockFileVersion = 1;
+// Version 2 gives the flags field a meaning (bit 0: the block's window rows are absent,
+// BlockPool::WindowRowsAbsent); version-1 files are still read (flags 0, reloaded as absent).
+inline constexpr uint32_t kBlockFileVersion = 2;
+inline constexpr uint32_t kBlockFlagWindowRowsAbsent = 1u;
 inline constexpr size_t kBlockFileFixedHeader = 128;  // bytes before the tokens
 
 // Bytes of the header of a block of n_tokens tokens and n_ends entry ends.
@@ -36,6 +39,16 @@ struct BlockFileHeader {
   uint32_t first_position = 0;
   std::vector<int32_t> tokens;  // [n_tokens]
   std::vector<uint32_t> ends;   // entry ends, increasing, each in [1, n_tokens]
+  // Read from a file: its version (1 or 2) and flags. Encoding writes kBlockFileVersion and
+  // takes the flags from the pool block (its WindowRowsAbsent), not from here.
+  uint32_t version = kBlockFileVersion;
+  uint32_t flags = 0;
+  // The rows of the window layers are not the tokens' K/V: the flag, or a version-1 file
+  // (which could not say; its blocks are taken as absent: a sliding-window model recomputes
+  // what needs them, a dense model never looks).
+  bool window_rows_absent() const {
+    return version < 2 || (flags & kBlockFlagWindowRowsAbsent) != 0;
+  }
 
   uint32_t header_bytes() const;   // fixed part + tokens + ends + padding + header CRC
   uint64_t payload_bytes() const;  // rows of every layer
@@ -66,7 +79,8 @@ Result<BlockFileHeader> DecodeRecordHeader(std::span<const uint8_t> prefix, uint
 
 // Verifies the payload CRC of a whole file whose header is `h`, then copies the rows into
 // block `id` of `pool` (formats and shape must be the header's; the rest of the block is left
-// as it is). Nothing is written to the block unless the file verifies.
+// as it is). Nothing is written to the block unless the file verifies. Every decode and read
+// below also sets the block's "window rows absent" flag when h.window_rows_absent().
 Status DecodeBlockRows(const BlockFileHeader& h, std::span<const uint8_t> file,
                        BlockPool& pool, BlockId id, const std::string& name);
 // DecodeBlockRows that also zeroes every byte of the block the rows do not cover (only those:

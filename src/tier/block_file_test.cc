@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/crc32c.h"
 #include "kv/kv_test_util.h"
 
 namespace kvtier::tier {
@@ -165,10 +166,10 @@ TEST(BlockFile, ErrorsNameTheProblem) {
   Fixture f = Make(Format::F16(), Format::F16(), 4, 5);
   std::vector<uint8_t> file = *EncodeBlockFile(f.h, *f.pool, f.id);
   std::vector<uint8_t> newer = file;
-  newer[8] = 2;
+  newer[8] = 3;
   Result<BlockFileHeader> h = DecodeBlockHeader(newer, newer.size(), "blk");
   EXPECT_EQ(h.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(h.status().message().find("version 2"), std::string::npos) << h.status().message();
+  EXPECT_NE(h.status().message().find("version 3"), std::string::npos) << h.status().message();
   std::vector<uint8_t> flipped = file;
   flipped[130] ^= 1;  // a token
   h = DecodeBlockHeader(flipped, flipped.size(), "blk");
@@ -345,6 +346,61 @@ TEST(BlockFile, DecodeFilledWritesEveryByteOfTheBlock) {
                 StatusCode::kCorruption);
       EXPECT_EQ(f.pool->block_data(ids[0])[0], 0xCD) << "nothing written on a bad CRC";
     }
+  }
+}
+
+}  // namespace
+}  // namespace kvtier::tier
+
+namespace kvtier::tier {
+namespace {
+
+// The "window rows absent" flag (version 2, flags bit 0) goes from the pool block into the
+// file and back onto the block each reader writes; a version-1 file (which could not say) is
+// read as absent; a flag this version does not define is refused by name.
+TEST(BlockFile, WindowRowsAbsentFlagRoundTripsAndVersionOneReadsAsAbsent) {
+  Fixture f = Make(Format::Q8_0(), Format::F16(), kBt, 900);
+  const std::vector<uint8_t> present = *EncodeBlockFile(f.h, *f.pool, f.id);
+  ASSERT_FALSE(f.pool->WindowRowsAbsent(f.id));
+  ASSERT_TRUE(f.pool->MarkWindowRowsAbsent(f.id).ok());
+  ASSERT_TRUE(f.pool->WindowRowsAbsent(f.id));
+  const std::vector<uint8_t> absent = *EncodeBlockFile(f.h, *f.pool, f.id);
+  EXPECT_EQ(absent[116], kBlockFlagWindowRowsAbsent);
+  EXPECT_EQ(present[116], 0);
+  // A version-1 image of the same block: version 1, flags 0, the header CRC made right.
+  std::vector<uint8_t> v1 = present;
+  v1[8] = 1;
+  const uint32_t hb = f.h.header_bytes();
+  const uint32_t crc = Crc32c({v1.data(), hb - 4u});
+  std::memcpy(v1.data() + hb - 4, &crc, 4);  // little-endian host
+  auto dst = MakePool(kShape, Format::Q8_0(), Format::F16(), kBt, 1 << 20);
+  using Reader = Status (*)(std::span<const uint8_t>, BlockPool&, BlockId);
+  for (Reader read : {Reader{DecodeAll}, Reader{ReadAll}}) {
+    for (const std::vector<uint8_t>* file :
+         std::initializer_list<const std::vector<uint8_t>*>{&present, &absent, &v1}) {
+      std::vector<BlockId> ids;
+      ASSERT_TRUE(dst->Allocate(1, KvOwner::kOther, &ids, "test").ok());
+      const Status s = read(*file, *dst, ids[0]);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(dst->WindowRowsAbsent(ids[0]), file != &present);
+      EXPECT_EQ(Rows(*dst, ids[0], kBt), Rows(*f.pool, f.id, kBt)) << "the rows either way";
+      dst->Unref(ids, KvOwner::kOther);
+    }
+  }
+  Result<BlockFileHeader> h = DecodeBlockHeader(v1, v1.size(), "v1");
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(h->version, 1u);
+  EXPECT_TRUE(h->window_rows_absent());
+  // Bit 1 is not defined; in a version-1 file no bit is.
+  for (auto [version, flags] : std::initializer_list<std::pair<uint8_t, uint8_t>>{{2, 2}, {1, 1}}) {
+    std::vector<uint8_t> bad = present;
+    bad[8] = version;
+    bad[116] = flags;
+    const uint32_t c = Crc32c({bad.data(), hb - 4u});
+    std::memcpy(bad.data() + hb - 4, &c, 4);
+    h = DecodeBlockHeader(bad, bad.size(), "blk");
+    EXPECT_EQ(h.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(h.status().message().find("flags"), std::string::npos) << h.status().message();
   }
 }
 

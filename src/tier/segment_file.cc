@@ -50,7 +50,7 @@ Result<SegmentHeader> DecodeSegmentHeader(std::span<const uint8_t> b, const std:
                                  " is newer than this kvtier (" +
                                  std::to_string(kSegmentFileVersion) + ")");
   }
-  if (version != kSegmentFileVersion) return Bad(name, "version " + std::to_string(version));
+  if (version < 2) return Bad(name, "version " + std::to_string(version));
   if (b.size() < kSegmentHeaderBytes) return Bad(name, "shorter than a segment header");
   if (GetLe32(b.data() + 12) != kSegmentHeaderBytes) {
     return Bad(name, "header_bytes " + std::to_string(GetLe32(b.data() + 12)));

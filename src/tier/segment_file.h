@@ -1,6 +1,6 @@
-// The SSD tier's segment file (docs/formats/kv-segment-file.md, format version 2): one file
+// The SSD tier's segment file (docs/formats/kv-segment-file.md, format version 3): one file
 // holding the blocks a writer published together, each as a record that is byte for byte a
-// version-1 block file image (its own header, rows and CRCs), so every block is verified on
+// block file image (its own header, rows and CRCs), so every block is verified on
 // its own. Pure functions over bytes and files; thread-safe for distinct files (a
 // RandomAccessFile is used by one thread at a time, as Env says).
 #pragma once
@@ -16,7 +16,9 @@
 
 namespace kvtier::tier {
 
-inline constexpr uint32_t kSegmentFileVersion = 2;
+// 3: the records are version-2 block file images (flags); version-2 segments (version-1
+// records) are still read.
+inline constexpr uint32_t kSegmentFileVersion = 3;
 inline constexpr uint32_t kSegmentHeaderBytes = 40;
 inline constexpr uint64_t kRecordAlign = 8;  // every record starts on a multiple of 8
 

@@ -234,7 +234,7 @@ TEST(SsdTierSegment, DamagedSegmentsAreQuarantinedAndNeverServed) {
     if (damage == 0) bytes[bytes.size() - 40] ^= 0x10;  // a payload bit
     if (damage == 1) bytes[40 + 140] ^= 0x01;           // a token id in the record's header
     if (damage == 2) bytes.erase(bytes.end() - 8, bytes.end());  // truncated
-    if (damage == 3) bytes[8] = 3;                      // a newer segment version
+    if (damage == 3) bytes[8] = 4;                      // a newer segment version
     ASSERT_TRUE(mem->WriteFileDurably(victim, bytes).ok());
     ASSERT_TRUE(mem->WriteFileDurably("/ssd/segments/00000000000000ff.kvs.tmp", bytes).ok());
     Rig r = MakeRig(o, Format::Q4_0(), Format::F16(), 16);

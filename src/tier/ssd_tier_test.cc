@@ -168,12 +168,12 @@ TEST(SsdTier, OtherModelsAndNewerFilesFollowThePolicy) {
   Rig r = MakeRig(env.get(), Format::F16(), Format::F16(), 16);
   StoreAndSpill(r, {Range(1, 8)});  // two blocks of model A
   r = Rig{};
-  // A file of a newer version (its header says version 2) is left alone, not quarantined.
+  // A file of a newer version (its header says version 3) is left alone, not quarantined.
   const std::string newer = "/ssd/blocks/00/" + std::string(32, '0') + ".kvb";
   std::vector<uint8_t> bytes(256, 0);
   const char magic[8] = {'K', 'V', 'T', 'B', 'L', 'K', 0x1A, '\n'};
   std::memcpy(bytes.data(), magic, 8);
-  bytes[8] = 2;
+  bytes[8] = 3;
   ASSERT_TRUE(env->CreateDirs("/ssd/blocks/00").ok());
   ASSERT_TRUE(env->WriteFileDurably(newer, bytes).ok());
   Result<std::shared_ptr<SsdTier>> t = OpenTier(env.get());

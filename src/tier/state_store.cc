@@ -1,6 +1,7 @@
 // tier::StateStore (state_store.h): state snapshot files of the SSD tier.
 #include "tier/state_store.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "base/crc32c.h"
@@ -54,6 +55,39 @@ Result<Header> ParseHeader(const uint8_t* b, const std::string& path) {
 }
 
 }  // namespace
+
+std::vector<uint8_t> EncodeStateRecord(const BlockKey& key, const ModelFingerprint& model,
+                                       const StateSnapshot& s) {
+  const std::vector<uint8_t> body = EncodeStateSnapshot(s);
+  std::vector<uint8_t> out(kStateFileHeaderBytes + body.size());
+  PutHeader({key, model, s.position}, out.data());
+  std::copy(body.begin(), body.end(), out.begin() + kStateFileHeaderBytes);
+  return out;
+}
+
+Result<StateSnapshot> DecodeStateRecord(std::span<const uint8_t> b, const BlockKey& key,
+                                        const ModelFingerprint& model, uint32_t position,
+                                        const std::string& name) {
+  if (b.size() < kStateFileHeaderBytes) {
+    return Status::Corruption(name + ": state record size: expected at least " +
+                              std::to_string(kStateFileHeaderBytes) + " bytes, got " +
+                              std::to_string(b.size()));
+  }
+  KVTIER_ASSIGN_OR_RETURN(Header h, ParseHeader(b.data(), name));
+  if (!(h.key == key) || !(h.model == model) || h.position != position) {
+    return Status::Corruption(name + ": state record header names another snapshot (key " +
+                              h.key.ToHex() + ", position " + std::to_string(h.position) +
+                              "; expected " + key.ToHex() + ", " + std::to_string(position) +
+                              ", or another model)");
+  }
+  KVTIER_ASSIGN_OR_RETURN(StateSnapshot d,
+                          DecodeStateSnapshot(b.subspan(kStateFileHeaderBytes), name));
+  if (d.position != position) {
+    return Status::Corruption(name + ": snapshot position " + std::to_string(d.position) +
+                              ", header " + std::to_string(position));
+  }
+  return d;
+}
 
 std::string StateStore::PathOf(const BlockKey& key) const {
   return dir_ + "/" + key.ToHex() + kSuffix;
@@ -150,16 +184,13 @@ void StateStore::Spill(const ModelFingerprint& model, const BlockKey& key,
 }
 
 Status StateStore::Write(const Job& j, uint64_t* file_bytes) {
-  const std::vector<uint8_t> body = EncodeStateSnapshot(*j.s);
-  uint8_t h[kStateFileHeaderBytes];
-  PutHeader({j.key, j.model, j.s->position}, h);
-  *file_bytes = sizeof h + body.size();
+  const std::vector<uint8_t> rec = EncodeStateRecord(j.key, j.model, *j.s);
+  *file_bytes = rec.size();
   if (*file_bytes > max_bytes_) return Status::ResourceExhausted("larger than the cap");
   const std::string path = PathOf(j.key), tmp = path.substr(0, path.size() - 5) + kTmp;
   {
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, env_->NewWritableFile(tmp));
-    Status s = f->Append({h, sizeof h});
-    if (s.ok()) s = f->Append(body);
+    Status s = f->Append(rec);
     if (s.ok()) s = f->Sync();
     const Status c = f->Close();
     if (s.ok()) s = c;
@@ -286,26 +317,14 @@ std::shared_ptr<const StateSnapshot> StateStore::Find(const ModelFingerprint& mo
     auto n = (*f)->Read(0, b.size(), b.data());
     Status bad = Status::OK();
     std::shared_ptr<StateSnapshot> s;
-    if (!n.ok() || *n != b.size() || b.size() < kStateFileHeaderBytes) {
+    if (!n.ok() || *n != b.size()) {
       bad = Status::Corruption(path + ": short read");
     } else {
-      Result<Header> h = ParseHeader(b.data(), path);
-      if (!h.ok()) {
-        bad = h.status();
-      } else if (!(h->key == keys[i]) || !(h->model == model) || h->position != pos[i]) {
-        bad = Status::Corruption(path + ": header names another snapshot (key, model or "
-                                 "position differ)");
+      Result<StateSnapshot> d = DecodeStateRecord(b, keys[i], model, pos[i], path);
+      if (d.ok()) {
+        s = std::make_shared<StateSnapshot>(std::move(*d));
       } else {
-        Result<StateSnapshot> d = DecodeStateSnapshot(
-            std::span<const uint8_t>(b).subspan(kStateFileHeaderBytes), path);
-        if (!d.ok()) {
-          bad = d.status();
-        } else if (d->position != pos[i]) {
-          bad = Status::Corruption(path + ": snapshot position " + std::to_string(d->position) +
-                                   ", header " + std::to_string(pos[i]));
-        } else {
-          s = std::make_shared<StateSnapshot>(std::move(*d));
-        }
+        bad = d.status();
       }
     }
     if (!bad.ok()) {

@@ -33,6 +33,17 @@ inline constexpr uint32_t kStateFileMagic = 0x5353564Bu;
 inline constexpr uint32_t kStateFileVersion = 1;
 inline constexpr size_t kStateFileHeaderBytes = 48;
 
+// A state record: the state file's bytes (header above, then EncodeStateSnapshot), also the
+// remote tier's value of a snapshot (docs/remote-tier.md). Pure functions; thread-safe.
+std::vector<uint8_t> EncodeStateRecord(const BlockKey& key, const ModelFingerprint& model,
+                                       const StateSnapshot& s);
+// Verifies a whole record: magic, header CRC, version (a newer one is Unimplemented), that the
+// header names `key`, `model` and `position`, then the snapshot (its own CRCs, sizes) and that
+// it is at `position`. Errors name `name` and the field (Corruption otherwise).
+Result<StateSnapshot> DecodeStateRecord(std::span<const uint8_t> record, const BlockKey& key,
+                                        const ModelFingerprint& model, uint32_t position,
+                                        const std::string& name);
+
 struct StateStoreStats {
   uint64_t states = 0;          // indexed
   uint64_t bytes = 0;           // their files' bytes
