@@ -24,7 +24,9 @@
 //
 // Never grows past its capacity, nor past a shared MemoryBudget when one is given: an
 // allocation that does not fit returns ResourceExhausted saying how much was needed and how
-// much is free. References are counted per owner (KvOwner) for memory accounting.
+// much is free. Capacity counts the bytes blocks hold: a block whose window layers' pages went
+// back (DropWindowRows) holds only window_offset bytes, so a sliding-window pool holds more
+// blocks than capacity / block_stride (its address range is reserved for that many). References are counted per owner (KvOwner) for memory accounting.
 //
 // Thread-safe: all methods may be called from any thread. Block contents are not guarded:
 // whoever holds a block's only reference may write it; shared blocks are read-only by
@@ -104,6 +106,13 @@ struct KvBlockLayout {
     return layer_offset.empty() ? layer * layer_stride : layer_offset[layer];
   }
   size_t v_offset(uint32_t layer) const { return k_offset(layer) + k_region_bytes; }
+  // Bytes a running sequence of `tokens` tokens holds at most when it computes up to `chunk`
+  // tokens per forward pass (admission: kvtier/engine.h): tokens / block_tokens + 2 whole
+  // blocks for a dense layout; with window layers, the global pages of as many blocks plus
+  // window pages only for the blocks a window query can still attend (SequenceCache::
+  // DropOutsideWindow gives the others back): the window, the chunk in flight, one kept
+  // resume point's window (KeepWindowRowsAt) and partial blocks.
+  uint64_t RowBytes(uint64_t tokens, uint32_t chunk) const;
   // "K q8_0 / V q4_0, 32-token blocks of 1,032,192 bytes, 28 layers x 8 KV heads x ..."
   std::string ToString() const;
   // The paged view of `layer` over blocks laid out like this from `base` (a host pool's
@@ -131,7 +140,10 @@ struct BlockPoolOptions {
 // A snapshot of a pool's memory. Bytes are whole blocks (block_stride each).
 struct PoolStats {
   uint64_t capacity_bytes = 0;
-  uint32_t capacity_blocks = 0;
+  uint32_t capacity_blocks = 0;   // whole blocks that fit (capacity_bytes / block_stride)
+  // capacity_bytes less what the blocks in use hold (a dropped block only its global part):
+  // what Allocate can still hand out, block_stride bytes per block.
+  uint64_t free_bytes = 0;
   uint32_t blocks_in_use = 0;     // blocks with at least one reference
   uint32_t shared_blocks = 0;     // blocks with two or more references
   uint64_t bytes_in_use = 0;      // blocks_in_use * block_stride: exact memory held
@@ -176,7 +188,8 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   const Format& k_format() const { return layout_.k_format; }
   const Format& v_format() const { return layout_.v_format; }
   uint32_t block_tokens() const { return layout_.block_tokens; }
-  uint32_t capacity_blocks() const { return max_blocks_; }
+  // Whole blocks that fit in the capacity (a window pool may hold more: see above).
+  uint32_t capacity_blocks() const { return whole_blocks_; }
 
   // Appends `n` zeroed blocks, each with one reference from `owner`, to *out. All or nothing:
   // on ResourceExhausted nothing is allocated. `what` names the caller in the error.
@@ -238,6 +251,8 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   void Release(std::span<const BlockId> ids);
   Status AllocateImpl(size_t n, KvOwner owner, std::vector<BlockId>* out, const char* what,
                       bool clear);
+  // Bytes Allocate can still hand out (capacity less what blocks in use hold); mu_ held.
+  uint64_t FreeBytesLocked() const;
   std::string FullMessage(size_t n, const char* what, const char* limit, uint64_t free_bytes,
                           uint64_t cap_bytes) const;
 
@@ -245,7 +260,8 @@ class BlockPool : public std::enable_shared_from_this<BlockPool> {
   const uint64_t capacity_bytes_;
   const std::shared_ptr<MemoryBudget> budget_;
   uint8_t* const base_;           // [max_blocks_ * block_stride] of reserved address range
-  const uint32_t max_blocks_;
+  const uint32_t max_blocks_;     // block ids (address range); capacity bytes limit use
+  const uint32_t whole_blocks_;   // capacity_bytes / block_stride
   uint8_t* const map_;            // the mapping as mmap returned it (base_ is 2 MiB aligned)
   const size_t map_bytes_;
   const uint64_t retain_free_bytes_;

@@ -20,9 +20,11 @@
 namespace kvtier::cli {
 namespace {
 
-// Fills every layer of row 0 with `n` tokens of seeded normal K/V, 1024 tokens at a time.
+// Fills every cache layer of row 0 (a hybrid model's: its attention layers) with `n` tokens
+// of seeded normal K/V, 1024 tokens at a time.
 Status FillRandom(BatchCache& cache, const ModelConfig& mc, uint32_t n, uint64_t seed) {
-  const size_t width = size_t(mc.n_kv_heads) * mc.head_dim;
+  const KvShape shape = mc.kv_shape();
+  const size_t width = size_t(shape.n_kv_heads) * shape.head_dim;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> k(1024 * width), v(1024 * width);  // [chunk, n_kv_heads, head_dim]
@@ -33,7 +35,7 @@ Status FillRandom(BatchCache& cache, const ModelConfig& mc, uint32_t n, uint64_t
     const uint32_t m = std::min(n_chunk, n - done);
     const uint32_t want[1] = {m};
     KVTIER_RETURN_IF_ERROR(cache.Reserve(want));
-    for (uint32_t l = 0; l < mc.n_layers; ++l) {
+    for (uint32_t l = 0; l < shape.n_layers; ++l) {
       KVTIER_RETURN_IF_ERROR(cache.Append(l, DType::kF32, k.data(), v.data(), m));
     }
     done += m;
@@ -96,6 +98,16 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
       BatchCache cache(kv_pool);
       KVTIER_RETURN_IF_ERROR(cache.Add(SequenceCache(kv_pool)));
       KVTIER_RETURN_IF_ERROR(FillRandom(cache, mc, depth, c.seed + depth));
+      // A hybrid model (qwen35) runs with a recurrent state at the depth (zero: the state's
+      // values do not change the work); every timed pass starts from it again.
+      const bool hybrid = m.state_format() != 0;
+      HybridSeqState base;
+      base.n_past = depth;
+      HybridSeqState st = base;
+      HybridSeqState* st_ptr = &st;
+      const std::span<HybridSeqState* const> states =
+          hybrid ? std::span<HybridSeqState* const>(&st_ptr, 1)
+                 : std::span<HybridSeqState* const>();
       BenchModelRow row;
       row.kv_type = kv;
       row.depth = depth;
@@ -109,22 +121,24 @@ Result<BenchModelReport> RunBenchModel(const BenchModelConfig& c,
         std::span<const int32_t> rows[1] = {prompt};
         Timer t;
         double c0 = cpu_now();
-        KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &pool));
+        KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &pool, states));
         pp.push_back(c.prefill / t.Seconds());
         pp_cpu.push_back(c.prefill / std::max(1e-9, cpu_now() - c0));
         row.kv_bytes = kv_pool->Stats().bytes_in_use;
         KVTIER_RETURN_IF_ERROR(cache.Trim(c.prefill).status());
+        st = base;
         int32_t next = prompt[0];
         t = Timer();
         c0 = cpu_now();
         for (uint32_t i = 0; i < c.decode; ++i) {
           rows[0] = std::span<const int32_t>(&next, 1);
-          KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &pool));
+          KVTIER_RETURN_IF_ERROR(m.Forward(cache, rows, false, logits.data(), &pool, states));
           next = static_cast<int32_t>((next + 7 * i + 1) % mc.n_vocab);
         }
         tg.push_back(c.decode / t.Seconds());
         tg_cpu.push_back(c.decode / std::max(1e-9, cpu_now() - c0));
         KVTIER_RETURN_IF_ERROR(cache.Trim(c.decode).status());
+        st = base;
       }
       row.prefill_tok_s = Median(pp);
       row.decode_tok_s = Median(tg);

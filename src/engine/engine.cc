@@ -402,13 +402,15 @@ void Engine::Impl::Loop() {
       }
       // Admission waits while the pool cannot take the next request's tokens (blocks the
       // prefix cache holds alone count as free: it gives them back on demand), unless nothing
-      // runs: then it goes in and either fits or fails alone.
+      // runs: then it goes in and either fits or fails alone. Counted in bytes: a sliding-
+      // window model's row holds window pages only for its last blocks (RowBytes).
       const PoolStats ps = opt.pool->Stats();
-      uint64_t free_blocks = ps.capacity_blocks - ps.blocks_in_use;
+      uint64_t free_bytes = ps.free_bytes;
       bool counted_cache = opt.prefix_cache == nullptr;
       while (running.size() + admit.size() < opt.max_num_seqs && !waiting.empty()) {
-        const uint64_t need = waiting.front()->all.size() / opt.pool->block_tokens() + 2;
-        if (need > free_blocks && !counted_cache) {
+        const uint64_t need =
+            opt.pool->layout().RowBytes(waiting.front()->all.size(), opt.prefill_step);
+        if (need > free_bytes && !counted_cache) {
           // Only when the free blocks fall short: the statistics walk the cache's blocks.
           counted_cache = true;
           const PrefixCacheStats cs = opt.prefix_cache->Stats();
@@ -417,11 +419,11 @@ void Engine::Impl::Loop() {
             if (f.k_format != opt.pool->k_format() || f.v_format != opt.pool->v_format()) {
               continue;
             }
-            free_blocks += f.exclusive_bytes / opt.pool->layout().block_stride;
+            free_bytes += f.exclusive_bytes;
           }
         }
-        if (need > free_blocks && !(running.empty() && admit.empty())) break;
-        free_blocks -= std::min(need, free_blocks);
+        if (need > free_bytes && !(running.empty() && admit.empty())) break;
+        free_bytes -= std::min(need, free_bytes);
         admit.push_back(std::move(waiting.front()));
         waiting.pop_front();
       }

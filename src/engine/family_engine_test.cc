@@ -6,9 +6,11 @@
 // two resume points; and a long prompt's active bytes keep only the window of window layers.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <unistd.h>
@@ -220,6 +222,91 @@ TEST_P(FamilyEngine, ActiveBytesKeepOnlyTheWindowOfWindowLayers) {
   // Same tokens from there on.
   EXPECT_EQ(engine::GreedyContinue(m, w.sequence, w.logits, 12, &threads).value(),
             engine::GreedyContinue(m, d.sequence, d.logits, 12, &threads).value());
+}
+
+// Admission and the pool count the bytes a row holds: a window model's running rows keep
+// window pages only for their last blocks, so a pool runs all six long rows at once without a
+// preemption while holding more blocks than capacity / block_stride (a block count would have
+// stopped at that); the same model on a dense pool of the same bytes cannot hold them all
+// (it preempts or runs fewer at once). Same greedy tokens either way.
+TEST(WindowAdmission, AWindowModelRunsMoreRowsThanADensePoolOfTheSameBytes) {
+  const Loaded lm = Load(Gemma3());
+  const Model& m = *lm.model;
+  constexpr uint32_t kRows = 6, kPrompt = 320, kGen = 16, kStep = 64;
+  const KvBlockLayout window_layout = PoolFor(m, 1)->layout();
+  const KvBlockLayout dense_layout = PoolFor(m, 1, /*dense=*/true)->layout();
+  // Room for kRows window rows by RowBytes; not for kRows dense ones.
+  const uint64_t bytes = kRows * window_layout.RowBytes(kPrompt + kGen, kStep);
+  ASSERT_GT(kRows * ((kPrompt + kGen) / 16) * dense_layout.block_stride, bytes)
+      << window_layout.ToString();
+  std::map<bool, std::map<uint64_t, std::vector<int32_t>>> out;
+  std::map<bool, size_t> peak, peak_blocks;
+  std::map<bool, uint64_t> preemptions;
+  uint32_t capacity_blocks = 0;
+  for (bool dense : {true, false}) {
+    BlockPoolOptions po;
+    po.shape = m.config().kv_shape();
+    po.block_tokens = 16;
+    if (!dense) po.layer_window = m.config().layer_windows();
+    po.capacity_bytes = bytes;
+    EngineOptions o;
+    o.pool = BlockPool::Create(po).value();
+    if (!dense) capacity_blocks = o.pool->capacity_blocks();
+    o.prefill_step = kStep;
+    o.max_num_seqs = 16;
+    o.threads = 2;
+    auto engine = Engine::Create(m, o).value();
+    // Rows between their first token and their final event, at most at once.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::set<uint64_t> active;
+    size_t done = 0, most = 0, most_blocks = 0;
+    std::map<uint64_t, std::vector<int32_t>> tokens;
+    auto callback = [&](const EngineEvent& e) {
+      const PoolStats ps = o.pool->Stats();
+      std::lock_guard<std::mutex> lock(mu);
+      most_blocks = std::max<size_t>(most_blocks, ps.blocks_in_use);
+      EXPECT_LE(ps.bytes_in_use, ps.capacity_bytes);
+      if (e.finish == FinishReason::kNone) {
+        tokens[e.id].push_back(e.token);
+        active.insert(e.id);
+        most = std::max(most, active.size());
+      } else {
+        EXPECT_EQ(e.finish, FinishReason::kLength) << e.error.ToString();
+        active.erase(e.id);
+        ++done;
+      }
+      cv.notify_all();
+      return true;
+    };
+    std::vector<uint64_t> ids;
+    for (uint32_t i = 0; i < kRows; ++i) {
+      EngineRequest r;
+      r.max_tokens = kGen;
+      r.prompt = Prompt(kPrompt, 20 + i);
+      ids.push_back(engine->Submit(r, callback).value());
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(120), [&] { return done == kRows; }));
+    preemptions[dense] = engine->Stats().preemptions;
+    EXPECT_EQ(o.pool->Stats().refcount_errors, 0u);
+    for (uint32_t i = 0; i < kRows; ++i) out[dense][i] = tokens[ids[i]];
+    peak[dense] = most;
+    peak_blocks[dense] = most_blocks;
+  }
+  std::printf("dense pool: %zu rows at most at once, %llu preemptions; window pool: %zu rows, "
+              "%llu preemptions, up to %zu blocks (capacity %u whole blocks)\n",
+              peak[true], static_cast<unsigned long long>(preemptions[true]), peak[false],
+              static_cast<unsigned long long>(preemptions[false]), peak_blocks[false],
+              capacity_blocks);
+  EXPECT_EQ(peak[false], kRows) << "window pool: every row at once";
+  EXPECT_EQ(preemptions[false], 0u) << "window pool";
+  EXPECT_GT(peak_blocks[false], capacity_blocks) << "dropped blocks hold only global pages";
+  EXPECT_TRUE(peak[true] < kRows || preemptions[true] > 0) << "dense pool holds them all?";
+  for (uint32_t i = 0; i < kRows; ++i) {
+    EXPECT_EQ(out[false][i], out[true][i]) << "row " << i;
+    EXPECT_EQ(out[false][i].size(), kGen);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, FamilyEngine, ::testing::Values(Gemma3, Phi3),

@@ -101,6 +101,14 @@ Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_
   return l;
 }
 
+uint64_t KvBlockLayout::RowBytes(uint64_t tokens, uint32_t chunk) const {
+  const uint64_t blocks = tokens / block_tokens + 2;
+  if (!has_window_layers()) return blocks * block_stride;
+  const uint64_t window_blocks = (uint64_t{max_window} + block_tokens - 1) / block_tokens;
+  const uint64_t live = 2 * window_blocks + (uint64_t{chunk} + block_tokens - 1) / block_tokens + 3;
+  return blocks * window_offset + std::min(blocks, live) * window_bytes;
+}
+
 std::string KvBlockLayout::ToString() const {
   return "K " + k_format.spec() + " / V " + v_format.spec() + ", " +
          std::to_string(block_tokens) + "-token blocks of " + DescribeBytes(block_stride) +
@@ -138,7 +146,14 @@ Result<std::shared_ptr<BlockPool>> BlockPool::Create(const BlockPoolOptions& opt
     return Status::InvalidArgument("KV pool capacity " + DescribeBytes(options.capacity_bytes) +
                                    " is less than one block: " + layout.ToString());
   }
-  const uint64_t blocks64 = options.capacity_bytes / stride;
+  // Address range: a window pool's blocks may hold only their global layers' pages once
+  // their window rows are dropped, so as many of those as the capacity holds (at most 64x
+  // the whole blocks; MAP_NORESERVE: nothing is committed until written).
+  uint64_t blocks64 = options.capacity_bytes / stride;
+  if (layout.has_window_layers()) {
+    blocks64 = std::min(options.capacity_bytes / std::max(layout.window_offset, kPage),
+                        64 * blocks64);
+  }
   const uint32_t max_blocks =
       static_cast<uint32_t>(std::min<uint64_t>(blocks64, static_cast<uint64_t>(INT32_MAX)));
   const size_t reserved = static_cast<size_t>(max_blocks) * stride;
@@ -165,6 +180,8 @@ BlockPool::BlockPool(const BlockPoolOptions& options, const KvBlockLayout& layou
       budget_(options.budget),
       base_(base),
       max_blocks_(max_blocks),
+      whole_blocks_(static_cast<uint32_t>(std::min<uint64_t>(
+          options.capacity_bytes / layout.block_stride, static_cast<uint64_t>(INT32_MAX)))),
       map_(map),
       map_bytes_(map_bytes),
       retain_free_bytes_(options.retain_free_bytes),
@@ -204,11 +221,13 @@ Status BlockPool::AllocateImpl(size_t n, KvOwner owner, std::vector<BlockId>* ou
   size_t n_warm = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint32_t free_blocks = max_blocks_ - in_use_;
-    if (n > free_blocks) {
+    // Bytes, not blocks: a block with dropped window rows holds window_offset bytes.
+    const uint64_t free_bytes = FreeBytesLocked();
+    if (n > max_blocks_ - in_use_ || n * stride > free_bytes) {
       ++failed_allocations_;
-      return Status::ResourceExhausted(FullMessage(n, what, "KV block pool", free_blocks * stride,
-                                                   static_cast<uint64_t>(max_blocks_) * stride));
+      return Status::ResourceExhausted(FullMessage(
+          n, what, "KV block pool", free_bytes,
+          std::min<uint64_t>(capacity_bytes_, static_cast<uint64_t>(max_blocks_) * stride)));
     }
     // Warm blocks are already resident (and charged); the others need budget.
     n_warm = std::min(n, warm_.size());
@@ -370,6 +389,14 @@ Status BlockPool::DropWindowRows(BlockId id) {
   return Status::OK();
 }
 
+uint64_t BlockPool::FreeBytesLocked() const {
+  const uint64_t stride = layout_.block_stride;
+  const uint64_t held =
+      uint64_t{in_use_} * stride - uint64_t{dropped_} * layout_.window_bytes;
+  const uint64_t by_bytes = held < capacity_bytes_ ? capacity_bytes_ - held : 0;
+  return std::min(by_bytes, uint64_t{max_blocks_ - in_use_} * stride);
+}
+
 bool BlockPool::WindowRowsDropped(BlockId id) const {
   std::lock_guard<std::mutex> lock(mu_);
   if (id < 0 || static_cast<uint32_t>(id) >= max_blocks_) return false;
@@ -463,7 +490,8 @@ PoolStats BlockPool::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   PoolStats s;
   s.capacity_bytes = capacity_bytes_;
-  s.capacity_blocks = max_blocks_;
+  s.capacity_blocks = whole_blocks_;
+  s.free_bytes = FreeBytesLocked();
   const uint64_t used = in_use_ - releasing_;
   s.blocks_in_use = static_cast<uint32_t>(used);
   s.shared_blocks = shared_;

@@ -112,6 +112,48 @@ TEST(WindowPool, DropGivesBackWindowPagesAndKeepsGlobalRows) {
   EXPECT_EQ(pool->Stats().refcount_errors, 0u);
 }
 
+// Capacity counts bytes: once a row's old blocks gave their window pages back, the pool
+// takes more blocks than capacity / block_stride, up to the bytes; a dense pool of the same
+// bytes stops at its whole blocks. RowBytes bounds what a running row holds.
+TEST(WindowPool, CapacityCountsTheBytesDroppedBlocksHold) {
+  auto pool = WindowPool(8);
+  const KvBlockLayout& l = pool->layout();
+  EXPECT_EQ(pool->capacity_blocks(), 8u);
+  EXPECT_EQ(pool->Stats().free_bytes, 8 * l.block_stride);
+  SequenceCache s = Filled(pool, 32, 7, DType::kF32);  // 8 blocks: the pool is full
+  std::vector<BlockId> more;
+  EXPECT_EQ(pool->Allocate(1, KvOwner::kActive, &more, "test").code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool->Stats().free_bytes, 0u);
+  // A query at 32 attends window keys 25..: blocks 0..5 give their window pages back.
+  EXPECT_EQ(s.DropOutsideWindow(), 6u);
+  const uint64_t free_bytes = pool->Stats().free_bytes;
+  EXPECT_EQ(free_bytes, 6 * l.window_bytes);
+  const uint64_t fit = free_bytes / l.block_stride;
+  ASSERT_GE(fit, 1u) << l.ToString();
+  ASSERT_TRUE(pool->Allocate(fit, KvOwner::kActive, &more, "test").ok());
+  EXPECT_GT(pool->Stats().blocks_in_use, pool->capacity_blocks());
+  EXPECT_EQ(pool->Allocate(1, KvOwner::kActive, &more, "test").code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_LE(pool->Stats().bytes_in_use, pool->Stats().capacity_bytes);
+  pool->Unref(more, KvOwner::kActive);
+  s.Clear();
+  EXPECT_EQ(pool->Stats().free_bytes, 8 * l.block_stride);
+  EXPECT_EQ(pool->Stats().refcount_errors, 0u);
+
+  // RowBytes: whole blocks for the dense layout; the window layout's bound holds what
+  // DropOutsideWindow leaves of a long row and grows by the global part per block.
+  const KvBlockLayout dense =
+      KvBlockLayout::Make(kShape, Format::Q8_0(), Format::Q8_0(), kBt).value();
+  EXPECT_EQ(dense.RowBytes(100, 8), (100 / kBt + 2) * dense.block_stride);
+  auto big = WindowPool(256);
+  SequenceCache row = Filled(big, 200, 9, DType::kF32);
+  row.DropOutsideWindow();
+  EXPECT_LE(big->Stats().bytes_in_use, l.RowBytes(200, 8));
+  EXPECT_LT(l.RowBytes(200, 8), (200 / kBt + 2) * l.block_stride * 3 / 4);
+  EXPECT_EQ(l.RowBytes(204, 8) - l.RowBytes(200, 8), l.window_offset);
+}
+
 TEST(WindowPool, SharedBlocksAreNeverDropped) {
   auto pool = WindowPool(64);
   SequenceCache s = Filled(pool, 30, 9, DType::kF32);

@@ -4,14 +4,17 @@
 // layers (q/k RMSNorm, NeoX RoPE on the rotary dims, causal attention over the state's K/V
 // rows, output * sigmoid(gate)); SwiGLU FFN after post_attention_norm. The facts come from
 // llama.cpp (see arch_qwen35.cc); model_ref's ForwardQwen35Ref is the float64 reference.
-// Matrix products use model::MatMul; the recurrence and attention are plain loops (O(S^2) per
-// v head and token; a SIMD version is the engine session's work).
+// Matrix products use model::MatMul; the DeltaNet conv, gate and delta rule use the Highway
+// kernels of deltanet.h (the delta rule over the threads, one (row, v head) per item); the
+// sequence path's attention is a plain loop (the batched path uses the fused kernel).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "kvtier/quant.h"
+#include "kvtier/thread_pool.h"
+#include "model/deltanet.h"
 #include "model/matmul.h"
 #include "model/model_internal.h"
 #include "model/ops.h"
@@ -19,7 +22,6 @@
 namespace kvtier {
 namespace {
 
-float Silu(float v) { return v / (1.0f + std::exp(-v)); }
 float Sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
 float Softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
@@ -32,7 +34,7 @@ Status Model::DeltaNetMixer(uint32_t l, const float* xb, std::span<const uint32_
   const Layer& W = layers_[l];
   size_t T = 0;
   for (uint32_t ni : n) T += ni;
-  const size_t S = c.ssm_state, Hk = c.ssm_k_heads, Hv = c.ssm_v_heads;
+  const size_t S = c.ssm_state, Hk = c.ssm_k_heads, Hv = c.ssm_v_heads, B = n.size();
   const size_t K = c.ssm_conv_kernel, k_dim = Hk * S, v_dim = Hv * S, C = 2 * k_dim + v_dim;
   // The projections of every row's tokens at once; the recurrences row by row.
   std::vector<float> proj(T * C);                              // [T, C]
@@ -41,26 +43,23 @@ Status Model::DeltaNetMixer(uint32_t l, const float* xb, std::span<const uint32_
   KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_gate, xb, T, z.data(), pool));
   KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_beta, xb, T, beta.data(), pool));
   KVTIER_RETURN_IF_ERROR(model::MatMul(W.ssm_alpha, xb, T, alpha.data(), pool));
-  std::vector<float> o(T * v_dim), d(S);  // [T, Hv, S]
-  const float scale = 1.0f / std::sqrt(static_cast<float>(S));
-  size_t t0 = 0;
-  for (size_t r = 0; r < n.size(); ++r) {
-    const size_t Tr = n[r];
+  // Per row: the causal conv over its window and new tokens, SiLU, L2-normed q and k heads.
+  std::vector<float> conv(T * C);       // [T, C]
+  std::vector<size_t> first(B + 1, 0);  // row r's tokens are [first[r], first[r + 1])
+  std::vector<float> qkv;               // [K - 1 + Tr, C]
+  for (size_t r = 0; r < B; ++r) {
+    const size_t Tr = n[r], t0 = first[r];
+    first[r + 1] = t0 + Tr;
     std::vector<float>& window = states[r]->conv[l];   // [K - 1, C]
     std::vector<float>& M = states[r]->delta[l];       // [Hv, S, S]
     if (window.empty()) window.assign((K - 1) * C, 0.0f);
     if (M.empty()) M.assign(Hv * S * S, 0.0f);
-    std::vector<float> qkv((K - 1 + Tr) * C);                   // [K - 1 + Tr, C]
+    qkv.resize((K - 1 + Tr) * C);
     std::memcpy(qkv.data(), window.data(), window.size() * sizeof(float));
     std::memcpy(qkv.data() + (K - 1) * C, proj.data() + t0 * C, Tr * C * sizeof(float));
     std::memcpy(window.data(), qkv.data() + Tr * C, window.size() * sizeof(float));
-    std::vector<float> conv(Tr * C);  // [Tr, C]: causal conv, SiLU
-    for (size_t t = 0; t < Tr; ++t) {
-      for (size_t ch = 0; ch < C; ++ch) {
-        float s = 0.0f;
-        for (size_t j = 0; j < K; ++j) s += qkv[(t + j) * C + ch] * W.ssm_conv[ch * K + j];
-        conv[t * C + ch] = Silu(s);
-      }
+    model::CausalConvSilu(qkv.data(), W.ssm_conv, Tr, C, K, conv.data() + t0 * C);
+    for (size_t t = t0; t < t0 + Tr; ++t) {
       for (size_t hd = 0; hd < 2 * Hk; ++hd) {  // L2-norm q and k heads
         float* v = conv.data() + t * C + hd * S;
         float ss = 0.0f;
@@ -69,38 +68,33 @@ Status Model::DeltaNetMixer(uint32_t l, const float* xb, std::span<const uint32_
         for (size_t i = 0; i < S; ++i) v[i] *= inv;
       }
     }
-    for (size_t hv = 0; hv < Hv; ++hv) {
-      float* m = M.data() + hv * S * S;  // m[j * S + i]: value dim j, key dim i
-      const size_t hk = hv % Hk;
-      for (size_t t = 0; t < Tr; ++t) {
-        const size_t tt = t0 + t;
-        const float* q = conv.data() + t * C + hk * S;
-        const float* k = conv.data() + t * C + k_dim + hk * S;
-        const float* v = conv.data() + t * C + 2 * k_dim + hv * S;
+  }
+  // The gated delta rule: every (row, v head) on its own state, over the threads; each
+  // token one fused pass over the head's [S, S] state (model::DeltaRuleStep).
+  std::vector<float> o(T * v_dim);  // [T, Hv, S]
+  const float scale = 1.0f / std::sqrt(static_cast<float>(S));
+  auto heads = [&](size_t begin, size_t end) {
+    for (size_t item = begin; item < end; ++item) {
+      const size_t r = item / Hv, hv = item % Hv, hk = hv % Hk;
+      float* m = states[r]->delta[l].data() + hv * S * S;  // m[j * S + i]: value j, key i
+      for (size_t tt = first[r]; tt < first[r + 1]; ++tt) {
+        const float* q = conv.data() + tt * C + hk * S;
+        const float* k = conv.data() + tt * C + k_dim + hk * S;
+        const float* v = conv.data() + tt * C + 2 * k_dim + hv * S;
         const float decay =
             std::exp(Softplus(alpha[tt * Hv + hv] + W.ssm_dt_bias[hv]) * W.ssm_a[hv]);
         const float b = Sigmoid(beta[tt * Hv + hv]);
-        for (size_t i = 0; i < S * S; ++i) m[i] *= decay;
-        for (size_t j = 0; j < S; ++j) {
-          float s = 0.0f;
-          for (size_t i = 0; i < S; ++i) s += m[j * S + i] * k[i];
-          d[j] = (v[j] - s) * b;
-        }
-        for (size_t j = 0; j < S; ++j) {
-          for (size_t i = 0; i < S; ++i) m[j * S + i] += d[j] * k[i];
-        }
-        float* out = o.data() + tt * v_dim + hv * S;
-        for (size_t j = 0; j < S; ++j) {
-          float s = 0.0f;
-          for (size_t i = 0; i < S; ++i) s += m[j * S + i] * q[i];
-          out[j] = s * scale;
-        }
+        model::DeltaRuleStep(m, S, q, k, v, decay, b, scale, o.data() + tt * v_dim + hv * S);
       }
     }
-    t0 += Tr;
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(B * Hv, 0, heads);
+  } else {
+    heads(0, B * Hv);
   }
   model::RmsNorm(o.data(), W.ssm_norm, T * Hv, S, c.rms_eps, o.data());
-  for (size_t i = 0; i < T * v_dim; ++i) o[i] *= Silu(z[i]);
+  model::MulSilu(o.data(), z.data(), T * v_dim);
   return model::MatMul(W.ssm_out, o.data(), T, y, pool);
 }
 
