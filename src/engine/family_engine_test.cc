@@ -233,8 +233,8 @@ TEST(WindowAdmission, AWindowModelRunsMoreRowsThanADensePoolOfTheSameBytes) {
   const Loaded lm = Load(Gemma3());
   const Model& m = *lm.model;
   constexpr uint32_t kRows = 6, kPrompt = 320, kGen = 16, kStep = 64;
-  const KvBlockLayout window_layout = PoolFor(m, 1)->layout();
-  const KvBlockLayout dense_layout = PoolFor(m, 1, /*dense=*/true)->layout();
+  const KvBlockLayout window_layout = testing::ModelPool(m, 1)->layout();
+  const KvBlockLayout dense_layout = testing::ModelPool(m, 1, /*dense=*/true)->layout();
   // Room for kRows window rows by RowBytes; not for kRows dense ones.
   const uint64_t bytes = kRows * window_layout.RowBytes(kPrompt + kGen, kStep);
   ASSERT_GT(kRows * ((kPrompt + kGen) / 16) * dense_layout.block_stride, bytes)
@@ -283,7 +283,7 @@ TEST(WindowAdmission, AWindowModelRunsMoreRowsThanADensePoolOfTheSameBytes) {
     for (uint32_t i = 0; i < kRows; ++i) {
       EngineRequest r;
       r.max_tokens = kGen;
-      r.prompt = Prompt(kPrompt, 20 + i);
+      r.prompt = testing::SaltedPrompt(kPrompt, 20 + i);
       ids.push_back(engine->Submit(r, callback).value());
     }
     std::unique_lock<std::mutex> lock(mu);
