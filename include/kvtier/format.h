@@ -13,6 +13,13 @@
 //                          indices into a non-uniform codebook fitted to the rotated
 //                          distribution (bits 2, 3, 4: 2.5, 3.5, 4.5 bits per value). The seed
 //                          (0..255) names the rotation and is part of the id.
+//   chan<bits>g<G>         K grouped per channel across G tokens of a block (issue 32, KIVI
+//                          style): for each head and channel an f16 scale and an f16 min per
+//                          G tokens, codes q in [0, 2^bits-1], x ~ min + q*scale (bits 2, 3,
+//                          4; G 32, 64 or 128: bits + 32/G bits per value). A token-grouped
+//                          format: it is quantized a whole block (of a multiple of G tokens)
+//                          at a time, never row by row (quant_chan.h); its rows still sit on
+//                          the cache's row grid (docs/formats/kv-row-formats.md).
 //
 // A Format is a small value type; its id() is stable across versions and machines and is what
 // files store (docs/formats/kv-row-formats.md). Thread-safe (immutable values).
@@ -38,12 +45,13 @@ enum class FormatKind : uint8_t {
   kQ8_0 = 4,
   kQ4_0 = 5,
   kRot = 6,
+  kChan = 7,
 };
 
 struct Format {
   FormatKind kind = FormatKind::kF16;
   uint8_t bits = 16;           // bits of one stored code/value (not counting scales)
-  uint16_t group = 1;          // values sharing one scale (1 for plain dtypes)
+  uint16_t group = 1;          // values sharing one scale (1 for plain dtypes; chan: tokens)
   DType scale_dtype = DType::kF16;  // dtype of scales and biases; the dtype itself for plain
   uint8_t seed = 0;            // rot: the rotation's seed (0 for every other kind)
 
@@ -65,12 +73,29 @@ struct Format {
             static_cast<uint8_t>(seed)};
   }
 
+  // Per-channel token groups (2, 3 or 4 bits; G = 32, 64 or 128 tokens; f16 scales and
+  // mins). Unvalidated.
+  static Format Chan(int bits, int tokens) {
+    return {FormatKind::kChan, static_cast<uint8_t>(bits), static_cast<uint16_t>(tokens),
+            DType::kF16};
+  }
+
   bool is_plain() const {
     return kind == FormatKind::kF32 || kind == FormatKind::kF16 || kind == FormatKind::kBF16;
   }
   bool is_quantized() const { return !is_plain(); }
   // Whether rows are stored in a rotated basis (attention rotates the query and the output).
   bool is_rotated() const { return kind == FormatKind::kRot; }
+  // Whether a row's values depend on other tokens' rows (kChan: `group` counts tokens, not
+  // values of a row). Such formats go through quant_chan.h's block functions; the row
+  // functions of quant.h refuse them.
+  bool is_token_grouped() const { return kind == FormatKind::kChan; }
+  // Rows that carry tokens [first, first + n) whole: n, or for a token-grouped format up to
+  // the end of the group holding the last token (a group's rows carry its parameters).
+  size_t stored_rows(size_t first, size_t n) const {
+    if (!is_token_grouped() || n == 0) return n;
+    return (first + n + group - 1) / group * group - first;
+  }
 
   // OK if this combination of kind, bits, group and scale dtype is supported.
   Status Validate() const;
@@ -101,7 +126,7 @@ struct FormatDefaults {
 };
 
 // Parses "f32", "f16", "bf16", "q8_0", "q4_0", "affine<bits>[g<group>][:<scale dtype>]",
-// "rot<bits>[s<seed>]" (seed 0 when left out).
+// "rot<bits>[s<seed>]" (seed 0 when left out), "chan<bits>g<tokens>".
 // Errors name the input and list every valid choice.
 Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults = {});
 
@@ -110,5 +135,8 @@ std::string ValidFormatsHelp();
 // Every supported format: the plain dtypes, q8_0, q4_0, affine bits x group x scale dtype, then
 // rot 2 / 3 / 4 bits with seed 0 and rot4 with seed 1.
 std::vector<Format> AllSupportedFormats();
+// The token-grouped formats (Format::is_token_grouped): chan 2 / 3 / 4 bits x 32 / 64 / 128
+// tokens. Not in AllSupportedFormats, whose every format quantizes row by row.
+std::vector<Format> AllTokenGroupedFormats();
 
 }  // namespace kvtier

@@ -13,6 +13,15 @@
 // order), Trim zeroes the dropped slots of a tail block nobody else holds, and the pool
 // zeroes every block before handing it out again.
 //
+// Token-grouped K formats (Format::is_token_grouped, e.g. chan4g64: per channel across G
+// tokens of a block): a group's rows are requantized as a whole with every append into it,
+// from the exact f32 keys of the layer's last, partial group (the "tail", KIVI's residual,
+// kept here: at most G x n_kv_heads x head_dim floats per layer, shared by forks); once the
+// group is whole its codes never change. A partial group that came without its tail (from
+// FromBlocks, AppendEncoded, or a Trim back into an earlier group) is requantized from its
+// decoded keys. ReadEncoded / AppendEncoded carry K rows up to the end of the last group
+// (Format::stored_rows): the rows past the length hold that group's parameters.
+//
 // Ownership: a SequenceCache holds references on its blocks (KvOwner, default kActive) and
 // keeps its BlockPool alive. Move-only; destruction drops the references.
 // Thread-compatible: distinct SequenceCaches may be used from different threads; one
@@ -79,11 +88,13 @@ class SequenceCache {
   // `src_dtype`, quantized into the pool's K and V formats. All or nothing.
   Status Append(uint32_t layer, DType src_dtype, const void* k, const void* v, uint32_t n_tokens);
   // Appends rows already encoded in the pool's formats: k_rows [n_tokens, n_kv_heads,
-  // k_row_bytes], v_rows likewise (bit for bit what ReadEncoded gives). All or nothing.
+  // k_row_bytes] (token-grouped K: k_format.stored_rows(layer_size(layer), n_tokens) rows),
+  // v_rows likewise (bit for bit what ReadEncoded gives). All or nothing.
   Status AppendEncoded(uint32_t layer, const uint8_t* k_rows, const uint8_t* v_rows,
                        uint32_t n_tokens);
   // Copies the encoded rows of tokens [first, first + n_tokens) of `layer` out, in the
-  // layout AppendEncoded takes. The range must lie within layer_size(layer).
+  // layout AppendEncoded takes (token-grouped K: k_format.stored_rows(first, n_tokens) rows).
+  // The range must lie within layer_size(layer).
   Status ReadEncoded(uint32_t layer, uint32_t first, uint32_t n_tokens, uint8_t* k_rows,
                      uint8_t* v_rows) const;
   // Dequantizes tokens [first, first + n_tokens) of `layer` into k, v: [n_tokens, n_kv_heads,
@@ -155,6 +166,9 @@ class SequenceCache {
   template <typename Fn>
   Status ForEachPiece(uint32_t layer, uint32_t first, uint32_t n, Fn&& fn) const;
   void UpdateMinMax();
+  // Token-grouped K: quantizes the groups holding tokens [pos, pos + n) of `layer` (k:
+  // [n, n_kv_heads, head_dim] of src_dtype) and keeps the new tail. Blocks are reserved.
+  Status AppendGroupedK(uint32_t layer, uint32_t pos, DType src_dtype, const void* k, uint32_t n);
 
   std::shared_ptr<BlockPool> pool_;
   std::shared_ptr<Table> table_;  // never null when pool_ is set
@@ -164,6 +178,14 @@ class SequenceCache {
   uint32_t window_scan_ = 0;  // blocks [0, window_scan_) were looked at by DropOutsideWindow
   std::vector<uint32_t> keep_points_;  // KeepWindowRowsAt positions
   KvOwner owner_ = KvOwner::kActive;
+  // Token-grouped K only ([n_layers], else empty): the exact keys of tokens
+  // [first, first + count) of each layer's last, partial group; values [>= count][heads][dim].
+  struct KTail {
+    uint32_t first = 0;
+    uint32_t count = 0;
+    std::shared_ptr<const std::vector<float>> values;
+  };
+  std::vector<KTail> k_tail_;
 };
 
 }  // namespace kvtier

@@ -200,7 +200,8 @@ struct StoredFormatCheck {
   bool block_file_bit_exact = false;  // a block file written and read back, byte for byte
   bool segment_bit_exact = false;     // the same block as a segment's record, likewise
 };
-// Every supported format (AllSupportedFormats) written as a block file and as the second
+// Every supported format (AllSupportedFormats, then the token-grouped K formats with V f16
+// in blocks of one group) written as a block file and as the second
 // record of a segment (in memory) and read back into a pool block. Errors name the step that
 // failed. Thread-safe (touches nothing shared).
 Result<std::vector<StoredFormatCheck>> CheckStoredFormats();

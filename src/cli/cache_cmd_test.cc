@@ -115,7 +115,7 @@ TEST(CacheCommand, FormatsAndBadInput) {
   std::string out;
   ASSERT_EQ(RunKvtier("cache formats --json", &out), 0) << out;
   nlohmann::json rows = nlohmann::json::parse(out);
-  EXPECT_EQ(rows.size(), AllSupportedFormats().size());
+  EXPECT_EQ(rows.size(), AllSupportedFormats().size() + AllTokenGroupedFormats().size());
   for (const auto& r : rows) {
     EXPECT_EQ(r["round_trip_bit_exact"], true) << r.dump();
     EXPECT_EQ(r["segment_round_trip_bit_exact"], true) << r.dump();

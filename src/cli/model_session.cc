@@ -43,6 +43,10 @@ Result<std::shared_ptr<BlockPool>> MakeKvPool(const ModelConfig& c, const std::s
                                               const std::string& kv_type, uint32_t n_tokens,
                                               uint32_t n_rows, uint32_t block_tokens) {
   KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats(flag, kv_type));
+  if (kv.k.is_token_grouped() && block_tokens % kv.k.group != 0) {
+    // Per-channel K groups live inside a block: blocks of whole groups.
+    block_tokens = (block_tokens + kv.k.group - 1) / kv.k.group * kv.k.group;
+  }
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
                           KvBlockLayout::Make(c.kv_shape(), kv.k, kv.v, block_tokens,
                                               c.layer_windows()));

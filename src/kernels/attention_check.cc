@@ -33,6 +33,13 @@ Status CheckAttentionArgs(const PagedKvView& kv, const float* q, std::span<const
   if (Status s = kv.v_format.CheckHeadDim(kv.head_dim); !s.ok()) {
     return Status::InvalidArgument(w + "V format: " + s.message());
   }
+  if (kv.v_format.is_token_grouped() ||
+      (kv.k_format.is_token_grouped() && kv.block_tokens % kv.k_format.group != 0)) {
+    return Status::InvalidArgument(w + "K " + kv.k_format.name() + " / V " + kv.v_format.name() +
+                                   " with blocks of " + std::to_string(kv.block_tokens) +
+                                   " tokens: token-grouped formats are K only, in blocks of "
+                                   "whole groups");
+  }
   if (!(p.scale >= 0) || !std::isfinite(p.scale) || !(p.softcap >= 0) || !std::isfinite(p.softcap)) {
     return Status::InvalidArgument(w + "scale " + std::to_string(p.scale) + " and softcap " +
                                    std::to_string(p.softcap) + " must be finite and >= 0");

@@ -19,6 +19,7 @@
 #include "kernels/job.h"
 #include "kernels/paths.h"
 #include "kernels/softmax-inl.h"
+#include "quant/chan_simd.h"
 #include "quant/quant_simd.h"
 #include "simd/reduce-inl.h"
 
@@ -100,8 +101,17 @@ bool RunItemD(const Job& job, const Item& it, float* partial) {
                         h * kv.v_head_stride;
     // Rows in their stored basis: rotated formats stay rotated (the driver rotated the
     // queries and rotates the outputs back).
-    if (!simd::DequantizeRowsStridedStored(kv.k_format, kp, kv.k_token_stride, nt, kD, &kt[0][0]) ||
-        !simd::DequantizeRowsStridedStored(kv.v_format, vp, kv.v_token_stride, nt, kD, &vt[0][0])) {
+    // Token-grouped K (chan): decoded from its group's first row (the tile stays in a block,
+    // and groups never cross blocks).
+    if (kv.k_format.is_token_grouped()) {
+      const size_t j = slot % kv.k_format.group;
+      simd::DequantizeChanHead(kv.k_format, kp - j * kv.k_token_stride, kv.k_token_stride, j, nt,
+                               kD, DType::kF32, &kt[0][0], kD);
+    } else if (!simd::DequantizeRowsStridedStored(kv.k_format, kp, kv.k_token_stride, nt, kD,
+                                                  &kt[0][0])) {
+      return false;
+    }
+    if (!simd::DequantizeRowsStridedStored(kv.v_format, vp, kv.v_token_stride, nt, kD, &vt[0][0])) {
       return false;
     }
     for (uint32_t t = nt; t < nt_pad; ++t) std::fill(kt[t], kt[t] + kD, 0.0f);

@@ -7,6 +7,7 @@
 
 #include "kernels/attention_check.h"
 #include "kvtier/quant.h"
+#include "quant/chan_simd.h"
 
 namespace kvtier::ref {
 
@@ -36,9 +37,15 @@ Status Attention(const PagedKvView& kv, const float* q, std::span<const uint32_t
         double m = -std::numeric_limits<double>::infinity();
         for (int64_t t = first; t <= pos; ++t) {
           const auto tt = static_cast<uint32_t>(t);
-          Status st = DequantizeRowsRef(kv.k_format, kv.k_row(r, tt, kvh), 1, d, DType::kF32,
-                                        krow.data());
-          if (!st.ok()) return st;
+          if (kv.k_format.is_token_grouped()) {  // from its group's first row
+            const uint32_t j = tt % kv.k_format.group;
+            ref::DequantizeChanHead(kv.k_format, kv.k_row(r, tt - j, kvh), kv.k_token_stride, j, 1,
+                                    d, DType::kF32, krow.data(), d);
+          } else {
+            Status st = DequantizeRowsRef(kv.k_format, kv.k_row(r, tt, kvh), 1, d, DType::kF32,
+                                          krow.data());
+            if (!st.ok()) return st;
+          }
           double dot = 0;
           for (size_t j = 0; j < d; ++j) dot += static_cast<double>(qh[j]) * krow[j];
           double sc = dot * scale;

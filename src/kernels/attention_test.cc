@@ -265,6 +265,36 @@ TEST_P(AttentionTargets, PrefillChunksMatchTheReference) {
   }
 }
 
+// Token-grouped K (chan: per channel across a block's tokens, read from each group's rows in
+// place), with V per token: decode and prefill, partial groups, every head_dim it stores.
+TEST_P(AttentionTargets, TokenGroupedKMatchesTheReference) {
+  ThreadPool pool(2);
+  const std::pair<Format, Format> pairs[] = {
+      {Format::Chan(4, 64), Format::Rot(4, 0)},
+      {Format::Chan(3, 64), Format::Rot(3, 0)},
+      {Format::Chan(2, 32), Format::F16()},
+      {Format::Chan(4, 128), Format::Q8_0()},
+  };
+  uint64_t seed = 300;
+  for (const auto& [kf, vf] : pairs) {
+    for (uint32_t d : {64u, 80u, 96u, 128u, 256u}) {
+      if (!kf.CheckHeadDim(d).ok() || !vf.CheckHeadDim(d).ok()) continue;
+      for (uint32_t g : {1u, 4u}) {
+        Case c;
+        c.k = kf;
+        c.v = vf;
+        c.head_dim = d;
+        c.group = g;
+        c.lengths = {150, 1, 64, 70};
+        c.q_lens = {1, 1, 17, 70};
+        c.block_tokens = kf.group == 128 ? 128 : 2 * kf.group;
+        c.seed = ++seed;
+        EXPECT_LT(RelError(c, &pool), 1e-5) << Describe(c);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTargets, AttentionTargets,
                          ::testing::ValuesIn(QuantAvailableSimdTargets()),
                          [](const ::testing::TestParamInfo<long long>& info) {

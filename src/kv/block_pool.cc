@@ -64,6 +64,18 @@ Result<KvBlockLayout> KvBlockLayout::Make(const KvShape& shape, const Format& k_
     return Status::InvalidArgument("block_tokens " + std::to_string(block_tokens) +
                                    " invalid: expected 1..4096 tokens per block");
   }
+  if (v_format.is_token_grouped()) {
+    return Status::InvalidArgument("V format " + v_format.name() +
+                                   " groups values per channel across tokens: it is a K format "
+                                   "(use e.g. rot4s0 or q8_0 for V)");
+  }
+  if (k_format.is_token_grouped() && block_tokens % k_format.group != 0) {
+    return Status::InvalidArgument("K format " + k_format.name() + " groups " +
+                                   std::to_string(k_format.group) + " tokens, but blocks hold " +
+                                   std::to_string(block_tokens) + ": block_tokens must be a "
+                                   "multiple of " + std::to_string(k_format.group) +
+                                   " (e.g. --block-tokens " + std::to_string(k_format.group) + ")");
+  }
   KvBlockLayout l;
   l.shape = shape;
   l.k_format = k_format;

@@ -25,8 +25,10 @@ constexpr uint32_t kFlagTokens = 1;
 constexpr size_t kChecksumBytes = 8;
 
 
+// K rows to the end of the last group for token-grouped K (Format::stored_rows), then V rows.
 uint64_t RowBytes(const KvBlockLayout& l, uint32_t n_tokens) {
-  return static_cast<uint64_t>(l.shape.n_layers) * n_tokens * (l.k_token_stride + l.v_token_stride);
+  return static_cast<uint64_t>(l.shape.n_layers) *
+         (l.k_format.stored_rows(0, n_tokens) * l.k_token_stride + n_tokens * l.v_token_stride);
 }
 
 std::string Hex(uint64_t v) {
@@ -84,12 +86,18 @@ Status AppendConverted(SequenceCache& dst, const SequenceCache& src, uint32_t fi
   }
   if (n == 0) return Status::OK();
   KVTIER_RETURN_IF_ERROR(dst.Reserve(n));
-  const bool same = sl.k_format == dl.k_format && sl.v_format == dl.v_format;
+  // Token-grouped K copies as rows only from group starts onto group starts (a group's
+  // parameters sit in its rows); else it is requantized.
+  const bool same = sl.k_format == dl.k_format && sl.v_format == dl.v_format &&
+                    (!sl.k_format.is_token_grouped() ||
+                     (dst.size() % sl.k_format.group == 0 && first % sl.k_format.group == 0));
   const size_t heads = sl.shape.n_kv_heads;
   const size_t d = sl.shape.head_dim;
   std::vector<uint8_t> kbuf, vbuf;
   if (same) {
-    kbuf.resize(kChunkTokens * sl.k_token_stride);
+    // Token-grouped K: up to the end of the last chunk's group.
+    kbuf.resize((kChunkTokens + (sl.k_format.is_token_grouped() ? sl.k_format.group : 0)) *
+                sl.k_token_stride);
     vbuf.resize(kChunkTokens * sl.v_token_stride);
   } else {
     kbuf.resize(kChunkTokens * heads * d * sizeof(float));  // [chunk, heads, head_dim] f32
@@ -168,7 +176,7 @@ Result<std::vector<uint8_t>> SerializeSequence(const SequenceCache& seq,
   }
   for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {
     uint8_t* k = p;
-    uint8_t* v = p + static_cast<size_t>(n) * l.k_token_stride;
+    uint8_t* v = p + l.k_format.stored_rows(0, n) * l.k_token_stride;
     KVTIER_RETURN_IF_ERROR(seq.ReadEncoded(layer, 0, n, k, v));
     p = v + static_cast<size_t>(n) * l.v_token_stride;
   }
@@ -256,7 +264,7 @@ Result<DeserializedSequence> DeserializeSequence(std::span<const uint8_t> blob,
   }
   for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {
     const uint8_t* k = p;
-    const uint8_t* v = p + static_cast<size_t>(n) * l.k_token_stride;
+    const uint8_t* v = p + l.k_format.stored_rows(0, n) * l.k_token_stride;
     KVTIER_RETURN_IF_ERROR(out.sequence.AppendEncoded(layer, k, v, n));
     p = v + static_cast<size_t>(n) * l.v_token_stride;
   }

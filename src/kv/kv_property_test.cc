@@ -72,6 +72,8 @@ double RowTolerance(const Format& f, const double* x, size_t d) {
       for (size_t i = 0; i < d; ++i) norm2 += x[i] * x[i];
       return std::sqrt(norm2) * (f.bits == 2 ? 0.75 : f.bits == 3 ? 0.4 : 0.2);
     }
+    case FormatKind::kChan:  // token-grouped K: not a row format, never drawn here
+      break;
   }
   return 0;
 }

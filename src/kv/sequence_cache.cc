@@ -9,6 +9,7 @@
 
 #include "base/strings.h"
 #include "kvtier/quant.h"
+#include "kvtier/quant_chan.h"
 
 namespace kvtier {
 
@@ -31,6 +32,7 @@ SequenceCache::SequenceCache(std::shared_ptr<BlockPool> pool, KvOwner owner)
   if (pool_) {
     table_ = std::make_shared<Table>(pool_, owner);
     len_.assign(pool_->shape().n_layers, 0);
+    if (pool_->k_format().is_token_grouped()) k_tail_.assign(pool_->shape().n_layers, {});
   }
 }
 
@@ -68,6 +70,7 @@ SequenceCache SequenceCache::Fork() const {
   s.window_scan_ = window_scan_;
   s.keep_points_ = keep_points_;
   s.owner_ = owner_;
+  s.k_tail_ = k_tail_;  // shares the tails' values (never changed in place)
   return s;
 }
 
@@ -148,7 +151,9 @@ void SequenceCache::CopyValidRows(size_t i, BlockId from, BlockId to) {
     const uint64_t valid = std::min<uint64_t>(
         l.block_tokens, len_[layer] > start ? len_[layer] - start : 0);
     if (valid == 0) continue;
-    std::memcpy(dst + l.k_offset(layer), src + l.k_offset(layer), valid * l.k_token_stride);
+    // Token-grouped K: the rows up to the group's end carry its parameters.
+    std::memcpy(dst + l.k_offset(layer), src + l.k_offset(layer),
+                l.k_format.stored_rows(0, valid) * l.k_token_stride);
     std::memcpy(dst + l.v_offset(layer), src + l.v_offset(layer), valid * l.v_token_stride);
     copied += valid * (l.k_token_stride + l.v_token_stride);
   }
@@ -253,6 +258,16 @@ Status SequenceCache::Append(uint32_t layer, DType src_dtype, const void* k, con
   const size_t src_token_bytes = heads * d * DTypeSize(src_dtype);  // one token, all heads
   const auto* ks = static_cast<const uint8_t*>(k);
   const auto* vs = static_cast<const uint8_t*>(v);
+  if (l.k_format.is_token_grouped()) {
+    KVTIER_RETURN_IF_ERROR(AppendGroupedK(layer, pos, src_dtype, k, n_tokens));
+    KVTIER_RETURN_IF_ERROR(ForEachPiece(
+        layer, pos, n_tokens, [&](uint8_t*, uint8_t* vd, uint32_t n, uint32_t done) {
+          return QuantizeRows(l.v_format, src_dtype, vs + done * src_token_bytes, n * heads, d, vd);
+        }));
+    len_[layer] = pos + n_tokens;
+    UpdateMinMax();
+    return Status::OK();
+  }
   // Token-major blocks: n tokens x heads rows are contiguous in source and destination.
   KVTIER_RETURN_IF_ERROR(ForEachPiece(
       layer, pos, n_tokens, [&](uint8_t* kd, uint8_t* vd, uint32_t n, uint32_t done) {
@@ -303,12 +318,16 @@ Status SequenceCache::AppendEncoded(uint32_t layer, const uint8_t* k_rows, const
   KVTIER_RETURN_IF_ERROR(ReserveLayer(layer, n_tokens));
   const KvBlockLayout& l = pool_->layout();
   const uint32_t pos = len_[layer];
+  const uint32_t k_end = pos + static_cast<uint32_t>(l.k_format.stored_rows(pos, n_tokens));
   KVTIER_RETURN_IF_ERROR(ForEachPiece(
       layer, pos, n_tokens, [&](uint8_t* kd, uint8_t* vd, uint32_t n, uint32_t done) {
-        std::memcpy(kd, k_rows + done * l.k_token_stride, n * l.k_token_stride);
+        // Token-grouped K: the last piece also takes the rows to its group's end.
+        const uint32_t kn = pos + done + n == pos + n_tokens ? k_end - (pos + done) : n;
+        std::memcpy(kd, k_rows + done * l.k_token_stride, kn * l.k_token_stride);
         std::memcpy(vd, v_rows + done * l.v_token_stride, n * l.v_token_stride);
         return Status::OK();
       }));
+  if (!k_tail_.empty()) k_tail_[layer] = {};  // its exact keys are not known
   len_[layer] = pos + n_tokens;
   UpdateMinMax();
   return Status::OK();
@@ -321,9 +340,11 @@ Status SequenceCache::ReadEncoded(uint32_t layer, uint32_t first, uint32_t n_tok
     return Status::InvalidArgument("SequenceCache::ReadEncoded: null output");
   }
   const KvBlockLayout& l = pool_->layout();
+  const uint32_t k_end = first + static_cast<uint32_t>(l.k_format.stored_rows(first, n_tokens));
   return ForEachPiece(layer, first, n_tokens,
                       [&](const uint8_t* ks, const uint8_t* vs, uint32_t n, uint32_t done) {
-                        std::memcpy(k_rows + done * l.k_token_stride, ks, n * l.k_token_stride);
+                        const uint32_t kn = done + n == n_tokens ? k_end - (first + done) : n;
+                        std::memcpy(k_rows + done * l.k_token_stride, ks, kn * l.k_token_stride);
                         std::memcpy(v_rows + done * l.v_token_stride, vs, n * l.v_token_stride);
                         return Status::OK();
                       });
@@ -341,8 +362,15 @@ Status SequenceCache::ReadDense(uint32_t layer, uint32_t first, uint32_t n_token
   const size_t token_bytes = heads * d * DTypeSize(dst_dtype);
   return ForEachPiece(
       layer, first, n_tokens, [&](const uint8_t* ks, const uint8_t* vs, uint32_t n, uint32_t done) {
-        KVTIER_RETURN_IF_ERROR(DequantizeRows(l.k_format, ks, n * heads, d, dst_dtype,
-                                              static_cast<uint8_t*>(k) + done * token_bytes));
+        if (l.k_format.is_token_grouped()) {  // from the first row of the token's group
+          const uint32_t j = (first + done) % l.k_format.group;
+          KVTIER_RETURN_IF_ERROR(DequantizeChanRows(l.k_format, ks - j * l.k_token_stride, j, n,
+                                                    heads, d, dst_dtype,
+                                                    static_cast<uint8_t*>(k) + done * token_bytes));
+        } else {
+          KVTIER_RETURN_IF_ERROR(DequantizeRows(l.k_format, ks, n * heads, d, dst_dtype,
+                                                static_cast<uint8_t*>(k) + done * token_bytes));
+        }
         return DequantizeRows(l.v_format, vs, n * heads, d, dst_dtype,
                               static_cast<uint8_t*>(v) + done * token_bytes);
       });
@@ -352,8 +380,18 @@ void SequenceCache::ZeroSlots(BlockId id, uint32_t from_slot) {
   const KvBlockLayout& l = pool_->layout();
   uint8_t* block = pool_->block_data(id);
   const size_t n = l.block_tokens - from_slot;
+  // Token-grouped K: the rows of the group still holding tokens keep their parameter slices
+  // (only their codes go); whole groups past it go.
+  const uint32_t k_whole = static_cast<uint32_t>(l.k_format.stored_rows(0, from_slot));
+  const size_t code_bytes = l.shape.head_dim * l.k_format.bits / 8;
   for (uint32_t layer = 0; layer < len_.size(); ++layer) {
-    std::memset(block + l.k_offset(layer) + from_slot * l.k_token_stride, 0, n * l.k_token_stride);
+    uint8_t* kr = block + l.k_offset(layer);
+    for (uint32_t s = from_slot; s < k_whole; ++s) {
+      for (uint32_t h = 0; h < l.shape.n_kv_heads; ++h) {
+        std::memset(kr + s * l.k_token_stride + h * l.k_row_bytes, 0, code_bytes);
+      }
+    }
+    std::memset(kr + k_whole * l.k_token_stride, 0, (l.block_tokens - k_whole) * l.k_token_stride);
     std::memset(block + l.v_offset(layer) + from_slot * l.v_token_stride, 0, n * l.v_token_stride);
   }
 }
@@ -377,6 +415,10 @@ Result<uint32_t> SequenceCache::Trim(uint32_t n) {
   }
   std::fill(len_.begin(), len_.end(), new_len);
   min_len_ = max_len_ = new_len;
+  for (KTail& t : k_tail_) {  // the tail keeps the tokens still there
+    if (new_len < t.first || new_len == t.first) t = {};
+    else t.count = std::min(t.count, new_len - t.first);
+  }
   window_scan_ = std::min<uint32_t>(window_scan_, static_cast<uint32_t>(keep));
   return dropped;
 }
@@ -388,6 +430,7 @@ void SequenceCache::Clear() {
   min_len_ = max_len_ = 0;
   window_scan_ = 0;
   keep_points_.clear();
+  for (KTail& t : k_tail_) t = {};
 }
 
 void SequenceCache::KeepWindowRowsAt(uint32_t pos) {

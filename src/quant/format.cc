@@ -47,7 +47,8 @@ std::string ValidFormatsHelp() {
   return "f32, f16, bf16, q8_0, q4_0, affine<bits>g<group>[:<scale dtype>] with bits in "
          "{2, 3, 4, 5, 6, 8}, group in {32, 64, 128} and scale dtype in {f32, f16, bf16} "
          "(e.g. affine4g64, affine8g32:bf16), rot<bits>[s<seed>] with bits in {2, 3, 4} and "
-         "seed in 0..255 (e.g. rot4, rot3s7)";
+         "seed in 0..255 (e.g. rot4, rot3s7), chan<bits>g<tokens> with bits in {2, 3, 4} and "
+         "tokens in {32, 64, 128} (K only, per channel across a block's tokens; e.g. chan4g64)";
 }
 
 std::vector<Format> AllSupportedFormats() {
@@ -62,6 +63,14 @@ std::vector<Format> AllSupportedFormats() {
   }
   for (int bits : {2, 3, 4}) v.push_back(Format::Rot(bits, 0));
   v.push_back(Format::Rot(4, 1));
+  return v;
+}
+
+std::vector<Format> AllTokenGroupedFormats() {
+  std::vector<Format> v;
+  for (int bits : {2, 3, 4}) {
+    for (int tokens : {32, 64, 128}) v.push_back(Format::Chan(bits, tokens));
+  }
   return v;
 }
 
@@ -104,6 +113,19 @@ Status Format::Validate() const {
         return Status::InvalidArgument(what + ": rot formats are group 32 with f16 scales");
       }
       return Status::OK();
+    case FormatKind::kChan:
+      if (bits < 2 || bits > 4) {
+        return Status::InvalidArgument("chan bits " + std::to_string(bits) +
+                                       " unsupported: valid bits are 2, 3, 4");
+      }
+      if (group != 32 && group != 64 && group != 128) {
+        return Status::InvalidArgument("chan group of " + std::to_string(group) +
+                                       " tokens unsupported: valid groups are 32, 64, 128");
+      }
+      if (*this != Chan(bits, group)) {
+        return Status::InvalidArgument(what + ": chan formats have f16 scales and no seed");
+      }
+      return Status::OK();
   }
   return Status::InvalidArgument("unknown format kind " +
                                  std::to_string(static_cast<int>(kind)) + ": valid formats are " +
@@ -112,6 +134,17 @@ Status Format::Validate() const {
 
 Status Format::CheckHeadDim(size_t head_dim) const {
   KVTIER_RETURN_IF_ERROR(Validate());
+  if (kind == FormatKind::kChan &&
+      (head_dim == 0 || head_dim > 256 || head_dim % 16 != 0 || (4 * head_dim) % group != 0)) {
+    // group counts tokens here; a row packs head_dim codes and a 4 * head_dim / group byte
+    // slice of its group's scales and mins.
+    return Status::InvalidArgument("head_dim " + std::to_string(head_dim) +
+                                   " cannot be stored as " + name() +
+                                   ": expected a multiple of 16 up to 256 with 4 * head_dim a "
+                                   "multiple of its " + std::to_string(group) +
+                                   "-token group (e.g. 64 or 128)");
+  }
+  if (kind == FormatKind::kChan) return Status::OK();
   if (head_dim == 0 || head_dim % group != 0) {
     return Status::InvalidArgument(
         "head_dim " + std::to_string(head_dim) + " cannot be stored as " + name() +
@@ -131,7 +164,7 @@ uint32_t Format::id() const {
 Result<Format> Format::FromId(uint32_t id) {
   const uint32_t log2_group = (id >> 16) & 0xff;
   const bool rot = (id & 0xff) == static_cast<uint32_t>(FormatKind::kRot);
-  if (log2_group > 15 || (!rot && (id >> 24) > 2) || (id & 0xff) > 6) {
+  if (log2_group > 15 || (!rot && (id >> 24) > 2) || (id & 0xff) > 7) {
     return Status::Corruption("invalid format id 0x" + [&] {
       char buf[16];
       auto [p, ec] = std::to_chars(buf, buf + sizeof buf, id, 16);
@@ -158,6 +191,8 @@ std::string Format::name() const {
       return "affine" + std::to_string(bits) + "g" + std::to_string(group);
     case FormatKind::kRot:
       return "rot" + std::to_string(bits) + "s" + std::to_string(seed);
+    case FormatKind::kChan:
+      return "chan" + std::to_string(bits) + "g" + std::to_string(group);
   }
   return "invalid-format";
 }
@@ -178,6 +213,7 @@ double Format::bits_per_value() const {
     case FormatKind::kRot:
       return bits + 16.0 / group;
     case FormatKind::kAffine:
+    case FormatKind::kChan:
       return bits + 2.0 * 8.0 * static_cast<double>(DTypeSize(scale_dtype)) / group;
   }
   return 0;
@@ -197,6 +233,10 @@ size_t Format::row_bytes(size_t head_dim) const {
       return head_dim * bits / 8 + 2 * (head_dim / group) * DTypeSize(scale_dtype);
     case FormatKind::kRot:
       return head_dim / 32 * (2 + 32 * bits / 8);
+    case FormatKind::kChan:
+      // The codes of one token, then this row's slice of its group's [scale][min] arrays
+      // (4 * head_dim bytes over `group` rows): bits + 32 / group bits per value.
+      return head_dim * bits / 8 + 4 * head_dim / group;
   }
   return 0;
 }
@@ -225,6 +265,21 @@ Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults) {
     if (!ParseInt(rest, &bits)) return unknown("bad bit width");
     if (bits < 0 || bits > 255) return unknown("out of range");
     Format f = Format::Rot(bits, seed);
+    Status s = f.Validate();
+    if (!s.ok()) return unknown(s.message());
+    return f;
+  }
+  constexpr std::string_view kChanName = "chan";
+  if (name.substr(0, kChanName.size()) == kChanName) {
+    std::string_view rest = name.substr(kChanName.size());
+    int bits = 0, tokens = 0;
+    const size_t g = rest.find('g');
+    if (g == std::string_view::npos) return unknown("chan needs g<tokens>, e.g. chan4g64");
+    if (!ParseInt(rest.substr(g + 1), &tokens) || tokens < 0 || tokens > 65535) {
+      return unknown("bad token group");
+    }
+    if (!ParseInt(rest.substr(0, g), &bits) || bits < 0 || bits > 255) return unknown("bad bit width");
+    Format f = Format::Chan(bits, tokens);
     Status s = f.Validate();
     if (!s.ok()) return unknown(s.message());
     return f;

@@ -110,6 +110,7 @@ constexpr KvCode CodeOf(const Format& f) {
     // fast-path register decoder (kernels/decoders-inl.h).
     case FormatKind::kRot:
       return f.bits == 4 ? KvCode::kRot4 : f.bits == 3 ? KvCode::kRot3 : f.bits == 2 ? KvCode::kRot2 : KvCode::kOther;
+    case FormatKind::kChan: return KvCode::kOther;  // the generic path (quant/chan.h)
   }
   return KvCode::kOther;
 }
@@ -179,13 +180,16 @@ inline constexpr FormatKindTraits kFormatKindTraits[] = {
     // rot: 32-value blocks (fp16 scale at 0, codes at 2, codebook indices; bytes depend on bits,
     // see quant/rot.h's RotBlockBytes).
     {FormatKind::kRot, ScalePlacement::kPerBlock, 32, 0, 0, 2, 0, NibbleOrder::kNone},
+    // chan: token-grouped K (quant/chan.h): codes, then a slice of the group's scales / mins.
+    {FormatKind::kChan, ScalePlacement::kAfterCodes, 0, 0, 0, 0, 0, NibbleOrder::kInterleaved},
 };
 
 constexpr const FormatKindTraits& TraitsOf(FormatKind k) { return kFormatKindTraits[static_cast<size_t>(k)]; }
 static_assert(TraitsOf(FormatKind::kQ8_0).kind == FormatKind::kQ8_0 &&
                   TraitsOf(FormatKind::kQ4_0).kind == FormatKind::kQ4_0 &&
                   TraitsOf(FormatKind::kAffine).kind == FormatKind::kAffine &&
-                  TraitsOf(FormatKind::kRot).kind == FormatKind::kRot,
+                  TraitsOf(FormatKind::kRot).kind == FormatKind::kRot &&
+                  TraitsOf(FormatKind::kChan).kind == FormatKind::kChan,
               "kFormatKindTraits is indexed by FormatKind");
 
 // ---------------------------------------------------------------- one row's geometry

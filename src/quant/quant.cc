@@ -14,6 +14,11 @@ namespace {
 Status CheckArgs(const char* fn, const Format& fmt, DType dtype, const void* src, size_t n_rows,
                  size_t head_dim, const void* dst) {
   KVTIER_RETURN_IF_ERROR(fmt.CheckHeadDim(head_dim));
+  if (fmt.is_token_grouped()) {
+    return Status::InvalidArgument(std::string(fn) + ": format " + fmt.name() +
+                                   " groups K across tokens, not row by row: use "
+                                   "QuantizeChanGroups / DequantizeChanRows (kvtier/quant_chan.h)");
+  }
   if (static_cast<uint8_t>(dtype) > static_cast<uint8_t>(DType::kBF16)) {
     return Status::InvalidArgument(std::string(fn) + ": dtype " +
                                    std::to_string(static_cast<int>(dtype)) +

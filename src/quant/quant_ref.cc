@@ -201,6 +201,8 @@ void QuantizeRow(const Format& f, DType src_dtype, const void* src, size_t head_
     case FormatKind::kRot:
       QuantizeRotRow(f, src_dtype, src, head_dim, dst);
       return;
+    case FormatKind::kChan:  // token-grouped: chan_ref.cc (quant.cc refuses it here)
+      return;
   }
 }
 
@@ -240,6 +242,8 @@ void DequantizeRow(const Format& f, const uint8_t* src, size_t head_dim, DType d
       for (size_t i = 0; i < head_dim; ++i) StoreAs(dst_dtype, dst, i, y[i]);
       return;
     }
+    case FormatKind::kChan:  // token-grouped: chan_ref.cc (quant.cc refuses it here)
+      return;
   }
 }
 

@@ -33,7 +33,7 @@ Status Bad(const std::string& name, const std::string& what) {
 template <typename Fn>
 void ForEachRowRun(const KvBlockLayout& l, uint32_t n, Fn&& fn) {
   for (uint32_t layer = 0; layer < l.shape.n_layers; ++layer) {
-    fn(l.k_offset(layer), n * l.k_token_stride);
+    fn(l.k_offset(layer), l.k_format.stored_rows(0, n) * l.k_token_stride);
     fn(l.v_offset(layer), n * l.v_token_stride);
   }
 }
@@ -84,8 +84,9 @@ uint32_t BlockFileHeader::header_bytes() const {
 }
 
 uint64_t BlockFileHeader::payload_bytes() const {
-  return uint64_t{shape.n_layers} * tokens.size() * shape.n_kv_heads *
-         (k_format.row_bytes(shape.head_dim) + v_format.row_bytes(shape.head_dim));
+  return uint64_t{shape.n_layers} * shape.n_kv_heads *
+         (k_format.stored_rows(0, tokens.size()) * k_format.row_bytes(shape.head_dim) +
+          tokens.size() * v_format.row_bytes(shape.head_dim));
 }
 
 Result<std::vector<uint8_t>> EncodeBlockFile(const BlockFileHeader& h, const BlockPool& pool,

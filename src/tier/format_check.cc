@@ -44,13 +44,20 @@ Result<std::vector<StoredFormatCheck>> CheckStoredFormats() {
   std::vector<StoredFormatCheck> out;
   std::mt19937_64 rng(1);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (const Format& f : AllSupportedFormats()) {
+  std::vector<Format> formats = AllSupportedFormats();
+  for (const Format& f : AllTokenGroupedFormats()) formats.push_back(f);
+  for (const Format& f : formats) {
+    // Token-grouped formats are K only (V f16), in blocks of one group: the kTokens rows
+    // fill part of it, so the file carries the group's rows to its end.
+    const Format vf = f.is_token_grouped() ? Format::F16() : f;
+    const uint32_t bt = f.is_token_grouped() ? f.group : kTokens;
     BlockPoolOptions po;
     po.shape = shape;
-    po.k_format = po.v_format = f;
-    po.block_tokens = kTokens;
+    po.k_format = f;
+    po.v_format = vf;
+    po.block_tokens = bt;
     KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
-                            KvBlockLayout::Make(shape, f, f, kTokens));
+                            KvBlockLayout::Make(shape, f, vf, bt));
     po.capacity_bytes = 2 * layout.block_stride;
     KVTIER_ASSIGN_OR_RETURN(auto pool, BlockPool::Create(po));
     SequenceCache seq(pool);
@@ -61,10 +68,11 @@ Result<std::vector<StoredFormatCheck>> CheckStoredFormats() {
     }
     BlockFileHeader h;
     h.shape = shape;
-    h.k_format = h.v_format = f;
-    h.block_tokens = kTokens;
+    h.k_format = f;
+    h.v_format = vf;
+    h.block_tokens = bt;
     for (uint32_t i = 0; i < kTokens; ++i) h.tokens.push_back(static_cast<int32_t>(i));
-    h.namespace_key = NamespaceKey(h.model, shape, f, f, kTokens);
+    h.namespace_key = NamespaceKey(h.model, shape, f, vf, bt);
     h.parent_key = h.namespace_key;
     h.key = ChainBlockKey(h.parent_key, h.tokens);
     KVTIER_ASSIGN_OR_RETURN(std::vector<uint8_t> file,
