@@ -19,89 +19,40 @@
 #include "kvtier/remote_tier.h"
 #include "kvtier/ssd_tier.h"
 #include "kvtier/test_model.h"
+#include "model/model_test_util.h"
 #include "remote/redis_test_util.h"
 
 namespace kvtier {
 namespace {
 
-struct Loaded {
-  std::shared_ptr<std::vector<uint8_t>> bytes;
-  std::shared_ptr<const GgufFile> file;
-  std::unique_ptr<Model> model;
-};
+using Loaded = testing::TinyModel;
+using testing::ModelPool;
+using testing::SaltedPrompt;
 
-Loaded LoadConfig(const TestModelConfig& c) {
-  Loaded l;
-  l.bytes = std::make_shared<std::vector<uint8_t>>(BuildTestModel(c).value().Serialize());
-  l.file = GgufFile::FromMemory(*l.bytes, c.arch).value();
-  l.model = Model::FromGguf(l.file).value();
-  return l;
-}
+Loaded LoadConfig(const TestModelConfig& c) { return testing::LoadTestModel(c, c.arch).value(); }
 
 // 8 layers (attention at 3 and 7), DeltaNet with 2 q/k and 4 v heads of 16.
 const Model& Qwen35() {
   static const Loaded m = [] {
-    TestModelConfig c;
-    c.arch = "qwen35";
-    c.hidden = 64;
-    c.layers = 8;
-    c.heads = 4;
-    c.kv_heads = 2;
-    c.head_dim = 64;
-    c.ffn = 128;
-    c.vocab = 300;
+    TestModelConfig c = testing::Qwen35BatchConfig();
     c.ctx = 1024;
-    c.rope_theta = 10000000.0;
-    c.weight_type = GgmlType::kF32;
-    c.weight_std = 0.08f;
-    c.seed = 5;
-    c.tied = false;
     return LoadConfig(c);
   }();
   return *m.model;
 }
 
-// Window 8 on two of every three layers.
+// Window 8 on two of every three layers (the golden gemma3 shape, untied, soft-cap 30).
 const Model& Gemma3() {
   static const Loaded m = [] {
-    TestModelConfig c;
-    c.arch = "gemma3";
-    c.hidden = 128;
-    c.layers = 4;
-    c.heads = 2;
-    c.kv_heads = 1;
-    c.head_dim = 256;
-    c.ffn = 384;
-    c.vocab = 300;
+    TestModelConfig c = testing::Gemma3GoldenConfig();
     c.ctx = 1024;
-    c.weight_type = GgmlType::kF32;
-    c.weight_std = 0.08f;
+    c.rope_theta = TestModelConfig{}.rope_theta;
     c.seed = 11;
-    c.sliding_window = 8;
-    c.swa_period = 3;
     c.final_softcap = 30.0;
     c.tied = false;
     return LoadConfig(c);
   }();
   return *m.model;
-}
-
-// Window layers in their own pages, dropped outside the window, unless `dense`.
-std::shared_ptr<BlockPool> PoolFor(const Model& m, uint64_t blocks, bool dense = false) {
-  BlockPoolOptions o;
-  o.shape = m.config().kv_shape();
-  o.block_tokens = 16;
-  if (!dense) o.layer_window = m.config().layer_windows();
-  o.capacity_bytes =
-      blocks * KvBlockLayout::Make(o.shape, o.k_format, o.v_format, 16, o.layer_window)
-                   ->block_stride;
-  return BlockPool::Create(o).value();
-}
-
-std::vector<int32_t> Prompt(uint32_t n, uint32_t salt) {
-  std::vector<int32_t> p(n);
-  for (uint32_t i = 0; i < n; ++i) p[i] = static_cast<int32_t>((i * 31 + salt * 7 + 1) % 256);
-  return p;
 }
 
 struct Outcome {
@@ -123,7 +74,7 @@ Outcome Submit(Engine& e, const std::vector<int32_t>& prompt, uint32_t n) {
 // One request through an engine without a prefix cache (a dense pool): the reference.
 std::vector<int32_t> Solo(const Model& m, const std::vector<int32_t>& prompt, uint32_t n) {
   EngineOptions o;
-  o.pool = PoolFor(m, 256, /*dense=*/true);
+  o.pool = ModelPool(m, 256, /*dense=*/true);
   o.threads = 2;
   o.prefill_step = 512;
   auto engine = Engine::Create(m, o).value();
@@ -139,7 +90,7 @@ struct Replica {
     po.write_policy = CacheWritePolicy::kWriteThrough;
     cache = PrefixCache::Create(po).value();
     EngineOptions o;
-    o.pool = PoolFor(m, 512);
+    o.pool = ModelPool(m, 512);
     o.prefix_cache = cache.get();
     o.prefill_step = 7;  // several chunks per prompt, each past gemma3's window
     o.threads = 2;
@@ -169,7 +120,8 @@ TEST(RemoteEngine, Qwen35HitFromRedisAloneResumesFromTheSnapshot) {
   testing::RedisProcess redis;
   const Model& m = Qwen35();
   constexpr uint32_t kGen = 10;
-  const std::vector<int32_t> a = Prompt(40, 7), b = Prompt(50, 8), c = Prompt(45, 9);
+  const std::vector<int32_t> a = SaltedPrompt(40, 7), b = SaltedPrompt(50, 8),
+                             c = SaltedPrompt(45, 9);
   std::vector<int32_t> cold_a;
   {  // Replica A computes everything; write-through sends blocks and snapshots to Redis.
     auto tier = Remote(redis.url());
@@ -224,11 +176,11 @@ struct WindowCase {
 
 WindowCase MakeWindowCase(const Model& m) {
   WindowCase w;
-  w.first = Prompt(40, 3);
+  w.first = SaltedPrompt(40, 3);
   const std::vector<int32_t> gen = Solo(m, w.first, 60);
   w.second = w.first;
   w.second.insert(w.second.end(), gen.begin(), gen.begin() + 35);
-  for (int32_t t : Prompt(6, 4)) w.second.push_back(t);
+  for (int32_t t : SaltedPrompt(6, 4)) w.second.push_back(t);
   return w;
 }
 
