@@ -33,14 +33,7 @@ Loaded Load(const TestModelConfig& c) { return testing::LoadTestModel(c, c.arch)
 
 // gemma3's golden shape (window layers), untied: tied, a random gemma repeats the last token
 // (its embedding scale).
-TestModelConfig Gemma3() {
-  TestModelConfig c = testing::Gemma3GoldenConfig();
-  c.ctx = 1024;
-  c.seed = 11;
-  c.final_softcap = 30.0;
-  c.tied = false;
-  return c;
-}
+TestModelConfig Gemma3() { return testing::Gemma3EngineConfig(); }
 
 TestModelConfig Phi3() {
   TestModelConfig c;

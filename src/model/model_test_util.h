@@ -159,6 +159,17 @@ inline TestModelConfig Gemma3GoldenConfig() {
   return c;
 }
 
+// The engine tests' gemma3: the golden shape with room for 1024 tokens, untied (tied, a random
+// gemma repeats the last token: its embedding scale), another seed and soft-cap 30.
+inline TestModelConfig Gemma3EngineConfig() {
+  TestModelConfig c = Gemma3GoldenConfig();
+  c.ctx = 1024;
+  c.seed = 11;
+  c.final_softcap = 30.0;
+  c.tied = false;
+  return c;
+}
+
 // The model and the bytes its GGUF views.
 struct TinyModel {
   std::shared_ptr<std::vector<uint8_t>> bytes;
