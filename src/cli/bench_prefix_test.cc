@@ -19,6 +19,7 @@ namespace kvtier::cli {
 namespace {
 
 using testing::RunKvtier;
+using testing::ParseJson;
 using testing::RunKvtierBench;
 
 class BenchPrefixBinary : public ::testing::Test {
@@ -47,12 +48,6 @@ class BenchPrefixBinary : public ::testing::Test {
   static std::string* dir_;
 };
 std::string* BenchPrefixBinary::dir_ = nullptr;
-
-nlohmann::json ParseJson(const std::string& out) {
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << out;
-  return j;
-}
 
 TEST_F(BenchPrefixBinary, ReportsColdAndWarmTtftPerStoreType) {
   std::string out;

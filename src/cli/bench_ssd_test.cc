@@ -18,6 +18,7 @@ namespace kvtier::cli {
 namespace {
 
 using testing::RunKvtier;
+using testing::ParseJson;
 using testing::RunKvtierBench;
 
 class BenchSsdBinary : public ::testing::Test {
@@ -43,12 +44,6 @@ class BenchSsdBinary : public ::testing::Test {
   static std::string* dir_;
 };
 std::string* BenchSsdBinary::dir_ = nullptr;
-
-nlohmann::json ParseJson(const std::string& out) {
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << out;
-  return j;
-}
 
 TEST_F(BenchSsdBinary, ThroughputReportsPositiveRatiosWarmAndCold) {
   std::string out;

@@ -1,10 +1,13 @@
-// Test-only: run a shell command (the real kvtier or kvtier-bench binary) and capture its output.
+// Test-only: run a shell command (the real kvtier or kvtier-bench binary) and capture its output;
+// parse its JSON report.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace kvtier::cli::testing {
@@ -18,6 +21,14 @@ inline int RunCommand(const std::string& cmd, std::string* out) {
   while ((n = fread(buf, 1, sizeof buf, p.get())) > 0) out->append(buf, n);
   const int status = pclose(p.release());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// A command's JSON output; a non-fatal failure naming the output when it does not parse (the
+// result is then discarded: is_discarded()).
+inline nlohmann::json ParseJson(const std::string& out) {
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j;
 }
 
 #ifdef KVTIER_BIN
