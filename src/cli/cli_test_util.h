@@ -36,6 +36,16 @@ inline nlohmann::json ParseJson(const std::string& out) {
 inline int RunKvtier(const std::string& args, std::string* out) {
   return RunCommand(std::string(KVTIER_BIN) + " " + args + " 2>&1", out);
 }
+
+// `kvtier make-test-model` of the benchmarks' tests: a tiny seeded qwen3 (2 layers, hidden 64,
+// head_dim 64, vocab 300, ctx 4096, q8_0 weights) at `path`.
+inline int WriteSmallQwen3(const std::string& path, std::string* out) {
+  return RunKvtier("make-test-model --out " + path +
+                       " --arch qwen3 --hidden 64 --layers 2 --heads 2 --kv-heads 1"
+                       " --head-dim 64 --ffn 128 --vocab 300 --ctx 4096"
+                       " --weight-type q8_0 --seed 7",
+                   out);
+}
 #endif
 
 #ifdef KVTIER_BENCH_BIN
