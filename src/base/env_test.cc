@@ -253,6 +253,22 @@ constexpr CrashMode kModes[] = {CrashMode::kDropUnsynced, CrashMode::kTornPrefix
 class MemEnvCrash : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(env_->CreateDirs("/d").ok()); }
+
+  // A fresh MemEnv of `seed` whose /d/f holds `synced` (file synced) then `unsynced` (appended
+  // after the sync; the directory synced), ready for a torn crash.
+  static void WriteSyncedThenUnsynced(uint64_t seed, const std::string& synced,
+                                      const std::string& unsynced, std::unique_ptr<MemEnv>* out) {
+    *out = MemEnv::Create(seed);
+    MemEnv* env = out->get();
+    ASSERT_TRUE(env->CreateDirs("/d").ok());
+    auto f = env->NewWritableFile("/d/f");
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Append(Bytes(synced)).ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+    ASSERT_TRUE((*f)->Append(Bytes(unsynced)).ok());
+    ASSERT_TRUE(env->SyncDir("/d").ok());
+  }
+
   std::unique_ptr<MemEnv> env_ = MemEnv::Create(42);
 };
 
@@ -324,14 +340,8 @@ TEST_F(MemEnvCrash, TornPrefixKeepsAPrefixOfWhatWasWritten) {
   const std::string unsynced = "abcdefghijklmnopqrstuvwxyz";
   std::set<size_t> lengths;
   for (uint64_t seed = 0; seed < 200; ++seed) {
-    auto env = MemEnv::Create(seed);
-    ASSERT_TRUE(env->CreateDirs("/d").ok());
-    auto f = env->NewWritableFile("/d/f");
-    ASSERT_TRUE(f.ok());
-    ASSERT_TRUE((*f)->Append(Bytes(synced)).ok());
-    ASSERT_TRUE((*f)->Sync().ok());
-    ASSERT_TRUE((*f)->Append(Bytes(unsynced)).ok());
-    ASSERT_TRUE(env->SyncDir("/d").ok());
+    std::unique_ptr<MemEnv> env;
+    ASSERT_NO_FATAL_FAILURE(WriteSyncedThenUnsynced(seed, synced, unsynced, &env));
     env->SimulateCrash(CrashMode::kTornPrefix);
     const std::string got = ReadString(env.get(), "/d/f");
     const std::string all = synced + unsynced;
@@ -350,14 +360,8 @@ TEST_F(MemEnvCrash, TornGarbageKeepsSyncedBytesAndMayScrambleTheRest) {
   const std::string unsynced(1000, 'u');
   int scrambled = 0;
   for (uint64_t seed = 0; seed < 100; ++seed) {
-    auto env = MemEnv::Create(seed);
-    ASSERT_TRUE(env->CreateDirs("/d").ok());
-    auto f = env->NewWritableFile("/d/f");
-    ASSERT_TRUE(f.ok());
-    ASSERT_TRUE((*f)->Append(Bytes(synced)).ok());
-    ASSERT_TRUE((*f)->Sync().ok());
-    ASSERT_TRUE((*f)->Append(Bytes(unsynced)).ok());
-    ASSERT_TRUE(env->SyncDir("/d").ok());
+    std::unique_ptr<MemEnv> env;
+    ASSERT_NO_FATAL_FAILURE(WriteSyncedThenUnsynced(seed, synced, unsynced, &env));
     env->SimulateCrash(CrashMode::kTornGarbage);
     const std::string got = ReadString(env.get(), "/d/f");
     ASSERT_GE(got.size(), synced.size());

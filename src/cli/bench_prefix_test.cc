@@ -18,8 +18,9 @@
 namespace kvtier::cli {
 namespace {
 
-using testing::RunKvtier;
+using testing::ParseJson;
 using testing::RunKvtierBench;
+using testing::WriteSmallQwen3;
 
 class BenchPrefixBinary : public ::testing::Test {
  protected:
@@ -28,13 +29,7 @@ class BenchPrefixBinary : public ::testing::Test {
                            std::to_string(getpid()));
     std::filesystem::create_directories(*dir_);
     std::string out;
-    ASSERT_EQ(RunKvtier("make-test-model --out " + Model() +
-                            " --arch qwen3 --hidden 64 --layers 2 --heads 2 --kv-heads 1"
-                            " --head-dim 64 --ffn 128 --vocab 300 --ctx 4096"
-                            " --weight-type q8_0 --seed 7",
-                        &out),
-              0)
-        << out;
+    ASSERT_EQ(WriteSmallQwen3(Model(), &out), 0) << out;
     std::ofstream text(*dir_ + "/t.txt");
     text << "It is a truth universally acknowledged, that a single man in possession of a good "
             "fortune, must be in want of a wife.\n";
@@ -47,12 +42,6 @@ class BenchPrefixBinary : public ::testing::Test {
   static std::string* dir_;
 };
 std::string* BenchPrefixBinary::dir_ = nullptr;
-
-nlohmann::json ParseJson(const std::string& out) {
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << out;
-  return j;
-}
 
 TEST_F(BenchPrefixBinary, ReportsColdAndWarmTtftPerStoreType) {
   std::string out;

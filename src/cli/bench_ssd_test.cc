@@ -17,8 +17,9 @@
 namespace kvtier::cli {
 namespace {
 
-using testing::RunKvtier;
+using testing::ParseJson;
 using testing::RunKvtierBench;
+using testing::WriteSmallQwen3;
 
 class BenchSsdBinary : public ::testing::Test {
  protected:
@@ -26,13 +27,7 @@ class BenchSsdBinary : public ::testing::Test {
     dir_ = new std::string(::testing::TempDir() + "/kvtier_bench_ssd_" + std::to_string(getpid()));
     std::filesystem::create_directories(*dir_ + "/work");
     std::string out;
-    ASSERT_EQ(RunKvtier("make-test-model --out " + Model() +
-                            " --arch qwen3 --hidden 64 --layers 2 --heads 2 --kv-heads 1"
-                            " --head-dim 64 --ffn 128 --vocab 300 --ctx 4096"
-                            " --weight-type q8_0 --seed 7",
-                        &out),
-              0)
-        << out;
+    ASSERT_EQ(WriteSmallQwen3(Model(), &out), 0) << out;
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);
@@ -43,12 +38,6 @@ class BenchSsdBinary : public ::testing::Test {
   static std::string* dir_;
 };
 std::string* BenchSsdBinary::dir_ = nullptr;
-
-nlohmann::json ParseJson(const std::string& out) {
-  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
-  EXPECT_FALSE(j.is_discarded()) << out;
-  return j;
-}
 
 TEST_F(BenchSsdBinary, ThroughputReportsPositiveRatiosWarmAndCold) {
   std::string out;

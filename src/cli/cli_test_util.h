@@ -1,10 +1,13 @@
-// Test-only: run a shell command (the real kvtier or kvtier-bench binary) and capture its output.
+// Test-only: run a shell command (the real kvtier or kvtier-bench binary) and capture its output;
+// parse its JSON report.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace kvtier::cli::testing {
@@ -20,10 +23,28 @@ inline int RunCommand(const std::string& cmd, std::string* out) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// A command's JSON output; a non-fatal failure naming the output when it does not parse (the
+// result is then discarded: is_discarded()).
+inline nlohmann::json ParseJson(const std::string& out) {
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << out;
+  return j;
+}
+
 #ifdef KVTIER_BIN
 // `kvtier ARGS` with stderr joined to stdout.
 inline int RunKvtier(const std::string& args, std::string* out) {
   return RunCommand(std::string(KVTIER_BIN) + " " + args + " 2>&1", out);
+}
+
+// `kvtier make-test-model` of the benchmarks' tests: a tiny seeded qwen3 (2 layers, hidden 64,
+// head_dim 64, vocab 300, ctx 4096, q8_0 weights) at `path`.
+inline int WriteSmallQwen3(const std::string& path, std::string* out) {
+  return RunKvtier("make-test-model --out " + path +
+                       " --arch qwen3 --hidden 64 --layers 2 --heads 2 --kv-heads 1"
+                       " --head-dim 64 --ffn 128 --vocab 300 --ctx 4096"
+                       " --weight-type q8_0 --seed 7",
+                   out);
 }
 #endif
 

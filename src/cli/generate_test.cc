@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/model_session.h"
 #include "cli/sequence_runner.h"
@@ -52,6 +54,15 @@ class ModelCommands : public ::testing::Test {
   static std::string* dir_;
 };
 std::string* ModelCommands::dir_ = nullptr;
+
+// The tokens of file `path` as `kvtier perplexity` encodes them (the model's BOS default, no
+// special tokens parsed).
+std::vector<int32_t> FileTokens(const LoadedModel& lm, const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return lm.tokenizer->Encode(ss.str(), lm.tokenizer->add_bos_default(), false);
+}
 
 TEST_F(ModelCommands, GenerateIsDeterministicPerSeedAndStopsAtMaxTokens) {
   GenerateConfig c;
@@ -119,10 +130,7 @@ TEST_F(ModelCommands, PerplexityFollowsTheMethod) {
 
   auto lm = LoadModel(c.model);
   ASSERT_TRUE(lm.ok());
-  std::ifstream in(c.file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto tokens = lm->tokenizer->Encode(ss.str(), lm->tokenizer->add_bos_default(), false);
+  const std::vector<int32_t> tokens = FileTokens(*lm, c.file);
   const size_t V = lm->model->config().n_vocab;
   double nll = 0.0;
   int n = 0;
@@ -171,10 +179,7 @@ TEST_F(ModelCommands, PerplexityKldMatchesADirectComputation) {
 
   auto lm = LoadModel(c.model);
   ASSERT_TRUE(lm.ok());
-  std::ifstream in(c.file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const auto tokens = lm->tokenizer->Encode(ss.str(), lm->tokenizer->add_bos_default(), false);
+  const std::vector<int32_t> tokens = FileTokens(*lm, c.file);
   const size_t V = lm->model->config().n_vocab;
   auto logits_of = [&](const std::vector<int32_t>& win, const char* kv) {
     auto pool = MakeKvPool(lm->model->config(), "kv", kv, 64);

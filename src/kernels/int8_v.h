@@ -337,36 +337,18 @@ KV_INL __m512i QuadBytes(const uint8_t* const r[4], size_t o) {
   return _mm512_shuffle_epi8(_mm512_permutexvar_epi32(didx, Load4(r, o)), bshuf);
 }
 
-// Weighted V as AccumulateV, for 4-bit V (q4_0, affine4): the weights w = p x scale(t, b),
-// signed, are rounded to int8 (steps of max_t |w| / 127, per call, block and query vector) and
-// 4 tokens' code bytes share a 32-bit lane, so one `vpdpbusd` (codes unsigned, the 4 tokens'
-// weights signed and broadcast from memory) takes 4 tokens x 16 values: half the multiply-adds
-// of the int16 pairs. The low nibbles are masked; the high ones are not shifted down: the whole
-// bytes (lo + 16 hi) are summed and the low sums taken off after the sweep (exact in int32).
-// Per lane the code offset comes back as -8 x step x the rounded weights' sum plus (8 - off) x
-// the exact weights' sum (q4_0: off 8; affine4: 0; plus affine's sum_t p x bias), so that the
-// rounding errors multiply centred codes (c - 8). Relative error below 1e-2 against the dequantized reference
-// (docs/kernels.md), against the 4-bit codes' own error of up to 1/15 of a block's range; 8-bit
-// V keeps AccumulateV's int16 weights.
-template <size_t kD, Fmt VF, bool kDrip>
-__attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs, uint32_t n,
-                                                    const float* p, const float corr[4],
-                                                    float* const acc[4],
-                                                    const VScales<kD, VF>& vsc, TileDrip* drip_out) {
-  static_assert(VF == Fmt::kQ4_0 || VF == Fmt::kAffine4, "4-bit V formats only");
-  TileDrip drip = *drip_out;
+// The int8 weights of a call for `vpdpbusd` (AccumulateV4, AccumulateVRot), from the f32
+// weights w ([token][lane 4 b + g], t < n) and TileWeights' wmax / wsum / psum: pads the last
+// quad (tokens n .. 4 ceil(n / 4)) with weight 0, rounds each lane to steps of max_t |w| / 127
+// into wq ([quad][lane][token of the quad]), and stores per lane step = code_step x max_t |w| /
+// 127 and bias = -off x step x (the rounded weights' sum), so that the rounding errors multiply
+// centred codes; kCentre adds off x the exact weights' sum (affine4), kPSum adds psum.
+template <size_t kD, bool kCentre, bool kPSum>
+KV_INL void RoundWeights4(float* w, uint32_t n, const __m512 wmax[], const __m512 wsum[],
+                          const __m512 psum[], float code_step, float off, int8_t* wq, float* step,
+                          float* bias) {
   using S = VShape<kD>;
-  constexpr size_t kNB = S::kNB;
-  constexpr bool kCentre = VF == Fmt::kAffine4;  // 8 - off is 8 (affine4) or 0 (q4_0)
-  alignas(64) float w[(kTile + 3) * S::kW];      // [token][lane 4 b + g]: p x scale(t, b)
-  alignas(64) float step[S::kW], bias[S::kW];    // per lane: the int8 step; the offsets
-  alignas(64) int8_t wq[kTile / 4 * S::kW * 4];  // [quad][lane][token of the quad]: int8 weights
-  __m512 wmax[S::kVecs], wsum[S::kVecs], psum[S::kVecs];  // max |w|, sum w, affine: sum p bias
-  for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = psum[v] = _mm512_setzero_ps();
   const uint32_t nq4 = (n + 3) / 4;
-  const uint8_t* rows[kTile + 3];
-  CallRows(vr, vs, n, rows);
-  TileWeights<kD, VF, kCentre>(rows, n, p, vsc, w, wmax, wsum, psum);
   for (uint32_t t = n; t < 4 * nq4; ++t) {  // the last quad's padding: weight 0
     for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
   }
@@ -397,12 +379,46 @@ __attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs
     }
   }
   for (size_t v = 0; v < S::kVecs; ++v) {
-    const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(1.0f / 127.0f));
+    const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(code_step / 127.0f));
     _mm512_store_ps(step + 16 * v, st);
-    __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-8.0f)));
-    if constexpr (kCentre) b = _mm512_fmadd_ps(wsum[v], _mm512_set1_ps(8.0f), b);
-    _mm512_store_ps(bias + 16 * v, _mm512_add_ps(b, psum[v]));
+    __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-off)));
+    if constexpr (kCentre) b = _mm512_fmadd_ps(wsum[v], _mm512_set1_ps(off), b);
+    if constexpr (kPSum) b = _mm512_add_ps(b, psum[v]);
+    _mm512_store_ps(bias + 16 * v, b);
   }
+}
+
+// Weighted V as AccumulateV, for 4-bit V (q4_0, affine4): the weights w = p x scale(t, b),
+// signed, are rounded to int8 (steps of max_t |w| / 127, per call, block and query vector) and
+// 4 tokens' code bytes share a 32-bit lane, so one `vpdpbusd` (codes unsigned, the 4 tokens'
+// weights signed and broadcast from memory) takes 4 tokens x 16 values: half the multiply-adds
+// of the int16 pairs. The low nibbles are masked; the high ones are not shifted down: the whole
+// bytes (lo + 16 hi) are summed and the low sums taken off after the sweep (exact in int32).
+// Per lane the code offset comes back as -8 x step x the rounded weights' sum plus (8 - off) x
+// the exact weights' sum (q4_0: off 8; affine4: 0; plus affine's sum_t p x bias), so that the
+// rounding errors multiply centred codes (c - 8). Relative error below 1e-2 against the dequantized reference
+// (docs/kernels.md), against the 4-bit codes' own error of up to 1/15 of a block's range; 8-bit
+// V keeps AccumulateV's int16 weights.
+template <size_t kD, Fmt VF, bool kDrip>
+__attribute__((noinline)) KV_VNNI void AccumulateV4(const uint8_t* vr, size_t vs, uint32_t n,
+                                                    const float* p, const float corr[4],
+                                                    float* const acc[4],
+                                                    const VScales<kD, VF>& vsc, TileDrip* drip_out) {
+  static_assert(VF == Fmt::kQ4_0 || VF == Fmt::kAffine4, "4-bit V formats only");
+  TileDrip drip = *drip_out;
+  using S = VShape<kD>;
+  constexpr size_t kNB = S::kNB;
+  constexpr bool kCentre = VF == Fmt::kAffine4;  // 8 - off is 8 (affine4) or 0 (q4_0)
+  alignas(64) float w[(kTile + 3) * S::kW];      // [token][lane 4 b + g]: p x scale(t, b)
+  alignas(64) float step[S::kW], bias[S::kW];    // per lane: the int8 step; the offsets
+  alignas(64) int8_t wq[kTile / 4 * S::kW * 4];  // [quad][lane][token of the quad]: int8 weights
+  __m512 wmax[S::kVecs], wsum[S::kVecs], psum[S::kVecs];  // max |w|, sum w, affine: sum p bias
+  for (size_t v = 0; v < S::kVecs; ++v) wmax[v] = wsum[v] = psum[v] = _mm512_setzero_ps();
+  const uint32_t nq4 = (n + 3) / 4;
+  const uint8_t* rows[kTile + 3];
+  CallRows(vr, vs, n, rows);
+  TileWeights<kD, VF, kCentre>(rows, n, p, vsc, w, wmax, wsum, psum);
+  RoundWeights4<kD, kCentre, true>(w, n, wmax, wsum, psum, 1.0f, 8.0f, wq, step, bias);
   const __m512i low4 = _mm512_set1_epi8(0x0f);
 #pragma GCC unroll 4  // as in AccumulateV
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
@@ -457,38 +473,8 @@ __attribute__((noinline)) KV_VNNI void AccumulateVRot(const uint8_t* vr, size_t 
   const uint8_t* rows[kTile + 3];
   CallRows(vr, vs, n, rows);
   TileWeights<kD, VF, false>(rows, n, p, vsc, w, wmax, wsum, psum);
-  for (uint32_t t = n; t < 4 * nq4; ++t) {  // the last quad's padding: weight 0
-    for (size_t v = 0; v < S::kVecs; ++v) _mm512_store_ps(w + t * S::kW + 16 * v, _mm512_setzero_ps());
-  }
-  __m512 inv[S::kVecs];
-  __m512i isum[S::kVecs];  // sum_t of the rounded weights
-  for (size_t v = 0; v < S::kVecs; ++v) {
-    const __mmask16 nz = _mm512_cmp_ps_mask(wmax[v], _mm512_setzero_ps(), _CMP_GT_OQ);
-    inv[v] = _mm512_maskz_div_ps(nz, _mm512_set1_ps(127.0f), wmax[v]);
-    isum[v] = _mm512_setzero_si512();
-  }
-  const __m512i quad = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
-  const __m512i ones = _mm512_set1_epi8(1);
-  for (uint32_t i = 0; i < nq4; ++i) {
-    for (size_t v = 0; v < S::kVecs; ++v) {
-      __m512i a[4];
-      for (uint32_t k = 0; k < 4; ++k) {
-        const __m512 x = _mm512_load_ps(w + (4 * i + k) * S::kW + 16 * v);
-        a[k] = _mm512_cvtps_epi32(_mm512_mul_ps(x, inv[v]));
-      }
-      const __m512i packed = _mm512_shuffle_epi8(
-          _mm512_packs_epi16(_mm512_packs_epi32(a[0], a[1]), _mm512_packs_epi32(a[2], a[3])), quad);
-      _mm512_store_si512(wq + 4 * (i * S::kW + 16 * v), packed);
-      isum[v] = DpBusd(isum[v], ones, packed);
-    }
-  }
-  for (size_t v = 0; v < S::kVecs; ++v) {
-    const __m512 st = _mm512_mul_ps(wmax[v], _mm512_set1_ps(KT::kCodeStep / 127.0f));
-    _mm512_store_ps(step + 16 * v, st);
-    const __m512 b = _mm512_mul_ps(_mm512_cvtepi32_ps(isum[v]), _mm512_mul_ps(st, _mm512_set1_ps(-static_cast<float>(KT::kOffset))));
-    _mm512_store_ps(bias + 16 * v, b);
-  }
+  RoundWeights4<kD, false, false>(w, n, wmax, wsum, psum, KT::kCodeStep,
+                                  static_cast<float>(KT::kOffset), wq, step, bias);
   const RotConsts<kBits> rc;
   // Byte 4 k + r of a chunk = byte 16 r + k of the decoded rows (row r in 128-bit lane r).
   static constexpr Bytes64 kToQuads = [] {

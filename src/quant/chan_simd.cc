@@ -17,33 +17,14 @@
 #include "base/dtype_io.h"
 #include "quant/chan.h"
 #include "quant/chan_simd.h"
+#include "quant/simd_io-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace kvtier {
 namespace HWY_NAMESPACE {
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using DU = hn::RebindToUnsigned<DF>;
-using VF = hn::Vec<DF>;
-
-// N floats of token row p (dtype kSrc) from element c.
-template <DType kSrc>
-HWY_INLINE VF LoadF(DF df, const uint8_t* p, size_t c) {
-  if constexpr (kSrc == DType::kF32) {
-    return hn::LoadU(df, reinterpret_cast<const float*>(p) + c);
-  } else if constexpr (kSrc == DType::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p) + c));
-  } else {
-    const hn::Rebind<uint16_t, DF> du16;
-    const DU du;
-    const auto w = hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p) + c));
-    return hn::BitCast(df, hn::ShiftLeft<16>(w));
-  }
-}
+// hn, DF, DI, DU, VF, LoadF and StoreF: quant/simd_io-inl.h.
 
 template <DType kSrc>
 void QuantizeHeadT(const Format& f, const void* src, size_t src_token_stride, size_t n,

@@ -21,6 +21,7 @@
 #include "quant/quant_ref.h"
 #include "quant/quant_simd.h"
 #include "quant/rot.h"
+#include "quant/simd_io-inl.h"
 #include "simd/scalar-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -28,49 +29,7 @@ namespace kvtier {
 namespace HWY_NAMESPACE {
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
-namespace hn = hwy::HWY_NAMESPACE;
-using DF = hn::ScalableTag<float>;
-using DI = hn::RebindToSigned<DF>;
-using DU = hn::RebindToUnsigned<DF>;
-using VF = hn::Vec<DF>;
-
-// N floats from element i of a row of dtype kSrc.
-template <DType kSrc>
-HWY_INLINE VF LoadF(DF df, const void* p, size_t i) {
-  if constexpr (kSrc == DType::kF32) {
-    return hn::LoadU(df, static_cast<const float*>(p) + i);
-  } else if constexpr (kSrc == DType::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    return hn::PromoteTo(df, hn::LoadU(dh, static_cast<const hwy::float16_t*>(p) + i));
-  } else {
-    const hn::Rebind<uint16_t, DF> du16;
-    const DU du;
-    const auto w = hn::PromoteTo(du, hn::LoadU(du16, static_cast<const uint16_t*>(p) + i));
-    return hn::BitCast(df, hn::ShiftLeft<16>(w));
-  }
-}
-
-// Stores N floats at element i of a row of dtype kDst, rounding to nearest even.
-template <DType kDst>
-HWY_INLINE void StoreF(DF df, VF v, void* p, size_t i) {
-  if constexpr (kDst == DType::kF32) {
-    hn::StoreU(v, df, static_cast<float*>(p) + i);
-  } else if constexpr (kDst == DType::kF16) {
-    const hn::Rebind<hwy::float16_t, DF> dh;
-    hn::StoreU(hn::DemoteTo(dh, v), dh, static_cast<hwy::float16_t*>(p) + i);
-  } else {
-    const DU du;
-    const DI di;
-    const hn::Rebind<uint16_t, DF> du16;
-    const auto u = hn::BitCast(du, v);
-    const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1));
-    const auto rounded = hn::ShiftRight<16>(hn::Add(hn::Add(u, hn::Set(du, 0x7fff)), lsb));
-    const auto quiet_nan = hn::Or(hn::ShiftRight<16>(u), hn::Set(du, 0x40));
-    const auto is_nan = hn::RebindMask(du, hn::IsNaN(v));
-    const auto bits = hn::IfThenElse(is_nan, quiet_nan, rounded);
-    hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, static_cast<uint16_t*>(p) + i);
-  }
-}
+// hn, DF, DI, DU, VF, LoadF and StoreF: quant/simd_io-inl.h.
 
 // Quantizers work on kBatch groups (or blocks) at a time, phase by phase (load + min/max,
 // reduce, scalar parameters, codes), so the long reduce -> divide -> broadcast chains of
