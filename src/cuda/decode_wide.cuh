@@ -29,6 +29,7 @@
 #pragma once
 
 #include "cuda/decode_mma.cuh"
+#include "quant/rot.h"
 
 namespace kvtier::cuda {
 
@@ -45,6 +46,9 @@ namespace kvtier::cuda {
 #endif
 #ifndef KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS
 #define KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS 2
+#endif
+#ifndef KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS
+#define KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS 2
 #endif
 #ifndef KVTIER_CUDA_WIDE_PLAIN_UNITS
 #define KVTIER_CUDA_WIDE_PLAIN_UNITS 1
@@ -93,16 +97,20 @@ struct WideGeo {
                               : kPlain ? KVTIER_CUDA_WIDE_PLAIN_STAGES
                                        : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
                                                                  : KVTIER_CUDA_WIDE_Q4_STAGES);
-  static constexpr int kFit = (kSmemLimit - kOffsBytes) / kStageBytes;
+  static constexpr int kFit = (kSmemLimit - kOffsBytes - (F == FormatKind::kRot ? 1024 : 0)) / kStageBytes;
   static constexpr int kStages = kWant < kFit ? kWant : kFit;
   static constexpr int kLoop = kStages * kStageBytes;
   static constexpr int kBody = kLoop > kMerge ? kLoop : kMerge;
-  static constexpr int kSmem = kBody + kOffsBytes;
+  // rot4: V's byte -> (level of the low nibble, level of the high nibble) as f16 pairs.
+  static constexpr int kLutBytes = F == FormatKind::kRot ? 256 * 4 : 0;
+  static constexpr int kSmem = kBody + kOffsBytes + kLutBytes;
   static constexpr bool kSupported =
       kTokenBytes % 16 == 0 && kStages >= 2 && kSmem <= kSmemLimit && kTokens <= kWideThreads;
   // Thread blocks per SM the registers must allow: q8_0 spilled at two (128 registers) and ran
   // 25% slower than one uncapped block; q4_0 ran 15% faster at two (docs/results/cuda.md).
-  static constexpr int kWantBlocks = F == FormatKind::kQ4_0 ? KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS : 1;
+  static constexpr int kWantBlocks = F == FormatKind::kQ4_0 ? KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS
+                                     : F == FormatKind::kRot ? KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS
+                                                             : 1;
   static constexpr int kMinBlocks =
       kWantBlocks == 2 && 2 * (kSmem + 1024) <= 228 * 1024 ? 2 : 1;
 };
@@ -128,6 +136,50 @@ __device__ __forceinline__ void MmaI8(int (&d)[4], uint32_t a0, uint32_t a1, uin
   }
 }
 
+// rot4 K codes as signed 8-bit fixed-point levels for the int8 q.k: round(kRotK8Scale *
+// level) (quant/rot.h's codebook; at most 0.5 / 126 of the block scale off the level, finer
+// than the CPU int8 path's 1 / 270). Two byte tables are read by prmt with the 4-bit codes
+// themselves as selectors (the low 16 bits of a code word: 4 codes). Codes 0-7 (the negative
+// levels) come from the low table; for codes 8-15 the selector's top bit makes prmt replicate
+// the sign of a negative byte, so those lanes read -1. Codes 8-15 come from the high table with
+// the selectors' top bits flipped (codes 0-7 then replicate the sign of a non-negative byte:
+// 0), and the high table holds the level + 1: the two lookups sum to the level exactly, so
+// both go through the same int8 mma accumulators.
+inline constexpr int kRotK8Scale = 126;
+constexpr int RotK8(int c) {
+  const float x = kRotLevels4[c] * static_cast<float>(kRotK8Scale);
+  const int r = static_cast<int>(x + (x >= 0.0f ? 0.5f : -0.5f));
+  return c < 8 ? r : r + 1;
+}
+constexpr uint32_t RotK8Word(int c0) {
+  uint32_t w = 0;
+  for (int i = 0; i < 4; ++i) w |= static_cast<uint32_t>(RotK8(c0 + i) & 0xff) << (8 * i);
+  return w;
+}
+constexpr bool RotK8TablesValid() {
+  for (int c = 0; c < 8; ++c) {
+    if (RotK8(c) < -128 || RotK8(c) > -1 || RotK8(c + 8) < 0 || RotK8(c + 8) > 127) return false;
+  }
+  return true;
+}
+static_assert(RotK8TablesValid(), "rot4 int8 levels: low table negative, high table 0..127");
+inline constexpr uint32_t kRotK8Lo0 = RotK8Word(0), kRotK8Lo1 = RotK8Word(4);
+inline constexpr uint32_t kRotK8Hi0 = RotK8Word(8), kRotK8Hi1 = RotK8Word(12);
+
+// prmt.b32 in its generic mode (a selector nibble's top bit replicates the selected byte's
+// sign; __byte_perm documents only the low 3 bits).
+__device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// Codes 0-3 of code word w (its low 16 bits) as int8 levels: lo + hi (see kRotK8Scale).
+__device__ __forceinline__ void RotK8Lookup(uint32_t w, uint32_t* lo, uint32_t* hi) {
+  *lo = Prmt(kRotK8Lo0, kRotK8Lo1, w);
+  *hi = Prmt(kRotK8Hi0, kRotK8Hi1, w ^ 0x8888u);
+}
+
 // The transposed q.k of the all-heads kernel, S [16 tokens x 8 heads] = K . Q^T: K rows are the
 // A operand, so all 16 rows of the tensor-core tile are used and the scores land as
 // (token quad (+8), heads 2c4 + {0, 1}). For q8_0 / q4_0 the A fragments are the stored codes
@@ -151,6 +203,19 @@ __device__ __forceinline__ int KDim(int blk, int c4, int j, int second) {
     d = (c4 < 3 ? 4 * c4 + 2 + j : (j < 2 ? j : 12 + j)) + 16 * second;
   }
   return 32 * blk + d;
+}
+
+// The head dim of Q's element (blk, c4, j, second) (KDim's): rot4 rows hold value i in
+// nibble i % 2 of code byte i / 2, and QKT feeds k = 4c4 + j from nibble j of the lane's code
+// word (bytes KDim's q4_0 byte positions), k = 16 + 4c4 + j from nibble 4 + j.
+template <FormatKind F>
+__device__ __forceinline__ int QDim(int blk, int c4, int j, int second) {
+  if constexpr (F == FormatKind::kRot) {
+    const int cb = KDim<FormatKind::kQ4_0>(blk, c4, 2 * second + (j >> 1), 0) - 32 * blk;
+    return 32 * blk + 2 * cb + (j & 1);
+  } else {
+    return KDim<F>(blk, c4, j, second);
+  }
 }
 
 // Q of KV head h as the B operand of S = K . Q^T, for head quad of the group (the lane's n).
@@ -183,14 +248,15 @@ __device__ __forceinline__ void LoadQOperand(const DecodeParams& p, uint32_t r, 
     for (int blk = 0; blk < HD / 32; ++blk) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        x[blk][i] = on ? qp[KDim<F>(blk, c4, i & 3, i >> 2)] * qscale : 0.0f;
+        x[blk][i] = on ? qp[QDim<F>(blk, c4, i & 3, i >> 2)] * qscale : 0.0f;
         amax = fmaxf(amax, fabsf(x[blk][i]));
       }
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
     const float inv = amax > 0.0f ? 32000.0f / amax : 0.0f;
-    const float sq = amax / 32000.0f;
+    // rot4: K enters as round(kRotK8Scale * level) per block scale.
+    const float sq = F == FormatKind::kRot ? amax / (32000.0f * kRotK8Scale) : amax / 32000.0f;
 #pragma unroll
     for (int blk = 0; blk < HD / 32; ++blk) {
       int sum = 0;
@@ -251,6 +317,9 @@ struct VPairDims {
     const int blk = m >> 1, e = m & 1;
     if constexpr (F == FormatKind::kQ8_0) {
       return 32 * blk + Q8(blk, g, 2 * e + r);
+    } else if constexpr (F == FormatKind::kRot) {
+      // Code bytes 2g (r = 0), 2g + 1 (r = 1); nibble e: value 2 (2g + r) + e.
+      return 32 * blk + 4 * g + 2 * r + e;
     } else {
       return 32 * blk + 16 * e + 2 * g + r;
     }
@@ -259,7 +328,8 @@ struct VPairDims {
 
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint32_t bh1,
-                                           int lane, float (&acc)[HD / 16][4]) {
+                                           int lane, float (&acc)[HD / 16][4],
+                                           const uint32_t* lut) {
   const int g = lane >> 2, c4 = lane & 3;
   // The lane's tokens: 2c4, 2c4 + 1 (registers a0 / a1), 8 + 2c4, 9 + 2c4 (a2 / a3).
   const uint8_t* rows[4] = {vr + (2 * c4) * PITCH, vr + (2 * c4 + 1) * PITCH,
@@ -298,6 +368,21 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
 #pragma unroll
         for (int sl = 0; sl < 4; ++sl) {
           v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1152), d2);
+        }
+      } else if constexpr (F == FormatKind::kRot) {
+        // Code bytes 2g, 2g + 1 of both tokens through the shared byte -> f16 level pair
+        // table, then each dim's pair of tokens joined: slot (e, r) = value 2 (2g + r) + e.
+        const uint32_t ua = Ld16(rows[2 * tp] + 18 * blk + 2 + 2 * g);
+        const uint32_t ub = Ld16(rows[2 * tp + 1] + 18 * blk + 2 + 2 * g);
+        const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
+        d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        const uint32_t a0 = lut[ua & 0xffu], a1 = lut[ua >> 8];
+        const uint32_t b0 = lut[ub & 0xffu], b1 = lut[ub >> 8];
+        const uint32_t u[4] = {__byte_perm(a0, b0, 0x5410u), __byte_perm(a1, b1, 0x5410u),
+                               __byte_perm(a0, b0, 0x7632u), __byte_perm(a1, b1, 0x7632u)};
+#pragma unroll
+        for (int sl = 0; sl < 4; ++sl) {
+          v[tp][sl] = __hmul2(*reinterpret_cast<const __half2*>(&u[sl]), d2);
         }
       } else {
         const uint32_t ua = Ld16(rows[2 * tp] + 18 * blk + 2 + 2 * g);
@@ -363,6 +448,7 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
       const uint32_t wb0 = r0[pb], wb1 = r1[pb], wm0 = r0[pb + kMid], wm1 = r1[pb + kMid];
       // Even block: codes at byte 2 mod 4.
       uint32_t a[4];
+      uint32_t w0 = 0, w1 = 0;  // q4_0 / rot4: the lane's code words of rows quad, quad + 8
       if constexpr (Q8) {
         a[0] = r0[pb + 1 + c4];
         a[1] = r1[pb + 1 + c4];
@@ -374,11 +460,8 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
       } else {
         const uint32_t x0 = c4 == 3 ? wb0 : r0[pb + 1 + c4];
         const uint32_t x1 = c4 == 3 ? wb1 : r1[pb + 1 + c4];
-        const uint32_t w0 = __byte_perm(x0, wm0, sel), w1 = __byte_perm(x1, wm1, sel);
-        a[0] = w0 & 0x0f0f0f0fu;
-        a[1] = w1 & 0x0f0f0f0fu;
-        a[2] = (w0 >> 4) & 0x0f0f0f0fu;
-        a[3] = (w1 >> 4) & 0x0f0f0f0fu;
+        w0 = __byte_perm(x0, wm0, sel);
+        w1 = __byte_perm(x1, wm1, sel);
       }
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
@@ -390,17 +473,33 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
             a[2] = r0[pb + 13 + c4];
             a[3] = r1[pb + 13 + c4];
           } else {
-            const uint32_t w0 = r0[pb + 5 + c4], w1 = r1[pb + 5 + c4];
+            w0 = r0[pb + 5 + c4];
+            w1 = r1[pb + 5 + c4];
+          }
+        }
+        int hi[4] = {0, 0, 0, 0};
+        int lo[4] = {q.qc[blk][0], q.qc[blk][1], q.qc[blk][0], q.qc[blk][1]};
+        if constexpr (F == FormatKind::kRot) {
+          // k = 4c4 + j: nibble j of the word (its low half), k = 16 + 4c4 + j: nibble 4 + j.
+          uint32_t xl[4], xh[4];
+          RotK8Lookup(w0, &xl[0], &xh[0]);
+          RotK8Lookup(w1, &xl[1], &xh[1]);
+          RotK8Lookup(w0 >> 16, &xl[2], &xh[2]);
+          RotK8Lookup(w1 >> 16, &xl[3], &xh[3]);
+          MmaI8<false>(hi, xl[0], xl[1], xl[2], xl[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          MmaI8<false>(hi, xh[0], xh[1], xh[2], xh[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          MmaI8<false>(lo, xl[0], xl[1], xl[2], xl[3], q.qi[blk][1][0], q.qi[blk][1][1]);
+          MmaI8<false>(lo, xh[0], xh[1], xh[2], xh[3], q.qi[blk][1][0], q.qi[blk][1][1]);
+        } else {
+          if constexpr (!Q8) {
             a[0] = w0 & 0x0f0f0f0fu;
             a[1] = w1 & 0x0f0f0f0fu;
             a[2] = (w0 >> 4) & 0x0f0f0f0fu;
             a[3] = (w1 >> 4) & 0x0f0f0f0fu;
           }
+          MmaI8<!Q8>(hi, a[0], a[1], a[2], a[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          MmaI8<!Q8>(lo, a[0], a[1], a[2], a[3], q.qi[blk][1][0], q.qi[blk][1][1]);
         }
-        int hi[4] = {0, 0, 0, 0};
-        int lo[4] = {q.qc[blk][0], q.qc[blk][1], q.qc[blk][0], q.qc[blk][1]};
-        MmaI8<!Q8>(hi, a[0], a[1], a[2], a[3], q.qi[blk][0][0], q.qi[blk][0][1]);
-        MmaI8<!Q8>(lo, a[0], a[1], a[2], a[3], q.qi[blk][1][0], q.qi[blk][1][1]);
         const float d0 = HalfBits(static_cast<uint16_t>(odd ? wm0 >> 16 : wb0));
         const float d1 = HalfBits(static_cast<uint16_t>(odd ? wm1 >> 16 : wb1));
         s[0] = fmaf(d0, static_cast<float>(hi[0] * 256 + lo[0]), s[0]);
@@ -470,7 +569,7 @@ __device__ __forceinline__ void SoftmaxT(float (&s)[NU][4], const uint32_t (&wt0
 // QKT's layout.
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int lane,
-                                    float (&acc)[HD / 16][4]) {
+                                    float (&acc)[HD / 16][4], const uint32_t* lut) {
   constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
   constexpr bool BF = F == FormatKind::kBF16;
   // P (tokens x heads) as the B operand of O^T += V^T . P: movmatrix turns (token, heads
@@ -484,8 +583,8 @@ __device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int
     bl0 = MovTrans(l01);
     bl1 = MovTrans(l23);
   }
-  if constexpr (!kPlain && KVTIER_CUDA_WIDE_V_PAIRS) {
-    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, acc);
+  if constexpr (!kPlain && (KVTIER_CUDA_WIDE_V_PAIRS || F == FormatKind::kRot)) {
+    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, acc, lut);
   } else {
     MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, acc);
   }
@@ -495,12 +594,12 @@ __device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, uint32_t wt0,
                                          uint32_t end, const QOperand<F, HD>& q, float softcap,
-                                         int lane, MmaStateT<HD>& st) {
+                                         int lane, MmaStateT<HD>& st, const uint32_t* lut) {
   float s[1][4];
   const uint32_t w[1] = {wt0};
   QKT<F, HD, PITCH>(kr, q, lane, s[0]);
   SoftmaxT<1, HD>(s, w, end, softcap, lane, st);
-  PVT<F, HD, PITCH>(vr, s[0], lane, st.acc);
+  PVT<F, HD, PITCH>(vr, s[0], lane, st.acc, lut);
 }
 
 template <FormatKind F, int HD, int NW, bool kFuse>
@@ -520,7 +619,8 @@ __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8
       ms.l[warp * 8 + 2 * lane + e] = l;
     }
   }
-  constexpr bool kPairs = F != FormatKind::kF16 && F != FormatKind::kBF16 && KVTIER_CUDA_WIDE_V_PAIRS;
+  constexpr bool kPairs = F != FormatKind::kF16 && F != FormatKind::kBF16 &&
+                          (KVTIER_CUDA_WIDE_V_PAIRS || F == FormatKind::kRot);
   if constexpr (kPairs) {
     StoreWarpAcc<HD, NW, VPairDims<F>>(ms, st.acc, warp, lane);
   } else {
@@ -538,8 +638,15 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
   constexpr int S = Geo::kStages, T = Geo::kTokens, WPH = kWideWarps / HPC;
   extern __shared__ __align__(16) uint8_t smem[];
   uint64_t* offs = reinterpret_cast<uint64_t*>(smem + Geo::kBody);  // [2][T]
+  // rot4: [256] f16 pairs (level of the low nibble, of the high nibble) per code byte.
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + Geo::kBody + Geo::kOffsBytes);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if constexpr (F == FormatKind::kRot) {
+    static_assert(kWideThreads == 256, "one table entry per thread");
+    const __half2 e = __floats2half2_rn(p.rot_levels[tid & 15], p.rot_levels[tid >> 4]);
+    lut[tid] = *reinterpret_cast<const uint32_t*>(&e);  // read after StagedTiles' barriers
+  }
   const uint32_t split = blockIdx.x, h0 = blockIdx.y * HPC, r = blockIdx.z;
   const PagedKvRow row = p.rows[r];
   uint32_t begin, end;
@@ -602,7 +709,8 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
           if (wt0[u] < end) {
             const int unit = sub + u * WPH;
             dev::PVT<F, HD, Geo::kPitch>(
-                sraw + (T + unit * 16) * Geo::kPitch + hh * Geo::kRowBytes, s[u], lane, st.acc);
+                sraw + (T + unit * 16) * Geo::kPitch + hh * Geo::kRowBytes, s[u], lane, st.acc,
+                lut);
           }
         }
       }
@@ -614,7 +722,7 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
         if (wt0 < end) {
           const uint8_t* kr = sraw + unit * 16 * Geo::kPitch + hh * Geo::kRowBytes;
           dev::MmaUnitT<F, HD, Geo::kPitch>(kr, kr + T * Geo::kPitch, wt0, end, q, p.softcap,
-                                            lane, st);
+                                            lane, st, lut);
         }
       }
     }
@@ -699,6 +807,8 @@ Status LaunchDecodeWideBF16(const DecodeParams& p, int hd, int hpc, uint32_t n_r
 Status LaunchDecodeWideQ8_0(const DecodeParams& p, int hd, int hpc, uint32_t n_rows,
                             uint32_t kvh, cudaStream_t s, int* occupancy);
 Status LaunchDecodeWideQ4_0(const DecodeParams& p, int hd, int hpc, uint32_t n_rows,
+                            uint32_t kvh, cudaStream_t s, int* occupancy);
+Status LaunchDecodeWideRot4(const DecodeParams& p, int hd, int hpc, uint32_t n_rows,
                             uint32_t kvh, cudaStream_t s, int* occupancy);
 
 }  // namespace kvtier::cuda

@@ -4,7 +4,8 @@
 # the same call (same card). Run from a tree holding include/, src/ and a googletest source
 # tree at ./googletest (src/cuda/pack_device.sh makes that tree). Logs go to $OUT.
 #   BENCH_ARGS="..."  extra kvtier_cuda_bench flags;  SKIP_BENCH=1 / SKIP_TESTS=1 /
-#   SKIP_DECODE_TESTS=1 (forward-pass tests only, ~100 s less);
+#   SKIP_DECODE_TESTS=1 (forward-pass tests only, ~100 s less); TEST_ARGS="--gtest_filter=..."
+#   for the decode tests;
 #   SWEEP="flags;flags" one more bench run per flag set; PER_HEAD=0 skips the per-head run;
 #   CLEAN=1 both benchmarks again with a clean-line L2 flush; MATVEC=1 kvtier_cuda_bench --matvec
 #   (MATVEC_ARGS: its flags)
@@ -26,7 +27,7 @@ echo "== tests (${SECONDS}s)"
 rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   if [ "${SKIP_DECODE_TESTS:-0}" != 1 ]; then
-    build/cuda/kvtier_cuda_test 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
+    build/cuda/kvtier_cuda_test ${TEST_ARGS:-} 2>&1 | tee "$OUT/test.log" | grep -v "^\[ RUN\|^\[       OK" || true
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
   fi
   build/cuda/kvtier_cuda_forward_test 2>&1 | tee "$OUT/forward_test.log" | grep -v "^\[ RUN\|^\[       OK" || true
