@@ -53,7 +53,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   if [ "${PER_HEAD:-1}" = 1 ]; then
     echo "== the per-head tensor-core kernel (the first slice's), same card (${SECONDS}s)"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --per-head ${BENCH_ARGS:-} 2>&1 \
-      | tee "$OUT/bench_per_head.txt" | grep -E "^(bf16|f16|q8_0|q4_0) "
+      | tee "$OUT/bench_per_head.txt" | grep -E "^(bf16|f16|q8_0|q4_0|rot4s[0-9]+) "
   fi
   if [ "${EXTRA:-0}" = 1 ]; then
     echo "== bf16 with the blocks in order (not shuffled), for comparison (${SECONDS}s)"
@@ -75,7 +75,7 @@ if [ -n "${SWEEP:-}" ]; then
   for a in "${sweeps[@]}"; do
     echo "-- $a"
     build/cuda/kvtier_cuda_bench --sdpa "$OUT/sdpa.csv" --formats "${SWEEP_FORMATS:-bf16,q8_0,q4_0}" \
-      $a 2>&1 | grep -E "^(bf16|f16|q8_0|q4_0) "
+      $a 2>&1 | grep -E "^(bf16|f16|q8_0|q4_0|rot4s[0-9]+) "
   done
 fi
 if [ "${VARIANTS:-0}" = 1 ]; then
