@@ -189,7 +189,12 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
       order = items(8) >= 4 ? std::vector<int>{8, 4, 2}
               : items(4) >= 4 ? std::vector<int>{4, 2, 8}
                               : std::vector<int>{2, 4, 8};
-    } else {  // q4_0, rot4
+    } else if (f == FormatKind::kRot) {
+      // rot4 (device call 2 of the fifth slice): x8 from 8 items (128K batch 8: x8 0.628 ms,
+      // x2 0.638, x4 0.777; 32K batch 32: 0.630 / 0.635 / 0.779), else x4 (32K batch 1: x4
+      // 0.059, x2 0.070, x8 0.082).
+      order = items(8) >= 8 ? std::vector<int>{8, 4, 2} : std::vector<int>{4, 2, 8};
+    } else {
       order = items(8) >= 16 ? std::vector<int>{8, 4, 2} : std::vector<int>{4, 8, 2};
     }
     for (int hpc : order) {

@@ -66,6 +66,18 @@ namespace kvtier::cuda {
 #define KVTIER_CUDA_WIDE_V_PAIRS 1
 #endif
 
+// q8_0 / q4_0 / rot4 V: each 32-value block's scales d folded into P (2 multiplies per block
+// and lane) instead of into every V value (8) (1), or V as f16(code * d) (0).
+#ifndef KVTIER_CUDA_WIDE_P_SCALED
+#define KVTIER_CUDA_WIDE_P_SCALED 1
+#endif
+
+// rot4 K: the int8 levels' rounding residual (1/256 steps) through two more lookups and two
+// more int8 mma against Q's high plane (1), or the 8-bit levels alone (0).
+#ifndef KVTIER_CUDA_ROT_K16
+#define KVTIER_CUDA_ROT_K16 1
+#endif
+
 // One online-softmax step per tile's kUnits units of a warp (1) or one per 16 tokens (0).
 #ifndef KVTIER_CUDA_WIDE_FUSED_SOFTMAX
 #define KVTIER_CUDA_WIDE_FUSED_SOFTMAX 1
@@ -166,6 +178,45 @@ static_assert(RotK8TablesValid(), "rot4 int8 levels: low table negative, high ta
 inline constexpr uint32_t kRotK8Lo0 = RotK8Word(0), kRotK8Lo1 = RotK8Word(4);
 inline constexpr uint32_t kRotK8Hi0 = RotK8Word(8), kRotK8Hi1 = RotK8Word(12);
 
+// The residual of each level's int8 rounding in 1/256 steps, r = round(256 (126 level - k8)),
+// as a low and a high prmt table read like the levels': a code's two lookups sum to r. Here
+// both tables' entries may be negative, so each lookup's stray byte (the sign of the entry at
+// the code's position in the other half: -1 or 0) is known per code and folded into the other
+// table's entry (RotR8Tables solves the pair of entries per position).
+constexpr int RotR8(int c) {
+  const float x = kRotLevels4[c] * static_cast<float>(kRotK8Scale);
+  const int k = RotK8(c) - (c < 8 ? 0 : 1);
+  const float r = (x - static_cast<float>(k)) * 256.0f;
+  const int ri = static_cast<int>(r + (r >= 0.0f ? 0.5f : -0.5f));
+  return ri < -127 ? -127 : (ri > 126 ? 126 : ri);
+}
+struct RotR8Tables {
+  int lo[8] = {}, hi[8] = {};
+  bool ok = true;
+  constexpr RotR8Tables() {
+    for (int c = 0; c < 8; ++c) {
+      int a = RotR8(c), b = RotR8(c + 8);
+      for (int it = 0; it < 4; ++it) {
+        a = RotR8(c) + (b < 0 ? 1 : 0);
+        b = RotR8(c + 8) + (a < 0 ? 1 : 0);
+      }
+      ok = ok && a == RotR8(c) + (b < 0 ? 1 : 0) && b == RotR8(c + 8) + (a < 0 ? 1 : 0) &&
+           a >= -128 && a <= 127 && b >= -128 && b <= 127;
+      lo[c] = a;
+      hi[c] = b;
+    }
+  }
+  constexpr uint32_t Word(bool high, int c0) const {
+    uint32_t w = 0;
+    for (int i = 0; i < 4; ++i) w |= static_cast<uint32_t>((high ? hi : lo)[c0 + i] & 0xff) << (8 * i);
+    return w;
+  }
+};
+inline constexpr RotR8Tables kRotR8{};
+static_assert(kRotR8.ok, "rot4 residual tables");
+inline constexpr uint32_t kRotR8Lo0 = kRotR8.Word(false, 0), kRotR8Lo1 = kRotR8.Word(false, 4);
+inline constexpr uint32_t kRotR8Hi0 = kRotR8.Word(true, 0), kRotR8Hi1 = kRotR8.Word(true, 4);
+
 // prmt.b32 in its generic mode (a selector nibble's top bit replicates the selected byte's
 // sign; __byte_perm documents only the low 3 bits).
 __device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
@@ -174,10 +225,15 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t a, uint32_t b, uint32_t sel) {
   return d;
 }
 
-// Codes 0-3 of code word w (its low 16 bits) as int8 levels: lo + hi (see kRotK8Scale).
+// Codes 0-3 of code word w (its low 16 bits) as int8 levels: lo + hi (see kRotK8Scale); and
+// their residuals: rlo + rhi.
 __device__ __forceinline__ void RotK8Lookup(uint32_t w, uint32_t* lo, uint32_t* hi) {
   *lo = Prmt(kRotK8Lo0, kRotK8Lo1, w);
   *hi = Prmt(kRotK8Hi0, kRotK8Hi1, w ^ 0x8888u);
+}
+__device__ __forceinline__ void RotR8Lookup(uint32_t w, uint32_t* lo, uint32_t* hi) {
+  *lo = Prmt(kRotR8Lo0, kRotR8Lo1, w);
+  *hi = Prmt(kRotR8Hi0, kRotR8Hi1, w ^ 0x8888u);
 }
 
 // The transposed q.k of the all-heads kernel, S [16 tokens x 8 heads] = K . Q^T: K rows are the
@@ -326,6 +382,8 @@ struct VPairDims {
   }
 };
 
+inline constexpr float kPScale = 256.0f;
+
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint32_t bh1,
                                            int lane, float (&acc)[HD / 16][4],
@@ -336,9 +394,28 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
                             vr + (2 * c4 + 8) * PITCH, vr + (2 * c4 + 9) * PITCH};
   const __half2 k1152 = __floats2half2_rn(1152.0f, 1152.0f);
   const __half2 k1032 = __floats2half2_rn(1032.0f, 1032.0f);
+  // P-scaled: V's codes (levels) stay unscaled and each block's d multiplies P (B: tokens
+  // 2c4 + {0, 1} in b0, 8 + 2c4 + {0, 1} in b1, the lane's own V tokens), P taken times
+  // kPScale first (exact) so that P d stays clear of f16's subnormals; the accumulators are
+  // divided by it when stored (MergeWarpsAndStoreT).
+  [[maybe_unused]] __half2 ps0 = *reinterpret_cast<const __half2*>(&bh0);
+  [[maybe_unused]] __half2 ps1 = *reinterpret_cast<const __half2*>(&bh1);
+  if constexpr (KVTIER_CUDA_WIDE_P_SCALED) {
+    const __half2 k = __floats2half2_rn(kPScale, kPScale);
+    ps0 = __hmul2(ps0, k);
+    ps1 = __hmul2(ps1, k);
+  }
+  auto ScaleV = [](__half2 x, __half2 d) {
+    if constexpr (KVTIER_CUDA_WIDE_P_SCALED) {
+      return x;
+    } else {
+      return __hmul2(x, d);
+    }
+  };
 #pragma unroll
   for (int blk = 0; blk < HD / 32; ++blk) {
     __half2 v[2][4];  // [token pair][slot (e, r) = 2e + r]
+    [[maybe_unused]] __half2 dt[2];  // the token pairs' d
 #pragma unroll
     for (int tp = 0; tp < 2; ++tp) {
       uint32_t w[2];
@@ -359,6 +436,7 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
         }
         const uint16_t da = Ld16(rows[2 * tp] + 34 * blk), db = Ld16(rows[2 * tp + 1] + 34 * blk);
         d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        dt[tp] = d2;
         const uint32_t plo = __byte_perm(w[0], w[1], 0x5140u);  // bytes 0, 1 of both tokens
         const uint32_t phi = __byte_perm(w[0], w[1], 0x7362u);  // bytes 2, 3
         const uint32_t u[4] = {__byte_perm(plo, 0x64646464u, 0x4140u),
@@ -367,7 +445,7 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
                                __byte_perm(phi, 0x64646464u, 0x4342u)};
 #pragma unroll
         for (int sl = 0; sl < 4; ++sl) {
-          v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1152), d2);
+          v[tp][sl] = ScaleV(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1152), d2);
         }
       } else if constexpr (F == FormatKind::kRot) {
         // Code bytes 2g, 2g + 1 of both tokens through the shared byte -> f16 level pair
@@ -376,19 +454,21 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
         const uint32_t ub = Ld16(rows[2 * tp + 1] + 18 * blk + 2 + 2 * g);
         const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
         d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        dt[tp] = d2;
         const uint32_t a0 = lut[ua & 0xffu], a1 = lut[ua >> 8];
         const uint32_t b0 = lut[ub & 0xffu], b1 = lut[ub >> 8];
         const uint32_t u[4] = {__byte_perm(a0, b0, 0x5410u), __byte_perm(a1, b1, 0x5410u),
                                __byte_perm(a0, b0, 0x7632u), __byte_perm(a1, b1, 0x7632u)};
 #pragma unroll
         for (int sl = 0; sl < 4; ++sl) {
-          v[tp][sl] = __hmul2(*reinterpret_cast<const __half2*>(&u[sl]), d2);
+          v[tp][sl] = ScaleV(*reinterpret_cast<const __half2*>(&u[sl]), d2);
         }
       } else {
         const uint32_t ua = Ld16(rows[2 * tp] + 18 * blk + 2 + 2 * g);
         const uint32_t ub = Ld16(rows[2 * tp + 1] + 18 * blk + 2 + 2 * g);
         const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
         d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        dt[tp] = d2;
         const uint32_t t = __byte_perm(ua, ub, 0x5410u);  // [a.b0, a.b1, b.b0, b.b1]
         // Slots (e, r): dim 16e + 2g + r = nibble e of byte r.
         const uint32_t u[4] = {(t & 0x000f000fu) | 0x64006400u,
@@ -397,9 +477,15 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
                                ((t >> 12) & 0x000f000fu) | 0x64006400u};
 #pragma unroll
         for (int sl = 0; sl < 4; ++sl) {
-          v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1032), d2);
+          v[tp][sl] = ScaleV(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1032), d2);
         }
       }
+    }
+    uint32_t b0 = bh0, b1 = bh1;
+    if constexpr (KVTIER_CUDA_WIDE_P_SCALED) {
+      const __half2 p0 = __hmul2(ps0, dt[0]), p1 = __hmul2(ps1, dt[1]);
+      b0 = *reinterpret_cast<const uint32_t*>(&p0);
+      b1 = *reinterpret_cast<const uint32_t*>(&p1);
     }
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -407,7 +493,7 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
       Mma<false>(acc[2 * blk + e], *reinterpret_cast<const uint32_t*>(&v[0][2 * e]),
                  *reinterpret_cast<const uint32_t*>(&v[0][2 * e + 1]),
                  *reinterpret_cast<const uint32_t*>(&v[1][2 * e]),
-                 *reinterpret_cast<const uint32_t*>(&v[1][2 * e + 1]), bh0, bh1);
+                 *reinterpret_cast<const uint32_t*>(&v[1][2 * e + 1]), b0, b1);
     }
   }
 }
@@ -490,6 +576,16 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
           MmaI8<false>(hi, xh[0], xh[1], xh[2], xh[3], q.qi[blk][0][0], q.qi[blk][0][1]);
           MmaI8<false>(lo, xl[0], xl[1], xl[2], xl[3], q.qi[blk][1][0], q.qi[blk][1][1]);
           MmaI8<false>(lo, xh[0], xh[1], xh[2], xh[3], q.qi[blk][1][0], q.qi[blk][1][1]);
+          if constexpr (KVTIER_CUDA_ROT_K16) {
+            // K = k8 + r / 256: (256 qh + ql) K ~ 256 qh k8 + ql k8 + qh r (the ql r / 256
+            // term is below Q's own rounding).
+            RotR8Lookup(w0, &xl[0], &xh[0]);
+            RotR8Lookup(w1, &xl[1], &xh[1]);
+            RotR8Lookup(w0 >> 16, &xl[2], &xh[2]);
+            RotR8Lookup(w1 >> 16, &xl[3], &xh[3]);
+            MmaI8<false>(lo, xl[0], xl[1], xl[2], xl[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+            MmaI8<false>(lo, xh[0], xh[1], xh[2], xh[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          }
         } else {
           if constexpr (!Q8) {
             a[0] = w0 & 0x0f0f0f0fu;
@@ -621,7 +717,15 @@ __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8
   }
   constexpr bool kPairs = F != FormatKind::kF16 && F != FormatKind::kBF16 &&
                           (KVTIER_CUDA_WIDE_V_PAIRS || F == FormatKind::kRot);
-  if constexpr (kPairs) {
+  if constexpr (kPairs && KVTIER_CUDA_WIDE_P_SCALED) {
+    float acc[HD / 16][4];
+#pragma unroll
+    for (int m = 0; m < HD / 16; ++m) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][i] = st.acc[m][i] * (1.0f / kPScale);
+    }
+    StoreWarpAcc<HD, NW, VPairDims<F>>(ms, acc, warp, lane);
+  } else if constexpr (kPairs) {
     StoreWarpAcc<HD, NW, VPairDims<F>>(ms, st.acc, warp, lane);
   } else {
     StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);

@@ -96,7 +96,7 @@ if [ "${VARIANTS:-0}" = 1 ]; then
       ninja -C "$dir" -j"$(nproc)" kvtier_cuda_bench >/dev/null 2>&1 || { echo "variant $def: build failed"; continue; }
     echo "-- KVTIER_CUDA_${def}"
     "$dir/kvtier_cuda_bench" --sdpa "$OUT/sdpa.csv" --formats "$fmts" --contexts 32768,131072 \
-      --batches "${VARIANT_BATCHES:-8,32}" 2>&1 | grep -E "^(bf16|q8_0|q4_0) "
+      --batches "${VARIANT_BATCHES:-8,32}" 2>&1 | grep -E "^(bf16|q8_0|q4_0|rot4s[0-9]+) "
   done
 fi
 if [ "${NCU:-0}" = 1 ]; then
