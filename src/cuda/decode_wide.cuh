@@ -14,10 +14,13 @@
 // w / HPC + 8 / HPC, ... (kUnits of them):
 //
 //   S [16 tokens x 8 heads] = K . Q^T   A = K rows (f16/bf16 by ldmatrix; q8_0/q4_0 codes as
-//                                       stored, int8 mma.m16n8k32), B = Q (hi + lo halves, or
-//                                       two int8 planes)
-//   O^T [d x 8 heads]      += V^T . P   B = P via movmatrix; A = V by ldmatrix.trans (f16/bf16)
-//                                       or by byte permutes of token pairs (q8_0/q4_0)
+//                                       stored, int8 mma.m16n8k32; rot4 codes as int8 levels
+//                                       by prmt table lookups), B = Q (hi + lo halves, or two
+//                                       int8 planes)
+//   O^T [d x 8 heads]      += V^T . P   B = P via movmatrix (quantized V: times each block's
+//                                       d); A = V by ldmatrix.trans (f16/bf16) or by byte
+//                                       permutes of token pairs (q8_0/q4_0 codes, rot4 f16
+//                                       levels from a shared byte -> level pair table)
 //
 // with one online-softmax step per warp per tile. Error bounds as the per-head kernel's (Q's
 // int8 planes keep 2^-16 of its largest |q|, finer than the per-head kernel's one f16). The
