@@ -53,6 +53,14 @@ namespace kvtier::cuda {
 #ifndef KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS
 #define KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS 2
 #endif
+#ifndef KVTIER_CUDA_WIDE_ROT_STAGES
+#define KVTIER_CUDA_WIDE_ROT_STAGES KVTIER_CUDA_WIDE_Q4_STAGES
+#endif
+// rot4 V's byte -> level pair table in shared memory, this many copies side by side (lane l
+// reads copy l % copies: fewer bank conflicts between the lanes' random bytes).
+#ifndef KVTIER_CUDA_ROT_LUT_COPIES
+#define KVTIER_CUDA_ROT_LUT_COPIES 1
+#endif
 #ifndef KVTIER_CUDA_WIDE_PLAIN_UNITS
 #define KVTIER_CUDA_WIDE_PLAIN_UNITS 1
 #endif
@@ -110,14 +118,15 @@ struct WideGeo {
   static constexpr int kMerge = (kWideWarps * 8 * HD + 2 * kWideWarps * 8) * 4;
   static constexpr int kWant = ST > 0 ? ST
                               : kPlain ? KVTIER_CUDA_WIDE_PLAIN_STAGES
-                                       : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
-                                                                 : KVTIER_CUDA_WIDE_Q4_STAGES);
-  static constexpr int kFit = (kSmemLimit - kOffsBytes - (F == FormatKind::kRot ? 1024 : 0)) / kStageBytes;
+                              : F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
+                              : F == FormatKind::kRot  ? KVTIER_CUDA_WIDE_ROT_STAGES
+                                                       : KVTIER_CUDA_WIDE_Q4_STAGES;
+  // rot4: V's byte -> (level of the low nibble, level of the high nibble) f16 pairs.
+  static constexpr int kLutBytes = F == FormatKind::kRot ? 256 * 4 * KVTIER_CUDA_ROT_LUT_COPIES : 0;
+  static constexpr int kFit = (kSmemLimit - kOffsBytes - kLutBytes) / kStageBytes;
   static constexpr int kStages = kWant < kFit ? kWant : kFit;
   static constexpr int kLoop = kStages * kStageBytes;
   static constexpr int kBody = kLoop > kMerge ? kLoop : kMerge;
-  // rot4: V's byte -> (level of the low nibble, level of the high nibble) as f16 pairs.
-  static constexpr int kLutBytes = F == FormatKind::kRot ? 256 * 4 : 0;
   static constexpr int kSmem = kBody + kOffsBytes + kLutBytes;
   static constexpr bool kSupported =
       kTokenBytes % 16 == 0 && kStages >= 2 && kSmem <= kSmemLimit && kTokens <= kWideThreads;
@@ -458,8 +467,9 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
         const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
         d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
         dt[tp] = d2;
-        const uint32_t a0 = lut[ua & 0xffu], a1 = lut[ua >> 8];
-        const uint32_t b0 = lut[ub & 0xffu], b1 = lut[ub >> 8];
+        constexpr uint32_t R = KVTIER_CUDA_ROT_LUT_COPIES;  // lut: the lane's copy
+        const uint32_t a0 = lut[(ua & 0xffu) * R], a1 = lut[(ua >> 8) * R];
+        const uint32_t b0 = lut[(ub & 0xffu) * R], b1 = lut[(ub >> 8) * R];
         const uint32_t u[4] = {__byte_perm(a0, b0, 0x5410u), __byte_perm(a1, b1, 0x5410u),
                                __byte_perm(a0, b0, 0x7632u), __byte_perm(a1, b1, 0x7632u)};
 #pragma unroll
@@ -752,7 +762,11 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
   if constexpr (F == FormatKind::kRot) {
     static_assert(kWideThreads == 256, "one table entry per thread");
     const __half2 e = __floats2half2_rn(p.rot_levels[tid & 15], p.rot_levels[tid >> 4]);
-    lut[tid] = *reinterpret_cast<const uint32_t*>(&e);  // read after StagedTiles' barriers
+#pragma unroll
+    for (int c = 0; c < KVTIER_CUDA_ROT_LUT_COPIES; ++c) {
+      lut[tid * KVTIER_CUDA_ROT_LUT_COPIES + c] = *reinterpret_cast<const uint32_t*>(&e);
+    }  // read after StagedTiles' barriers
+    lut += lane % KVTIER_CUDA_ROT_LUT_COPIES;  // this lane's copy
   }
   const uint32_t split = blockIdx.x, h0 = blockIdx.y * HPC, r = blockIdx.z;
   const PagedKvRow row = p.rows[r];
