@@ -20,7 +20,8 @@
 // allows and the batch has several rows (decode_wide.cuh), else one per KV head
 // (decode_mma.cuh); DecodeOptions::exact selects the f32 kernel. The splits of a row merge in
 // the last thread block to finish (no second launch). rot4 rows (rot4s<seed>): q rotated once
-// per head, the f32 kernel reads the rows in the rotated basis, out rotated back once per head
+// per head, the all-heads tensor-core kernel (or the f32 one: exact, or a view the all-heads
+// one cannot take) reads the rows in the rotated basis, out rotated back once per head
 // (DecodeWorkspace::rotated holds the rotated queries).
 //
 // Every function returns a Status naming what failed (a CUDA error names the call and the

@@ -77,6 +77,7 @@ WideLauncher WideLauncherFor(FormatKind k) {
     case FormatKind::kBF16: return LaunchDecodeWideBF16;
     case FormatKind::kQ8_0: return LaunchDecodeWideQ8_0;
     case FormatKind::kQ4_0: return LaunchDecodeWideQ4_0;
+    case FormatKind::kRot: return LaunchDecodeWideRot4;
     default: return nullptr;
   }
 }
@@ -159,14 +160,17 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
   const size_t row_bytes = f == FormatKind::kQ8_0                              ? head_dim / 32 * 34
                            : f == FormatKind::kQ4_0 || f == FormatKind::kRot ? head_dim / 32 * 18
                                                                              : head_dim * 2;
-  if (o.exact || f == FormatKind::kRot) {  // rot4: only the f32 kernel reads it so far
+  auto exact = [&] {
     c.kind = KernelChoice::kExact;
     c.tile = kTile;
     const Launcher launch = LauncherFor(f);
     if (launch && !launch(dummy, hd, 4, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
     BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);
     return c;
-  }
+  };
+  // rot4 has no per-head tensor-core kernel: the f32 one serves what the all-heads one can't.
+  const bool rot = f == FormatKind::kRot;
+  if (o.exact || (rot && (o.per_head || !packed))) return exact();
   if (!o.per_head && packed) {
     const WideLauncher wide = WideLauncherFor(f);
     // KV heads per thread block, as measured on the H100 (docs/results/cuda.md, third
@@ -185,6 +189,11 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
       order = items(8) >= 4 ? std::vector<int>{8, 4, 2}
               : items(4) >= 4 ? std::vector<int>{4, 2, 8}
                               : std::vector<int>{2, 4, 8};
+    } else if (f == FormatKind::kRot) {
+      // rot4 (device call 2 of the fifth slice): x8 from 8 items (128K batch 8: x8 0.628 ms,
+      // x2 0.638, x4 0.777; 32K batch 32: 0.630 / 0.635 / 0.779), else x4 (32K batch 1: x4
+      // 0.059, x2 0.070, x8 0.082).
+      order = items(8) >= 8 ? std::vector<int>{8, 4, 2} : std::vector<int>{4, 2, 8};
     } else {
       order = items(8) >= 16 ? std::vector<int>{8, 4, 2} : std::vector<int>{4, 8, 2};
     }
@@ -209,6 +218,7 @@ KernelChoice PickKernel(FormatKind f, uint32_t head_dim, uint32_t n_rows, uint32
       return c;
     }
   }
+  if (rot) return exact();
   const MmaLauncher launch = MmaLauncherFor(f);
   if (launch && !launch(dummy, hd, 0, 0, nullptr, &c.occ).ok()) c.occ = 1;
   BestSplits(c, n_rows, n_kv_heads, group, max_length, row_bytes, head_dim, &c.splits);

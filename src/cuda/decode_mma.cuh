@@ -199,6 +199,70 @@ struct MmaState {
   }
 };
 
+// The transposed layout's online-softmax state: heads 2c4 + {0, 1} per lane (the same heads as
+// the O^T accumulator's columns), l summed over the lane's tokens only.
+template <int HD>
+struct MmaStateT {
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  float acc[HD / 16][4];
+  __device__ __forceinline__ void Clear() {
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+  }
+};
+
+// One online-softmax step over NU 16-token units (unit u's tokens start at wt0[u]; tokens
+// >= end masked): s becomes P (unnormalized, exp2(s - m)); the state's maxima, sums and
+// accumulator are updated. One step per NU units: a 32-token step costs the shuffles, the
+// maxima and the rescale once.
+template <int NU, int HD>
+__device__ __forceinline__ void SoftmaxT(float (&s)[NU][4], const uint32_t (&wt0)[NU],
+                                         uint32_t end, float softcap, int lane,
+                                         MmaStateT<HD>& st) {
+  const int quad = lane >> 2;
+  const bool capped = softcap > 0.0f;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int u = 0; u < NU; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (capped) s[u][i] = softcap * tanhf(s[u][i] / softcap) * kLog2e;
+      if (wt0[u] + quad + 8 * (i >> 1) >= end) s[u][i] = -INFINITY;
+      mx[i & 1] = fmaxf(mx[i & 1], s[u][i]);
+    }
+  }
+  float alpha[2], m_new[2];
+#pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 4));
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 8));
+    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 16));
+    m_new[e] = fmaxf(st.m_run[e], mx[e]);
+    alpha[e] = m_new[e] == -INFINITY ? 1.0f : exp2f(st.m_run[e] - m_new[e]);
+    st.m_run[e] = m_new[e];
+    st.l_run[e] *= alpha[e];
+  }
+#pragma unroll
+  for (int u = 0; u < NU; ++u) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      s[u][i] = s[u][i] == -INFINITY ? 0.0f : exp2f(s[u][i] - m_new[i & 1]);
+    }
+    st.l_run[0] += s[u][0] + s[u][2];
+    st.l_run[1] += s[u][1] + s[u][3];
+  }
+  // Rescale only when some running maximum moved (rare after the first tiles).
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+    for (int m = 0; m < HD / 16; ++m) {
+      st.acc[m][0] *= alpha[0];
+      st.acc[m][1] *= alpha[1];
+      st.acc[m][2] *= alpha[0];
+      st.acc[m][3] *= alpha[1];
+    }
+  }
+}
+
 // O^T [d x 8 heads] += V^T . P for 16 tokens of one KV head (token i's V row at vr + i * PITCH):
 // B = P (tokens x heads) as (bh0, bh1) = tokens 2c4 + {0, 1} and 8 + 2c4 + {0, 1} of head
 // quad, with (bl0, bl1) its lo halves for f16 / bf16 rows. acc: O^T fragments, dim 16m + quad

@@ -14,10 +14,13 @@
 // w / HPC + 8 / HPC, ... (kUnits of them):
 //
 //   S [16 tokens x 8 heads] = K . Q^T   A = K rows (f16/bf16 by ldmatrix; q8_0/q4_0 codes as
-//                                       stored, int8 mma.m16n8k32), B = Q (hi + lo halves, or
-//                                       two int8 planes)
-//   O^T [d x 8 heads]      += V^T . P   B = P via movmatrix; A = V by ldmatrix.trans (f16/bf16)
-//                                       or by byte permutes of token pairs (q8_0/q4_0)
+//                                       stored, int8 mma.m16n8k32; rot4 codes as int8 levels
+//                                       by prmt table lookups), B = Q (hi + lo halves, or two
+//                                       int8 planes)
+//   O^T [d x 8 heads]      += V^T . P   B = P via movmatrix (quantized V: times each block's
+//                                       d); A = V by ldmatrix.trans (f16/bf16) or by byte
+//                                       permutes of token pairs (q8_0/q4_0 codes, rot4 f16
+//                                       levels from a shared byte -> level pair table)
 //
 // with one online-softmax step per warp per tile. Error bounds as the per-head kernel's (Q's
 // int8 planes keep 2^-16 of its largest |q|, finer than the per-head kernel's one f16). The
@@ -29,6 +32,7 @@
 #pragma once
 
 #include "cuda/decode_mma.cuh"
+#include "cuda/rot_lookup.cuh"
 
 namespace kvtier::cuda {
 
@@ -46,6 +50,17 @@ namespace kvtier::cuda {
 #ifndef KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS
 #define KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS 2
 #endif
+#ifndef KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS
+#define KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS 2
+#endif
+#ifndef KVTIER_CUDA_WIDE_ROT_STAGES
+#define KVTIER_CUDA_WIDE_ROT_STAGES KVTIER_CUDA_WIDE_Q4_STAGES
+#endif
+// rot4 V's byte -> level pair table in shared memory, this many copies side by side (lane l
+// reads copy l % copies: fewer bank conflicts between the lanes' random bytes).
+#ifndef KVTIER_CUDA_ROT_LUT_COPIES
+#define KVTIER_CUDA_ROT_LUT_COPIES 1
+#endif
 #ifndef KVTIER_CUDA_WIDE_PLAIN_UNITS
 #define KVTIER_CUDA_WIDE_PLAIN_UNITS 1
 #endif
@@ -60,6 +75,18 @@ namespace kvtier::cuda {
 // f16 rows transposed by movmatrix (0, dev::MmaPV).
 #ifndef KVTIER_CUDA_WIDE_V_PAIRS
 #define KVTIER_CUDA_WIDE_V_PAIRS 1
+#endif
+
+// q8_0 / q4_0 / rot4 V: each 32-value block's scales d folded into P (2 multiplies per block
+// and lane) instead of into every V value (8) (1), or V as f16(code * d) (0).
+#ifndef KVTIER_CUDA_WIDE_P_SCALED
+#define KVTIER_CUDA_WIDE_P_SCALED 1
+#endif
+
+// rot4 K: the int8 levels' rounding residual (1/256 steps) through two more lookups and two
+// more int8 mma against Q's high plane (1), or the 8-bit levels alone (0).
+#ifndef KVTIER_CUDA_ROT_K16
+#define KVTIER_CUDA_ROT_K16 1
 #endif
 
 // One online-softmax step per tile's kUnits units of a warp (1) or one per 16 tokens (0).
@@ -91,18 +118,23 @@ struct WideGeo {
   static constexpr int kMerge = (kWideWarps * 8 * HD + 2 * kWideWarps * 8) * 4;
   static constexpr int kWant = ST > 0 ? ST
                               : kPlain ? KVTIER_CUDA_WIDE_PLAIN_STAGES
-                                       : (F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
-                                                                 : KVTIER_CUDA_WIDE_Q4_STAGES);
-  static constexpr int kFit = (kSmemLimit - kOffsBytes) / kStageBytes;
+                              : F == FormatKind::kQ8_0 ? KVTIER_CUDA_WIDE_Q8_STAGES
+                              : F == FormatKind::kRot  ? KVTIER_CUDA_WIDE_ROT_STAGES
+                                                       : KVTIER_CUDA_WIDE_Q4_STAGES;
+  // rot4: V's byte -> (level of the low nibble, level of the high nibble) f16 pairs.
+  static constexpr int kLutBytes = F == FormatKind::kRot ? 256 * 4 * KVTIER_CUDA_ROT_LUT_COPIES : 0;
+  static constexpr int kFit = (kSmemLimit - kOffsBytes - kLutBytes) / kStageBytes;
   static constexpr int kStages = kWant < kFit ? kWant : kFit;
   static constexpr int kLoop = kStages * kStageBytes;
   static constexpr int kBody = kLoop > kMerge ? kLoop : kMerge;
-  static constexpr int kSmem = kBody + kOffsBytes;
+  static constexpr int kSmem = kBody + kOffsBytes + kLutBytes;
   static constexpr bool kSupported =
       kTokenBytes % 16 == 0 && kStages >= 2 && kSmem <= kSmemLimit && kTokens <= kWideThreads;
   // Thread blocks per SM the registers must allow: q8_0 spilled at two (128 registers) and ran
   // 25% slower than one uncapped block; q4_0 ran 15% faster at two (docs/results/cuda.md).
-  static constexpr int kWantBlocks = F == FormatKind::kQ4_0 ? KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS : 1;
+  static constexpr int kWantBlocks = F == FormatKind::kQ4_0 ? KVTIER_CUDA_WIDE_Q4_MIN_BLOCKS
+                                     : F == FormatKind::kRot ? KVTIER_CUDA_WIDE_ROT_MIN_BLOCKS
+                                                             : 1;
   static constexpr int kMinBlocks =
       kWantBlocks == 2 && 2 * (kSmem + 1024) <= 228 * 1024 ? 2 : 1;
 };
@@ -153,6 +185,19 @@ __device__ __forceinline__ int KDim(int blk, int c4, int j, int second) {
   return 32 * blk + d;
 }
 
+// The head dim of Q's element (blk, c4, j, second) (KDim's): rot4 rows hold value i in
+// nibble i % 2 of code byte i / 2, and QKT feeds k = 4c4 + j from nibble j of the lane's code
+// word (bytes KDim's q4_0 byte positions), k = 16 + 4c4 + j from nibble 4 + j.
+template <FormatKind F>
+__device__ __forceinline__ int QDim(int blk, int c4, int j, int second) {
+  if constexpr (F == FormatKind::kRot) {
+    const int cb = KDim<FormatKind::kQ4_0>(blk, c4, 2 * second + (j >> 1), 0) - 32 * blk;
+    return 32 * blk + 2 * cb + (j & 1);
+  } else {
+    return KDim<F>(blk, c4, j, second);
+  }
+}
+
 // Q of KV head h as the B operand of S = K . Q^T, for head quad of the group (the lane's n).
 template <FormatKind F, int HD>
 struct QOperand {
@@ -183,14 +228,15 @@ __device__ __forceinline__ void LoadQOperand(const DecodeParams& p, uint32_t r, 
     for (int blk = 0; blk < HD / 32; ++blk) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
-        x[blk][i] = on ? qp[KDim<F>(blk, c4, i & 3, i >> 2)] * qscale : 0.0f;
+        x[blk][i] = on ? qp[QDim<F>(blk, c4, i & 3, i >> 2)] * qscale : 0.0f;
         amax = fmaxf(amax, fabsf(x[blk][i]));
       }
     }
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
     const float inv = amax > 0.0f ? 32000.0f / amax : 0.0f;
-    const float sq = amax / 32000.0f;
+    // rot4: K enters as round(kRotK8Scale * level) per block scale.
+    const float sq = F == FormatKind::kRot ? amax / (32000.0f * kRotK8Scale) : amax / 32000.0f;
 #pragma unroll
     for (int blk = 0; blk < HD / 32; ++blk) {
       int sum = 0;
@@ -220,18 +266,6 @@ __device__ __forceinline__ void LoadQOperand(const DecodeParams& p, uint32_t r, 
   }
 }
 
-// The transposed layout's online-softmax state: heads 2c4 + {0, 1} per lane (the same heads as
-// the O^T accumulator's columns), l summed over the lane's tokens only.
-template <int HD>
-struct MmaStateT {
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  float acc[HD / 16][4];
-  __device__ __forceinline__ void Clear() {
-#pragma unroll
-    for (int mt = 0; mt < HD / 16; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-  }
-};
-
 // V^T . P for q8_0 / q4_0 without transposes: the A fragment of m16n8k16 holds, per register,
 // one head dim of two tokens (k = 2c4 + {0, 1}, or + 8), so a lane loads its four tokens'
 // codes of the same dims and joins each token pair with byte permutes into exact f16 codes
@@ -251,24 +285,49 @@ struct VPairDims {
     const int blk = m >> 1, e = m & 1;
     if constexpr (F == FormatKind::kQ8_0) {
       return 32 * blk + Q8(blk, g, 2 * e + r);
+    } else if constexpr (F == FormatKind::kRot) {
+      // Code bytes 2g (r = 0), 2g + 1 (r = 1); nibble e: value 2 (2g + r) + e.
+      return 32 * blk + 4 * g + 2 * r + e;
     } else {
       return 32 * blk + 16 * e + 2 * g + r;
     }
   }
 };
 
+inline constexpr float kPScale = 256.0f;
+
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint32_t bh1,
-                                           int lane, float (&acc)[HD / 16][4]) {
+                                           int lane, float (&acc)[HD / 16][4],
+                                           const uint32_t* lut) {
   const int g = lane >> 2, c4 = lane & 3;
   // The lane's tokens: 2c4, 2c4 + 1 (registers a0 / a1), 8 + 2c4, 9 + 2c4 (a2 / a3).
   const uint8_t* rows[4] = {vr + (2 * c4) * PITCH, vr + (2 * c4 + 1) * PITCH,
                             vr + (2 * c4 + 8) * PITCH, vr + (2 * c4 + 9) * PITCH};
   const __half2 k1152 = __floats2half2_rn(1152.0f, 1152.0f);
   const __half2 k1032 = __floats2half2_rn(1032.0f, 1032.0f);
+  // P-scaled: V's codes (levels) stay unscaled and each block's d multiplies P (B: tokens
+  // 2c4 + {0, 1} in b0, 8 + 2c4 + {0, 1} in b1, the lane's own V tokens), P taken times
+  // kPScale first (exact) so that P d stays clear of f16's subnormals; the accumulators are
+  // divided by it when stored (MergeWarpsAndStoreT).
+  [[maybe_unused]] __half2 ps0 = *reinterpret_cast<const __half2*>(&bh0);
+  [[maybe_unused]] __half2 ps1 = *reinterpret_cast<const __half2*>(&bh1);
+  if constexpr (KVTIER_CUDA_WIDE_P_SCALED) {
+    const __half2 k = __floats2half2_rn(kPScale, kPScale);
+    ps0 = __hmul2(ps0, k);
+    ps1 = __hmul2(ps1, k);
+  }
+  auto ScaleV = [](__half2 x, __half2 d) {
+    if constexpr (KVTIER_CUDA_WIDE_P_SCALED) {
+      return x;
+    } else {
+      return __hmul2(x, d);
+    }
+  };
 #pragma unroll
   for (int blk = 0; blk < HD / 32; ++blk) {
     __half2 v[2][4];  // [token pair][slot (e, r) = 2e + r]
+    [[maybe_unused]] __half2 dt[2];  // the token pairs' d
 #pragma unroll
     for (int tp = 0; tp < 2; ++tp) {
       uint32_t w[2];
@@ -289,6 +348,7 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
         }
         const uint16_t da = Ld16(rows[2 * tp] + 34 * blk), db = Ld16(rows[2 * tp + 1] + 34 * blk);
         d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        dt[tp] = d2;
         const uint32_t plo = __byte_perm(w[0], w[1], 0x5140u);  // bytes 0, 1 of both tokens
         const uint32_t phi = __byte_perm(w[0], w[1], 0x7362u);  // bytes 2, 3
         const uint32_t u[4] = {__byte_perm(plo, 0x64646464u, 0x4140u),
@@ -297,13 +357,31 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
                                __byte_perm(phi, 0x64646464u, 0x4342u)};
 #pragma unroll
         for (int sl = 0; sl < 4; ++sl) {
-          v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1152), d2);
+          v[tp][sl] = ScaleV(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1152), d2);
+        }
+      } else if constexpr (F == FormatKind::kRot) {
+        // Code bytes 2g, 2g + 1 of both tokens through the shared byte -> f16 level pair
+        // table, then each dim's pair of tokens joined: slot (e, r) = value 2 (2g + r) + e.
+        const uint32_t ua = Ld16(rows[2 * tp] + 18 * blk + 2 + 2 * g);
+        const uint32_t ub = Ld16(rows[2 * tp + 1] + 18 * blk + 2 + 2 * g);
+        const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
+        d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        dt[tp] = d2;
+        constexpr uint32_t R = KVTIER_CUDA_ROT_LUT_COPIES;  // lut: the lane's copy
+        const uint32_t a0 = lut[(ua & 0xffu) * R], a1 = lut[(ua >> 8) * R];
+        const uint32_t b0 = lut[(ub & 0xffu) * R], b1 = lut[(ub >> 8) * R];
+        const uint32_t u[4] = {__byte_perm(a0, b0, 0x5410u), __byte_perm(a1, b1, 0x5410u),
+                               __byte_perm(a0, b0, 0x7632u), __byte_perm(a1, b1, 0x7632u)};
+#pragma unroll
+        for (int sl = 0; sl < 4; ++sl) {
+          v[tp][sl] = ScaleV(*reinterpret_cast<const __half2*>(&u[sl]), d2);
         }
       } else {
         const uint32_t ua = Ld16(rows[2 * tp] + 18 * blk + 2 + 2 * g);
         const uint32_t ub = Ld16(rows[2 * tp + 1] + 18 * blk + 2 + 2 * g);
         const uint16_t da = Ld16(rows[2 * tp] + 18 * blk), db = Ld16(rows[2 * tp + 1] + 18 * blk);
         d2 = __halves2half2(__ushort_as_half(da), __ushort_as_half(db));
+        dt[tp] = d2;
         const uint32_t t = __byte_perm(ua, ub, 0x5410u);  // [a.b0, a.b1, b.b0, b.b1]
         // Slots (e, r): dim 16e + 2g + r = nibble e of byte r.
         const uint32_t u[4] = {(t & 0x000f000fu) | 0x64006400u,
@@ -312,9 +390,15 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
                                ((t >> 12) & 0x000f000fu) | 0x64006400u};
 #pragma unroll
         for (int sl = 0; sl < 4; ++sl) {
-          v[tp][sl] = __hmul2(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1032), d2);
+          v[tp][sl] = ScaleV(__hsub2(*reinterpret_cast<const __half2*>(&u[sl]), k1032), d2);
         }
       }
+    }
+    uint32_t b0 = bh0, b1 = bh1;
+    if constexpr (KVTIER_CUDA_WIDE_P_SCALED) {
+      const __half2 p0 = __hmul2(ps0, dt[0]), p1 = __hmul2(ps1, dt[1]);
+      b0 = *reinterpret_cast<const uint32_t*>(&p0);
+      b1 = *reinterpret_cast<const uint32_t*>(&p1);
     }
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -322,7 +406,7 @@ __device__ __forceinline__ void MmaPVPairs(const uint8_t* vr, uint32_t bh0, uint
       Mma<false>(acc[2 * blk + e], *reinterpret_cast<const uint32_t*>(&v[0][2 * e]),
                  *reinterpret_cast<const uint32_t*>(&v[0][2 * e + 1]),
                  *reinterpret_cast<const uint32_t*>(&v[1][2 * e]),
-                 *reinterpret_cast<const uint32_t*>(&v[1][2 * e + 1]), bh0, bh1);
+                 *reinterpret_cast<const uint32_t*>(&v[1][2 * e + 1]), b0, b1);
     }
   }
 }
@@ -363,6 +447,7 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
       const uint32_t wb0 = r0[pb], wb1 = r1[pb], wm0 = r0[pb + kMid], wm1 = r1[pb + kMid];
       // Even block: codes at byte 2 mod 4.
       uint32_t a[4];
+      uint32_t w0 = 0, w1 = 0;  // q4_0 / rot4: the lane's code words of rows quad, quad + 8
       if constexpr (Q8) {
         a[0] = r0[pb + 1 + c4];
         a[1] = r1[pb + 1 + c4];
@@ -374,11 +459,8 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
       } else {
         const uint32_t x0 = c4 == 3 ? wb0 : r0[pb + 1 + c4];
         const uint32_t x1 = c4 == 3 ? wb1 : r1[pb + 1 + c4];
-        const uint32_t w0 = __byte_perm(x0, wm0, sel), w1 = __byte_perm(x1, wm1, sel);
-        a[0] = w0 & 0x0f0f0f0fu;
-        a[1] = w1 & 0x0f0f0f0fu;
-        a[2] = (w0 >> 4) & 0x0f0f0f0fu;
-        a[3] = (w1 >> 4) & 0x0f0f0f0fu;
+        w0 = __byte_perm(x0, wm0, sel);
+        w1 = __byte_perm(x1, wm1, sel);
       }
 #pragma unroll
       for (int odd = 0; odd < 2; ++odd) {
@@ -390,17 +472,43 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
             a[2] = r0[pb + 13 + c4];
             a[3] = r1[pb + 13 + c4];
           } else {
-            const uint32_t w0 = r0[pb + 5 + c4], w1 = r1[pb + 5 + c4];
+            w0 = r0[pb + 5 + c4];
+            w1 = r1[pb + 5 + c4];
+          }
+        }
+        int hi[4] = {0, 0, 0, 0};
+        int lo[4] = {q.qc[blk][0], q.qc[blk][1], q.qc[blk][0], q.qc[blk][1]};
+        if constexpr (F == FormatKind::kRot) {
+          // k = 4c4 + j: nibble j of the word (its low half), k = 16 + 4c4 + j: nibble 4 + j.
+          uint32_t xl[4], xh[4];
+          RotK8Lookup(w0, &xl[0], &xh[0]);
+          RotK8Lookup(w1, &xl[1], &xh[1]);
+          RotK8Lookup(w0 >> 16, &xl[2], &xh[2]);
+          RotK8Lookup(w1 >> 16, &xl[3], &xh[3]);
+          MmaI8<false>(hi, xl[0], xl[1], xl[2], xl[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          MmaI8<false>(hi, xh[0], xh[1], xh[2], xh[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          MmaI8<false>(lo, xl[0], xl[1], xl[2], xl[3], q.qi[blk][1][0], q.qi[blk][1][1]);
+          MmaI8<false>(lo, xh[0], xh[1], xh[2], xh[3], q.qi[blk][1][0], q.qi[blk][1][1]);
+          if constexpr (KVTIER_CUDA_ROT_K16) {
+            // K = k8 + r / 256: (256 qh + ql) K ~ 256 qh k8 + ql k8 + qh r (the ql r / 256
+            // term is below Q's own rounding).
+            RotR8Lookup(w0, &xl[0], &xh[0]);
+            RotR8Lookup(w1, &xl[1], &xh[1]);
+            RotR8Lookup(w0 >> 16, &xl[2], &xh[2]);
+            RotR8Lookup(w1 >> 16, &xl[3], &xh[3]);
+            MmaI8<false>(lo, xl[0], xl[1], xl[2], xl[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+            MmaI8<false>(lo, xh[0], xh[1], xh[2], xh[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          }
+        } else {
+          if constexpr (!Q8) {
             a[0] = w0 & 0x0f0f0f0fu;
             a[1] = w1 & 0x0f0f0f0fu;
             a[2] = (w0 >> 4) & 0x0f0f0f0fu;
             a[3] = (w1 >> 4) & 0x0f0f0f0fu;
           }
+          MmaI8<!Q8>(hi, a[0], a[1], a[2], a[3], q.qi[blk][0][0], q.qi[blk][0][1]);
+          MmaI8<!Q8>(lo, a[0], a[1], a[2], a[3], q.qi[blk][1][0], q.qi[blk][1][1]);
         }
-        int hi[4] = {0, 0, 0, 0};
-        int lo[4] = {q.qc[blk][0], q.qc[blk][1], q.qc[blk][0], q.qc[blk][1]};
-        MmaI8<!Q8>(hi, a[0], a[1], a[2], a[3], q.qi[blk][0][0], q.qi[blk][0][1]);
-        MmaI8<!Q8>(lo, a[0], a[1], a[2], a[3], q.qi[blk][1][0], q.qi[blk][1][1]);
         const float d0 = HalfBits(static_cast<uint16_t>(odd ? wm0 >> 16 : wb0));
         const float d1 = HalfBits(static_cast<uint16_t>(odd ? wm1 >> 16 : wb1));
         s[0] = fmaf(d0, static_cast<float>(hi[0] * 256 + lo[0]), s[0]);
@@ -414,63 +522,11 @@ __device__ __forceinline__ void QKT(const uint8_t* kr, const QOperand<F, HD>& q,
   }
 }
 
-// One online-softmax step over NU 16-token units (unit u's tokens start at wt0[u]; tokens
-// >= end masked): s becomes P (unnormalized, exp2(s - m)); the state's maxima, sums and
-// accumulator are updated. One step per NU units: a 32-token step costs the shuffles, the
-// maxima and the rescale once.
-template <int NU, int HD>
-__device__ __forceinline__ void SoftmaxT(float (&s)[NU][4], const uint32_t (&wt0)[NU],
-                                         uint32_t end, float softcap, int lane,
-                                         MmaStateT<HD>& st) {
-  const int quad = lane >> 2;
-  const bool capped = softcap > 0.0f;
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int u = 0; u < NU; ++u) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (capped) s[u][i] = softcap * tanhf(s[u][i] / softcap) * kLog2e;
-      if (wt0[u] + quad + 8 * (i >> 1) >= end) s[u][i] = -INFINITY;
-      mx[i & 1] = fmaxf(mx[i & 1], s[u][i]);
-    }
-  }
-  float alpha[2], m_new[2];
-#pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 4));
-    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 8));
-    mx[e] = fmaxf(mx[e], __shfl_xor_sync(0xffffffffu, mx[e], 16));
-    m_new[e] = fmaxf(st.m_run[e], mx[e]);
-    alpha[e] = m_new[e] == -INFINITY ? 1.0f : exp2f(st.m_run[e] - m_new[e]);
-    st.m_run[e] = m_new[e];
-    st.l_run[e] *= alpha[e];
-  }
-#pragma unroll
-  for (int u = 0; u < NU; ++u) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s[u][i] = s[u][i] == -INFINITY ? 0.0f : exp2f(s[u][i] - m_new[i & 1]);
-    }
-    st.l_run[0] += s[u][0] + s[u][2];
-    st.l_run[1] += s[u][1] + s[u][3];
-  }
-  // Rescale only when some running maximum moved (rare after the first tiles).
-  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-    for (int m = 0; m < HD / 16; ++m) {
-      st.acc[m][0] *= alpha[0];
-      st.acc[m][1] *= alpha[1];
-      st.acc[m][2] *= alpha[0];
-      st.acc[m][3] *= alpha[1];
-    }
-  }
-}
-
 // O^T += V^T . P for 16 tokens of one KV head (token i's V row at vr + i * PITCH); pe: P in
 // QKT's layout.
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int lane,
-                                    float (&acc)[HD / 16][4]) {
+                                    float (&acc)[HD / 16][4], const uint32_t* lut) {
   constexpr bool kPlain = F == FormatKind::kF16 || F == FormatKind::kBF16;
   constexpr bool BF = F == FormatKind::kBF16;
   // P (tokens x heads) as the B operand of O^T += V^T . P: movmatrix turns (token, heads
@@ -484,8 +540,8 @@ __device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int
     bl0 = MovTrans(l01);
     bl1 = MovTrans(l23);
   }
-  if constexpr (!kPlain && KVTIER_CUDA_WIDE_V_PAIRS) {
-    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, acc);
+  if constexpr (!kPlain && (KVTIER_CUDA_WIDE_V_PAIRS || F == FormatKind::kRot)) {
+    MmaPVPairs<F, HD, PITCH>(vr, bh0, bh1, lane, acc, lut);
   } else {
     MmaPV<F, HD, PITCH>(vr, bh0, bl0, bh1, bl1, lane, acc);
   }
@@ -495,12 +551,12 @@ __device__ __forceinline__ void PVT(const uint8_t* vr, const float (&pe)[4], int
 template <FormatKind F, int HD, int PITCH>
 __device__ __forceinline__ void MmaUnitT(const uint8_t* kr, const uint8_t* vr, uint32_t wt0,
                                          uint32_t end, const QOperand<F, HD>& q, float softcap,
-                                         int lane, MmaStateT<HD>& st) {
+                                         int lane, MmaStateT<HD>& st, const uint32_t* lut) {
   float s[1][4];
   const uint32_t w[1] = {wt0};
   QKT<F, HD, PITCH>(kr, q, lane, s[0]);
   SoftmaxT<1, HD>(s, w, end, softcap, lane, st);
-  PVT<F, HD, PITCH>(vr, s[0], lane, st.acc);
+  PVT<F, HD, PITCH>(vr, s[0], lane, st.acc, lut);
 }
 
 template <FormatKind F, int HD, int NW, bool kFuse>
@@ -520,8 +576,17 @@ __device__ __forceinline__ void MergeWarpsAndStoreT(const DecodeParams& p, uint8
       ms.l[warp * 8 + 2 * lane + e] = l;
     }
   }
-  constexpr bool kPairs = F != FormatKind::kF16 && F != FormatKind::kBF16 && KVTIER_CUDA_WIDE_V_PAIRS;
-  if constexpr (kPairs) {
+  constexpr bool kPairs = F != FormatKind::kF16 && F != FormatKind::kBF16 &&
+                          (KVTIER_CUDA_WIDE_V_PAIRS || F == FormatKind::kRot);
+  if constexpr (kPairs && KVTIER_CUDA_WIDE_P_SCALED) {
+    float acc[HD / 16][4];
+#pragma unroll
+    for (int m = 0; m < HD / 16; ++m) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][i] = st.acc[m][i] * (1.0f / kPScale);
+    }
+    StoreWarpAcc<HD, NW, VPairDims<F>>(ms, acc, warp, lane);
+  } else if constexpr (kPairs) {
     StoreWarpAcc<HD, NW, VPairDims<F>>(ms, st.acc, warp, lane);
   } else {
     StoreWarpAcc<HD, NW>(ms, st.acc, warp, lane);
@@ -538,8 +603,19 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
   constexpr int S = Geo::kStages, T = Geo::kTokens, WPH = kWideWarps / HPC;
   extern __shared__ __align__(16) uint8_t smem[];
   uint64_t* offs = reinterpret_cast<uint64_t*>(smem + Geo::kBody);  // [2][T]
+  // rot4: [256] f16 pairs (level of the low nibble, of the high nibble) per code byte.
+  uint32_t* lut = reinterpret_cast<uint32_t*>(smem + Geo::kBody + Geo::kOffsBytes);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if constexpr (F == FormatKind::kRot) {
+    static_assert(kWideThreads == 256, "one table entry per thread");
+    const __half2 e = __floats2half2_rn(p.rot_levels[tid & 15], p.rot_levels[tid >> 4]);
+#pragma unroll
+    for (int c = 0; c < KVTIER_CUDA_ROT_LUT_COPIES; ++c) {
+      lut[tid * KVTIER_CUDA_ROT_LUT_COPIES + c] = *reinterpret_cast<const uint32_t*>(&e);
+    }  // read after StagedTiles' barriers
+    lut += lane % KVTIER_CUDA_ROT_LUT_COPIES;  // this lane's copy
+  }
   const uint32_t split = blockIdx.x, h0 = blockIdx.y * HPC, r = blockIdx.z;
   const PagedKvRow row = p.rows[r];
   uint32_t begin, end;
@@ -602,7 +678,8 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
           if (wt0[u] < end) {
             const int unit = sub + u * WPH;
             dev::PVT<F, HD, Geo::kPitch>(
-                sraw + (T + unit * 16) * Geo::kPitch + hh * Geo::kRowBytes, s[u], lane, st.acc);
+                sraw + (T + unit * 16) * Geo::kPitch + hh * Geo::kRowBytes, s[u], lane, st.acc,
+                lut);
           }
         }
       }
@@ -614,7 +691,7 @@ __global__ void __launch_bounds__(kWideThreads, WideGeo<F, HD, HPC, ST>::kMinBlo
         if (wt0 < end) {
           const uint8_t* kr = sraw + unit * 16 * Geo::kPitch + hh * Geo::kRowBytes;
           dev::MmaUnitT<F, HD, Geo::kPitch>(kr, kr + T * Geo::kPitch, wt0, end, q, p.softcap,
-                                            lane, st);
+                                            lane, st, lut);
         }
       }
     }
@@ -699,6 +776,8 @@ Status LaunchDecodeWideBF16(const DecodeParams& p, int hd, int hpc, uint32_t n_r
 Status LaunchDecodeWideQ8_0(const DecodeParams& p, int hd, int hpc, uint32_t n_rows,
                             uint32_t kvh, cudaStream_t s, int* occupancy);
 Status LaunchDecodeWideQ4_0(const DecodeParams& p, int hd, int hpc, uint32_t n_rows,
+                            uint32_t kvh, cudaStream_t s, int* occupancy);
+Status LaunchDecodeWideRot4(const DecodeParams& p, int hd, int hpc, uint32_t n_rows,
                             uint32_t kvh, cudaStream_t s, int* occupancy);
 
 }  // namespace kvtier::cuda
