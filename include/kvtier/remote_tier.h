@@ -137,6 +137,7 @@ class RemoteTier : public LowerTier {
                   std::shared_ptr<const StateSnapshot> snapshot) override;
   std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
                                                  std::span<const int32_t> tokens,
+                                                 uint32_t min_position,
                                                  uint32_t max_position) override;
 
   // Waits until every block and snapshot queued so far is written or failed.
@@ -176,6 +177,7 @@ class TierStack : public LowerTier {
                   std::shared_ptr<const StateSnapshot> snapshot) override;
   std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
                                                  std::span<const int32_t> tokens,
+                                                 uint32_t min_position,
                                                  uint32_t max_position) override;
 
  private:

@@ -69,22 +69,22 @@ TEST(RemoteState, AnotherReplicaFindsTheLongestSnapshotAtOrBeforeTheLimit) {
     EXPECT_GT(s.state_written_bytes, 3 * Snap(8)->bytes());
   }
   StateReplica b(r.url());
-  auto found = b.tier->FindState(kModelA, t, 39);
+  auto found = b.tier->FindState(kModelA, t, 0, 39);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 33u);
   EXPECT_EQ(found->sizes, Snap(33)->sizes);
   EXPECT_EQ(found->data, Snap(33)->data);
-  found = b.tier->FindState(kModelA, t, 32);
+  found = b.tier->FindState(kModelA, t, 0, 32);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 20u);
   // Tokens that differ from the 15th on: only the snapshot at 8 is of their prefix.
   std::vector<int32_t> other = t;
   other[14] = 999;
-  found = b.tier->FindState(kModelA, other, 39);
+  found = b.tier->FindState(kModelA, other, 0, 39);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 8u);
-  EXPECT_EQ(b.tier->FindState(kModelA, t, 7), nullptr);
-  EXPECT_EQ(b.tier->FindState(testing::kModelB, t, 39), nullptr);
+  EXPECT_EQ(b.tier->FindState(kModelA, t, 0, 7), nullptr);
+  EXPECT_EQ(b.tier->FindState(testing::kModelB, t, 0, 39), nullptr);
   const RemoteTierStats s = b.tier->Stats();
   EXPECT_EQ(s.state_hits, 3u);
   EXPECT_EQ(s.state_misses_by, (std::array<uint64_t, kNumRemoteMisses>{}));
@@ -92,7 +92,7 @@ TEST(RemoteState, AnotherReplicaFindsTheLongestSnapshotAtOrBeforeTheLimit) {
   // Through the prefix cache of a third replica: the fetch's rule takes the remote snapshot
   // (no K/V was stored here, so it reuses nothing, but it asks and counts).
   StateReplica c(r.url());
-  EXPECT_EQ(c.tier->FindState(kModelA, t, 40)->position, 33u);
+  EXPECT_EQ(c.tier->FindState(kModelA, t, 0, 40)->position, 33u);
   EXPECT_EQ(r.Cmd({"SCARD", remote::StatePositionsKey(kModelA)}).integer(), 3);
   const Result<RemoteScan> scan = c.tier->Scan(false);
   ASSERT_TRUE(scan.ok()) << scan.status().ToString();
@@ -124,7 +124,7 @@ TEST(RemoteState, CorruptTruncatedOtherVersionAndVanishedValuesAreCountedMisses)
   ASSERT_FALSE(r.Cmd({"SET", k10, v}).is_error());
 
   StateReplica b(r.url());
-  auto found = b.tier->FindState(kModelA, t, 39);
+  auto found = b.tier->FindState(kModelA, t, 0, 39);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 5u) << "the only intact snapshot";
   EXPECT_EQ(found->data, Snap(5)->data);
@@ -138,10 +138,10 @@ TEST(RemoteState, CorruptTruncatedOtherVersionAndVanishedValuesAreCountedMisses)
   EXPECT_EQ(r.Cmd({"EXISTS", k10}).integer(), 1) << "another version's value is left alone";
   // A deleted value whose position is still listed is not a candidate (EXISTS says so).
   ASSERT_EQ(r.Cmd({"DEL", RedisKeyOf(t, 5)}).integer(), 1);
-  EXPECT_EQ(b.tier->FindState(kModelA, t, 39), nullptr);
+  EXPECT_EQ(b.tier->FindState(kModelA, t, 0, 39), nullptr);
   // Garbage that is not a record at all, under a listed key.
   ASSERT_FALSE(r.Cmd({"SET", RedisKeyOf(t, 5), "not a snapshot"}).is_error());
-  EXPECT_EQ(b.tier->FindState(kModelA, t, 39), nullptr);
+  EXPECT_EQ(b.tier->FindState(kModelA, t, 0, 39), nullptr);
   s = b.tier->Stats();
   EXPECT_EQ(Misses(s, RemoteMiss::kCorrupt), 3);
   EXPECT_EQ(Misses(s, RemoteMiss::kOtherVersion), 3) << "the value at 10, read each time";

@@ -289,6 +289,7 @@ void StateStore::Quarantine(const BlockKey& key, const std::string& why) {
 
 std::shared_ptr<const StateSnapshot> StateStore::Find(const ModelFingerprint& model,
                                                       std::span<const int32_t> tokens,
+                                                      uint32_t min_position,
                                                       uint32_t max_position) {
   std::vector<uint32_t> pos;
   {
@@ -297,7 +298,7 @@ std::shared_ptr<const StateSnapshot> StateStore::Find(const ModelFingerprint& mo
     if (it == positions_.end()) return nullptr;
     for (const auto& [p, count] : it->second) {
       if (p > max_position || p > tokens.size()) break;
-      pos.push_back(p);
+      if (p > min_position) pos.push_back(p);
     }
   }
   const std::vector<BlockKey> keys = StateSnapshotKeys(model, tokens, pos);

@@ -65,9 +65,10 @@ class StateStore {
 
   void Spill(const ModelFingerprint& model, const BlockKey& key,
              std::shared_ptr<const StateSnapshot> s);
+  // The longest verified snapshot after tokens[0, p), min_position < p <= max_position.
   std::shared_ptr<const StateSnapshot> Find(const ModelFingerprint& model,
                                             std::span<const int32_t> tokens,
-                                            uint32_t max_position);
+                                            uint32_t min_position, uint32_t max_position);
   void Flush();  // waits until everything queued is written or skipped
   Status Clear();  // removes every indexed state file (after a Flush)
   StateStoreStats Stats() const;
