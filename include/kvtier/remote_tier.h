@@ -115,6 +115,9 @@ struct RemoteScan {
   uint64_t good = 0, bad = 0;        // verify: values that verified / did not (removed)
   uint64_t other_keys = 0;           // kvt:* keys of other versions (left alone)
   uint64_t states = 0;               // kvt:1:st:* state snapshot keys
+  // verify: snapshot values read back and checked (header and payload CRCs, the key their
+  // header names); a bad one is removed. state_bytes: their value bytes.
+  uint64_t state_good = 0, state_bad = 0, state_bytes = 0;
   std::vector<std::pair<TierNamespace, uint64_t>> namespaces;  // registered, with blocks
 };
 

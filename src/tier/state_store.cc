@@ -89,6 +89,17 @@ Result<StateSnapshot> DecodeStateRecord(std::span<const uint8_t> b, const BlockK
   return d;
 }
 
+Result<StateSnapshot> VerifyStateRecord(std::span<const uint8_t> b, const BlockKey& key,
+                                        const std::string& name) {
+  if (b.size() < kStateFileHeaderBytes) {
+    return Status::Corruption(name + ": state record size: expected at least " +
+                              std::to_string(kStateFileHeaderBytes) + " bytes, got " +
+                              std::to_string(b.size()));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const Header h, ParseHeader(b.data(), name));
+  return DecodeStateRecord(b, key, h.model, h.position, name);
+}
+
 std::string StateStore::PathOf(const BlockKey& key) const {
   return dir_ + "/" + key.ToHex() + kSuffix;
 }

@@ -43,6 +43,11 @@ std::vector<uint8_t> EncodeStateRecord(const BlockKey& key, const ModelFingerpri
 Result<StateSnapshot> DecodeStateRecord(std::span<const uint8_t> record, const BlockKey& key,
                                         const ModelFingerprint& model, uint32_t position,
                                         const std::string& name);
+// Verifies a record whose model and position the caller does not know (`kvtier cache verify`):
+// the header (magic, CRC, version) must name `key`; the model and position it names are then
+// checked as DecodeStateRecord does. Same errors.
+Result<StateSnapshot> VerifyStateRecord(std::span<const uint8_t> record, const BlockKey& key,
+                                        const std::string& name);
 
 struct StateStoreStats {
   uint64_t states = 0;          // indexed
