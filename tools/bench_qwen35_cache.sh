@@ -9,7 +9,12 @@
 # (default 8: 2 attention + 6 DeltaNet, to keep a cold prefill of CONTEXT tokens within
 # minutes on 2 threads), VOCAB tokens (default 32000), q8_0 weights, KV type KV (q8_0).
 # Needs the kvtier and kvtier-bench targets built.
-# Usage: tools/bench_qwen35_cache.sh [build dir]   (env: LAYERS VOCAB CONTEXT KV THREADS)
+# Usage: tools/bench_qwen35_cache.sh [build dir]
+#   env: LAYERS VOCAB CONTEXT KV THREADS; RUNS=n two-round runs (default 1), each on a fresh
+#   server and SSD tier, then the median / min / max round-2 speedup; BASE=path/to/kvtier: a
+#   second kvtier binary (e.g. an older build) run alternately with this one, side by side;
+#   KEEP=1 keeps the work folder; LOG=path appends the servers' logs (cache_fetch /
+#   cache_store / ttft lines: where each TTFT went) there too; NO_LLAMA=1 skips llama-server.
 set -euo pipefail
 BUILD=${1:-build/release}
 K="$BUILD/src/cli/kvtier"
@@ -27,12 +32,46 @@ M="$W/qwen35-0.8b-shape.gguf"
 echo "== $(date -u +%F\ %T) commit $(git rev-parse --short HEAD) $(uptime | sed 's/.*load/load/')"
 echo "== model: $M (layers $LAYERS, vocab $VOCAB), KV $KV, context $CONTEXT, threads $THREADS"
 
-echo "== kvtier: two-round, RAM + SSD tiers (log: $W/serve.log)"
-"$KB" serve --model "$M" --json --workload two-round --context-tokens "$CONTEXT" \
-  --max-tokens 16 --turn-tokens 32 -- --threads "$THREADS" --kv-cache-dtype "$KV" \
-  --cache-memory-mb 2048 --ssd-cache-dir "$W/ssd" --cache-write-policy write-through \
-  2>"$W/serve.log" \
-  | tee "$W/kvtier.json"
+RUNS=${RUNS:-1}
+# One two-round run: $1 label, $2 the kvtier binary serving, $3 run number.
+two_round() {
+  rm -rf "$W/ssd"
+  "$KB" serve --model "$M" --json --workload two-round --context-tokens "$CONTEXT" \
+    --max-tokens 16 --turn-tokens 32 --server-bin "$2" --server-log "$W/serve.$1.$3.log" \
+    -- --threads "$THREADS" --kv-cache-dtype "$KV" --cache-memory-mb 2048 \
+    --ssd-cache-dir "$W/ssd" --cache-write-policy write-through >"$W/$1.$3.json"
+  python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); r=j["rounds"]
+print("%s run %s: cold %.1f ms, round 2 %.1f ms (%d of %d tokens cached): %.2fx" % (sys.argv[2],
+  sys.argv[3], r[0]["ttft_ms"], r[1]["ttft_ms"], r[1]["cached_tokens"], r[1]["prompt_tokens"],
+  j["round2_ttft_speedup"]))' "$W/$1.$3.json" "$1" "$3"
+  # Where each TTFT went (this build's servers log a ttft line per request).
+  grep -hE ' ttft id=' "$W/serve.$1.$3.log" | sed 's/^/    /' || true
+  [ -z "${LOG:-}" ] || cat "$W/serve.$1.$3.log" >>"$LOG"
+}
+echo "== kvtier: two-round, RAM + SSD tiers, $RUNS run(s)${BASE:+, alternating with BASE=$BASE}"
+for i in $(seq 1 "$RUNS"); do
+  two_round kvtier "$K" "$i"
+  [ -z "${BASE:-}" ] || two_round base "$BASE" "$i"
+done
+python3 - "$W" "$RUNS" <<'PY'
+import json, statistics, sys
+w, runs = sys.argv[1], int(sys.argv[2])
+for label in ("kvtier", "base"):
+    try:
+        js = [json.load(open("%s/%s.%d.json" % (w, label, i))) for i in range(1, runs + 1)]
+    except FileNotFoundError:
+        continue
+    sp = [j["round2_ttft_speedup"] for j in js]
+    cold = [j["rounds"][0]["ttft_ms"] for j in js]
+    warm = [j["rounds"][1]["ttft_ms"] for j in js]
+    print("== %s: round-2 speedup median %.2fx (min %.2f, max %.2f) over %d runs; cold median "
+          "%.1f ms (%.1f-%.1f), round 2 median %.1f ms (%.1f-%.1f)" % (label,
+          statistics.median(sp), min(sp), max(sp), runs, statistics.median(cold), min(cold),
+          max(cold), statistics.median(warm), min(warm), max(warm)))
+PY
+cp "$W/kvtier.$RUNS.json" "$W/kvtier.json"
+echo "== the last run's JSON"
+cat "$W/kvtier.json"; echo
 # K/V bytes per tier are the JSON's kv_bytes (/metrics); a snapshot is a state file below
 # (in RAM: its size less the 48-byte file header).
 echo "== SSD tier files (write-through: every stored entry and snapshot)"
@@ -40,7 +79,7 @@ find "$W/ssd" -name '*.kvst' -printf '%s state %p\n' 2>/dev/null | sort -n | tai
 find "$W/ssd" -name '*.kvs' -printf '%s segment %p\n' 2>/dev/null | tail -n 4 || true
 
 echo "== llama-server on the same file (re-prefills a hybrid model's prompt)"
-if [ -x "$LLAMA/llama-server" ]; then
+if [ -z "${NO_LLAMA:-}" ] && [ -x "$LLAMA/llama-server" ]; then
   "$LLAMA/llama-server" -m "$M" -t "$THREADS" -tb "$THREADS" --host 127.0.0.1 --port 18093 \
     -c $((CONTEXT * 2 + 512)) -np 1 -ctk "$KV" -ctv "$KV" -fa on >"$W/llama.log" 2>&1 &
   LP=$!

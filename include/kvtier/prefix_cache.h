@@ -129,13 +129,15 @@ class LowerTier {
                           std::shared_ptr<const StateSnapshot> snapshot) {
     (void)model, (void)key, (void)snapshot;
   }
-  // The tier's longest snapshot of `model` after tokens[0, p), p <= max_position, verified;
-  // null when none (a snapshot that fails verification is put aside and counted, never
-  // returned).
+  // The tier's longest snapshot of `model` after tokens[0, p), min_position < p <=
+  // max_position, verified; null when none (a snapshot that fails verification is put aside
+  // and counted, never returned). min_position is what the caller already has (RAM's
+  // snapshot): positions at or below it are not read.
   virtual std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
                                                          std::span<const int32_t> tokens,
+                                                         uint32_t min_position,
                                                          uint32_t max_position) {
-    (void)model, (void)tokens, (void)max_position;
+    (void)model, (void)tokens, (void)min_position, (void)max_position;
     return nullptr;
   }
 };
@@ -197,6 +199,15 @@ struct PrefixFetchResult {
   // or null when reused_tokens is 0. Always f32 values (a bf16 snapshot is widened).
   std::shared_ptr<const StateSnapshot> state;
   uint32_t state_trimmed_tokens = 0;  // K/V tokens matched but dropped for lack of a snapshot
+  // Where the fetch's time went, microseconds (wall clock; for the engine's cache log).
+  struct Times {
+    uint32_t tier_chain_us = 0;   // asking the lower tier for a longer chain, loading it
+    uint32_t match_us = 0;        // the RAM walk (under the lock)
+    uint32_t convert_us = 0;      // another format or pool: the blocks converted
+    uint32_t state_us = 0;        // the RAM snapshot lookup (hashing the candidate prefixes)
+    uint32_t state_tier_us = 0;   // the lower tier's snapshot lookup and read
+    uint32_t state_widen_us = 0;  // a bf16 snapshot widened to f32
+  } times;
 };
 
 struct PrefixStoreResult {

@@ -115,6 +115,9 @@ struct RemoteScan {
   uint64_t good = 0, bad = 0;        // verify: values that verified / did not (removed)
   uint64_t other_keys = 0;           // kvt:* keys of other versions (left alone)
   uint64_t states = 0;               // kvt:1:st:* state snapshot keys
+  // verify: snapshot values read back and checked (header and payload CRCs, the key their
+  // header names); a bad one is removed. state_bytes: their value bytes.
+  uint64_t state_good = 0, state_bad = 0, state_bytes = 0;
   std::vector<std::pair<TierNamespace, uint64_t>> namespaces;  // registered, with blocks
 };
 
@@ -137,6 +140,7 @@ class RemoteTier : public LowerTier {
                   std::shared_ptr<const StateSnapshot> snapshot) override;
   std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
                                                  std::span<const int32_t> tokens,
+                                                 uint32_t min_position,
                                                  uint32_t max_position) override;
 
   // Waits until every block and snapshot queued so far is written or failed.
@@ -176,6 +180,7 @@ class TierStack : public LowerTier {
                   std::shared_ptr<const StateSnapshot> snapshot) override;
   std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
                                                  std::span<const int32_t> tokens,
+                                                 uint32_t min_position,
                                                  uint32_t max_position) override;
 
  private:

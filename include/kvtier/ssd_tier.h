@@ -162,6 +162,7 @@ class SsdTier : public LowerTier {
                   std::shared_ptr<const StateSnapshot> snapshot) override;
   std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint& model,
                                                  std::span<const int32_t> tokens,
+                                                 uint32_t min_position,
                                                  uint32_t max_position) override;
 
   // Every namespace on disk with its block count (kvtier cache stats).

@@ -295,6 +295,9 @@ std::vector<Command> BenchCommands() {
     s.add_option("--server-bin", c->server_bin,
                  "The kvtier binary whose serve is started here (default: kvtier beside "
                  "kvtier-bench)");
+    s.add_option("--server-log", c->server_log,
+                 "Append the kvtier serve's log (stderr: its cache lines) to this file and keep "
+                 "it (default: a temporary file, removed)");
     s.add_option("--server-pid", c->server_pid, "With --url: the server's pid, for its peak RSS");
     s.add_option("--api", c->api, "completions (/v1/completions) or chat (/v1/chat/completions)")
         ->capture_default_str();

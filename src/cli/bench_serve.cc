@@ -88,7 +88,7 @@ class ServerChild {
  public:
   static Result<std::unique_ptr<ServerChild>> Start(const std::string& server_bin,
                                                     const std::vector<std::string>& extra,
-                                                    double timeout_s) {
+                                                    double timeout_s, const std::string& keep_log) {
     auto s = std::unique_ptr<ServerChild>(new ServerChild());
     std::string bin = server_bin;
     if (bin.empty()) {
@@ -107,10 +107,20 @@ class ServerChild {
     if (!FindFlag(extra, "--host", nullptr)) args.insert(args.end(), {"--host", "127.0.0.1"});
     args.insert(args.end(), extra.begin(), extra.end());
     s->args_ = Join(std::vector<std::string>(args.begin() + 1, args.end()));
-    char log_path[] = "/tmp/kvtier-bench-serve-XXXXXX.log";
-    const int log_fd = mkstemps(log_path, 4);
-    if (log_fd < 0) return Status::IOError("cannot create a log file in /tmp");
-    s->log_path_ = log_path;
+    int log_fd = -1;
+    if (!keep_log.empty()) {
+      log_fd = open(keep_log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (log_fd < 0) {
+        return Status::IOError("--server-log: cannot open " + keep_log + " for appending");
+      }
+      s->log_path_ = keep_log;
+      s->keep_log_ = true;
+    } else {
+      char log_path[] = "/tmp/kvtier-bench-serve-XXXXXX.log";
+      log_fd = mkstemps(log_path, 4);
+      if (log_fd < 0) return Status::IOError("cannot create a log file in /tmp");
+      s->log_path_ = log_path;
+    }
     int out[2];
     if (pipe2(out, O_CLOEXEC) != 0) {
       close(log_fd);
@@ -182,7 +192,7 @@ class ServerChild {
       }
     }
     if (out_fd_ >= 0) close(out_fd_);
-    if (!log_path_.empty()) std::remove(log_path_.c_str());  // errors carry its tail
+    if (!log_path_.empty() && !keep_log_) std::remove(log_path_.c_str());  // errors carry its tail
   }
 
   const std::string& url() const { return url_; }
@@ -241,6 +251,7 @@ class ServerChild {
 
   pid_t pid_ = -1;
   int out_fd_ = -1;
+  bool keep_log_ = false;  // --server-log: the user's file, kept
   std::string log_path_, url_, model_id_, args_;
 };
 
@@ -504,7 +515,8 @@ Result<BenchServeReport> RunBenchServe(const BenchServeConfig& c,
         if (seqs > 8 && !FindFlag(args, "--max-num-seqs", nullptr)) {
           args.insert(args.end(), {"--max-num-seqs", std::to_string(seqs)});
         }
-        KVTIER_ASSIGN_OR_RETURN(child, ServerChild::Start(c.server_bin, args, c.timeout_s));
+        KVTIER_ASSIGN_OR_RETURN(child,
+                                ServerChild::Start(c.server_bin, args, c.timeout_s, c.server_log));
         KVTIER_ASSIGN_OR_RETURN(const bench_serve::ParsedUrl u,
                                 bench_serve::ParseUrl(child->url()));
         ep.origin = u.origin;

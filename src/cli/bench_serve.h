@@ -76,6 +76,7 @@ struct BenchServeConfig {
   std::string server_bin;                // --server-bin: the kvtier serving (default: beside us)
   std::string kv_types;                  // --kv-type "f16,q4_0": the child's --kv-type per run
   std::string plots_dir;                 // --plots
+  std::string server_log;                // --server-log: keep the child's stderr there (appended)
   double timeout_s = 600;                // per request (and for the child to start)
   double metrics_interval_s = 0.5;
   uint64_t seed = 0;           // random text only

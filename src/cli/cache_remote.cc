@@ -33,6 +33,9 @@ Status RunRemoteCacheCommand(const CacheCommand& c, std::ostream& out) {
       j["bytes"] = s.bytes;
       j["good"] = s.good;
       j["bad"] = s.bad;
+      j["state_bytes"] = s.state_bytes;
+      j["state_good"] = s.state_good;
+      j["state_bad"] = s.state_bad;
     }
     j["namespaces"] = nlohmann::json::array();
     for (const auto& [ns, blocks] : s.namespaces) {
@@ -49,7 +52,12 @@ Status RunRemoteCacheCommand(const CacheCommand& c, std::ostream& out) {
     out << c.remote << ": " << s.blocks << " blocks on " << s.masters.size()
         << (s.masters.size() == 1 ? " Redis" : " masters");
     if (verify) out << "; " << s.good << " verified, " << s.bad << " failed (removed)";
-    if (s.states > 0) out << "; " << s.states << " state snapshots";
+    if (s.states > 0) {
+      out << "; " << s.states << " state snapshots";
+      if (verify) {
+        out << " (" << s.state_good << " verified, " << s.state_bad << " failed, removed)";
+      }
+    }
     if (s.other_keys > 0) out << "; " << s.other_keys << " keys of other format versions";
     out << "\n";
     for (const auto& [ns, blocks] : s.namespaces) {
@@ -58,9 +66,10 @@ Status RunRemoteCacheCommand(const CacheCommand& c, std::ostream& out) {
           << "-token blocks: " << blocks << "\n";
     }
   }
-  if (verify && s.bad > 0) {
-    return Status::Corruption(std::to_string(s.bad) + " remote blocks failed verification and " +
-                              "were removed");
+  if (verify && (s.bad > 0 || s.state_bad > 0)) {
+    return Status::Corruption(std::to_string(s.bad) + " remote blocks and " +
+                              std::to_string(s.state_bad) +
+                              " state snapshots failed verification and were removed");
   }
   return Status::OK();
 }

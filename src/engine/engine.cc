@@ -5,7 +5,9 @@
 #include "kvtier/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -30,6 +32,45 @@ std::string_view FinishReasonName(FinishReason r) {
 
 namespace {
 
+using Clock = std::chrono::steady_clock;
+
+// Recurrent models: a prompt that resumes from a snapshot and computes at most this many
+// tokens is not cut at its last token but one (docs/prefix-cache.md, "Snapshot points").
+constexpr size_t kShortTailTokens = 64;
+
+double MsSince(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+std::string Ms(double ms) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.2f", ms);
+  return b;
+}
+
+// Where a request's time to first token went (the `ttft` log line).
+struct FirstTokenTimes {
+  Clock::time_point submitted = Clock::now();
+  double queue_ms = 0;    // submitted -> admitted
+  double fetch_ms = 0;    // PrefixCache::Fetch (match, tiers, conversion, snapshot lookup)
+  double load_ms = 0;     // the snapshot loaded into the row's state
+  double forward_ms = 0;  // forward steps the row was in (shared with the batch's other rows)
+  double store_ms = 0;    // the prompt snapshot at the cut (before the first token)
+  uint32_t steps = 0;
+  std::string step_ms;    // each step's forward ms / tokens, "+"-separated
+  uint32_t computed = 0;  // tokens the row computed
+  bool logged = false;
+};
+
+// " ms=... tier_chain_ms=..." of a fetch (cache_fetch lines).
+std::string FetchTimes(const PrefixFetchResult& f, double ms) {
+  const PrefixFetchResult::Times& t = f.times;
+  auto m = [](uint32_t us) { return Ms(us / 1000.0); };
+  return " ms=" + Ms(ms) + " tier_chain_ms=" + m(t.tier_chain_us) + " match_ms=" + m(t.match_us) +
+         " convert_ms=" + m(t.convert_us) + " state_ms=" + m(t.state_us) +
+         " state_tier_ms=" + m(t.state_tier_us) + " state_widen_ms=" + m(t.state_widen_us);
+}
+
 struct Req {
   Req(uint64_t i, EngineRequest r, EngineCallback c)
       : id(i), req(std::move(r)), cb(std::move(c)), sampler(req.sampling), all(req.prompt) {}
@@ -45,6 +86,10 @@ struct Req {
   SequenceCache seq;            // K/V of all[0, seq.size())
   HybridSeqState state;         // recurrent models: the state after all[0, seq.size())
   bool prompt_state_stored = false;
+  // Recurrent models: the prefill stops at the prompt's last token but one for its snapshot
+  // (set at each admission; see NextChunk).
+  bool cut_prompt = false;
+  FirstTokenTimes ft;
 };
 
 }  // namespace
@@ -107,9 +152,11 @@ bool Engine::Impl::Emit(Req& r, int32_t token, FinishReason finish, Status error
 }
 
 void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* what, bool give) {
+  const Clock::time_point t0 = Clock::now();
   Result<PrefixStoreResult> s =
       give ? opt.prefix_cache->Store(model.fingerprint(), tokens, std::move(r.seq))
            : opt.prefix_cache->Store(model.fingerprint(), tokens, r.seq);
+  const double ms = MsSince(t0);
   if (!opt.log) return;
   if (!s.ok()) {
     Log("cache_store id=" + std::to_string(r.id) + " what=" + what +
@@ -128,7 +175,8 @@ void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* wh
       (s->written_through_blocks > 0
            ? " written_through=" + std::to_string(s->written_through_blocks) +
                  (s->lower_tier_only ? " lower_tier_only" : "")
-           : ""));
+           : "") +
+      " ms=" + Ms(ms));
 }
 
 void Engine::Impl::StoreState(Req& r, const char* what) {
@@ -136,12 +184,15 @@ void Engine::Impl::StoreState(Req& r, const char* what) {
       r.state.n_past != r.seq.size()) {
     return;
   }
+  const Clock::time_point t0 = Clock::now();
   auto snap = std::make_shared<const StateSnapshot>(model.SaveState(r.state));
+  const double save_ms = MsSince(t0);
   const Status s = opt.prefix_cache->StoreState(
       model.fingerprint(), std::span<const int32_t>(r.all).first(r.state.n_past), snap);
   Log("cache_store_state id=" + std::to_string(r.id) + " what=" + what +
       " position=" + std::to_string(r.state.n_past) +
-      (s.ok() ? " bytes=" + std::to_string(snap->bytes()) : " FAILED: " + s.message()));
+      (s.ok() ? " bytes=" + std::to_string(snap->bytes()) : " FAILED: " + s.message()) +
+      " save_ms=" + Ms(save_ms) + " ms=" + Ms(MsSince(t0)));
 }
 
 void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error) {
@@ -164,11 +215,15 @@ void Engine::Impl::Finish(std::unique_ptr<Req> r, FinishReason why, Status error
 void Engine::Impl::Admit(Req& r) {
   r.seq = SequenceCache(opt.pool);
   r.state = HybridSeqState();
+  if (!r.admitted_before) r.ft.queue_ms = MsSince(r.ft.submitted);
   if (opt.prefix_cache != nullptr) {
     PrefixFetchOptions fo;
     fo.recurrent_state = recurrent;
+    const Clock::time_point t0 = Clock::now();
     Result<PrefixFetchResult> f =
         opt.prefix_cache->Fetch(model.fingerprint(), r.all, opt.pool, fo);
+    if (!r.admitted_before) r.ft.fetch_ms = MsSince(t0);
+    const Clock::time_point t1 = Clock::now();
     if (f.ok() && recurrent && f->state != nullptr) {
       Result<HybridSeqState> st = model.LoadState(*f->state);
       if (st.ok()) {
@@ -180,6 +235,7 @@ void Engine::Impl::Admit(Req& r) {
         f->reused_tokens = 0;
       }
     }
+    if (!r.admitted_before) r.ft.load_ms = MsSince(t1);
     if (f.ok()) {
       if (opt.log) {
         const uint32_t reused = f->reused_tokens;
@@ -194,7 +250,8 @@ void Engine::Impl::Admit(Req& r) {
             (r.admitted_before ? " resumed" : "") +
             (recurrent ? " state=" + std::to_string(f->state ? f->state->position : 0) +
                              " state_trimmed=" + std::to_string(f->state_trimmed_tokens)
-                       : ""));
+                       : "") +
+            FetchTimes(*f, MsSince(t0)));
       }
       r.seq = std::move(f->sequence);
       // Sliding-window models: resume where the window rows are present (docs/prefix-cache.md).
@@ -209,6 +266,13 @@ void Engine::Impl::Admit(Req& r) {
   }
   // The prompt's end is stored as an entry: its window rows stay a resume point.
   r.seq.KeepWindowRowsAt(static_cast<uint32_t>(r.req.prompt.size()));
+  // Recurrent models: a cold prompt, or one that computes more than kShortTailTokens from its
+  // snapshot, stops its prefill at its last token but one for the prompt's snapshot (an exact
+  // repeat then computes one token). A short tail after a snapshot is computed in one step:
+  // the cut would cost a second pass over the weights before the first token; its snapshot
+  // is taken at the prompt's end instead, after the first token is sent.
+  const size_t at = r.seq.size();
+  r.cut_prompt = snapshots && (at == 0 || at + kShortTailTokens < r.req.prompt.size());
   if (!r.admitted_before) {
     r.cached = std::min<uint32_t>(r.seq.size(), static_cast<uint32_t>(r.req.prompt.size()));
     r.admitted_before = true;
@@ -262,14 +326,14 @@ bool Engine::Impl::Reserve(size_t i, uint32_t n) {
 namespace {
 
 // Tokens row r computes next: its next prompt chunk (at most `step`), or its last sampled
-// token. With `snapshots` (a recurrent model and a prefix cache) the chunk stops at the
-// prompt's last token but one, where the row's state is snapshotted, so a request with this
-// prompt resumes there and computes one token.
-uint32_t NextChunk(const Req& r, uint32_t step, bool snapshots) {
+// token. With `cut_prompt` (a recurrent model with a prefix cache, and a cold or long prompt)
+// the chunk stops at the prompt's last token but one, where the row's state is snapshotted,
+// so a request with this prompt resumes there and computes one token.
+uint32_t NextChunk(const Req& r, uint32_t step) {
   const uint32_t done = r.seq.size();
   uint32_t n = std::min<uint32_t>(static_cast<uint32_t>(r.all.size()) - done, step);
   const uint32_t cut = static_cast<uint32_t>(r.req.prompt.size()) - 1;
-  if (snapshots && !r.prompt_state_stored && done < cut && done + n > cut) n = cut - done;
+  if (r.cut_prompt && !r.prompt_state_stored && done < cut && done + n > cut) n = cut - done;
   return n;
 }
 
@@ -281,7 +345,7 @@ void Engine::Impl::Step() {
   for (size_t i = 0; i < running.size();) {
     Req& r = *running[i];
     const uint32_t done = r.seq.size();
-    const uint32_t n = NextChunk(r, opt.prefill_step, snapshots);
+    const uint32_t n = NextChunk(r, opt.prefill_step);
     if (!Reserve(i, n)) {
       std::unique_ptr<Req> failed = std::move(running[i]);
       running.erase(running.begin() + static_cast<long>(i));
@@ -301,7 +365,7 @@ void Engine::Impl::Step() {
   std::vector<HybridSeqState*> states;  // recurrent models: row i's state
   for (auto& r : running) {
     const uint32_t done = r->seq.size();
-    const uint32_t n = NextChunk(*r, opt.prefill_step, snapshots);
+    const uint32_t n = NextChunk(*r, opt.prefill_step);
     tokens.emplace_back(r->all.data() + done, n);
     seqs.push_back(std::move(r->seq));
     if (recurrent) states.push_back(&r->state);
@@ -310,7 +374,18 @@ void Engine::Impl::Step() {
   logits.resize(running.size() * V);
   Result<BatchCache> batch = BatchCache::Merge(std::move(seqs));
   Status s = batch.status();
+  const Clock::time_point t_forward = Clock::now();
   if (s.ok()) s = model.Forward(*batch, tokens, false, logits.data(), &threads, states);
+  const double forward_ms = MsSince(t_forward);
+  for (size_t i = 0; i < running.size(); ++i) {
+    FirstTokenTimes& ft = running[i]->ft;
+    if (running[i]->generated > 0) continue;
+    ft.forward_ms += forward_ms;
+    ft.step_ms +=
+        (ft.steps > 0 ? "+" : "") + Ms(forward_ms) + "/" + std::to_string(tokens[i].size());
+    ++ft.steps;
+    ft.computed += static_cast<uint32_t>(tokens[i].size());
+  }
   if (batch.ok()) {
     for (auto& r : running) {
       Result<SequenceCache> back = batch->Take(0);
@@ -337,7 +412,9 @@ void Engine::Impl::Step() {
     const bool prompt_part = r->seq.size() <= r->req.prompt.size();
     if (recurrent && !r->prompt_state_stored && r->req.prompt.size() >= 2 &&
         r->seq.size() + 1 == r->req.prompt.size()) {
+      const Clock::time_point t0 = Clock::now();
       StoreState(*r, "prompt");
+      if (r->generated == 0) r->ft.store_ms += MsSince(t0);
       r->prompt_state_stored = true;
     }
     if (r->seq.size() < r->all.size()) {  // more prompt to go
@@ -350,13 +427,21 @@ void Engine::Impl::Step() {
       std::lock_guard<std::mutex> lock(mu);
       stats.computed_prompt_tokens += computed;
     }
-    if (!r->prompt_stored && opt.prefix_cache != nullptr) {
-      Store(*r, r->req.prompt, "prompt", false);
-      r->prompt_stored = true;
-    }
+    const Clock::time_point t_sample = Clock::now();
     std::span<float> row(logits.data() + i * V, V);
     if (r->req.constraint) r->req.constraint->Mask(row);
     const int32_t token = r->sampler.Sample(row);
+    if (r->generated == 0 && !r->ft.logged && opt.log) {
+      // Where the time to the first token went (docs/results/model.md, seed 004's test).
+      const FirstTokenTimes& ft = r->ft;
+      r->ft.logged = true;
+      Log("ttft id=" + std::to_string(r->id) + " ms=" + Ms(MsSince(ft.submitted)) +
+          " queue_ms=" + Ms(ft.queue_ms) + " fetch_ms=" + Ms(ft.fetch_ms) +
+          " state_load_ms=" + Ms(ft.load_ms) + " forward_ms=" + Ms(ft.forward_ms) +
+          " steps=" + std::to_string(ft.steps) + " (" + ft.step_ms +
+          ") computed=" + std::to_string(ft.computed) + " cached=" + std::to_string(r->cached) +
+          " store_ms=" + Ms(ft.store_ms) + " sample_ms=" + Ms(MsSince(t_sample)));
+    }
     const bool complete = r->req.constraint && r->req.constraint->Accept(token);
     r->all.push_back(token);
     ++r->generated;
@@ -365,6 +450,18 @@ void Engine::Impl::Step() {
       ++stats.generated_tokens;
     }
     const bool wanted = Emit(*r, token, FinishReason::kNone);
+    if (!r->prompt_stored && opt.prefix_cache != nullptr) {
+      // After the first token is sent: the stores are off its path. A prompt computed from a
+      // snapshot in one step (no cut) has its snapshot at the prompt's end, unless it resumed
+      // at the last token but one (an exact hit: that snapshot serves).
+      if (snapshots && !r->prompt_state_stored && r->cached + 1 < r->req.prompt.size() &&
+          r->state.n_past == r->req.prompt.size()) {
+        StoreState(*r, "prompt_end");
+      }
+      r->prompt_state_stored = true;
+      Store(*r, r->req.prompt, "prompt", false);
+      r->prompt_stored = true;
+    }
     FinishReason why = FinishReason::kNone;
     if (std::find(r->req.stop_tokens.begin(), r->req.stop_tokens.end(), token) !=
         r->req.stop_tokens.end() || complete) {

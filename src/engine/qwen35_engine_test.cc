@@ -1,9 +1,10 @@
 // qwen35 (hybrid Gated DeltaNet) through the engine and every cache tier: greedy tokens equal
 // a run without any cache (each request alone) for a cold request, an exact RAM hit, a
-// continued conversation (resumes from the conversation's snapshot), a prefix hit that falls
-// between two snapshots (resumes from the earlier one, recomputing the K/V after it), several
-// rows batched in one step, preempted rows, and an SSD hit after a restart; a corrupted
-// snapshot file is a counted miss with the right tokens.
+// continued conversation (resumes from the conversation's snapshot; its short tail in one
+// step, its snapshot at the prompt's end, where a later request leaving its reply resumes), a
+// prefix hit that falls between two snapshots (resumes from the earlier one, recomputing the
+// K/V after it), several rows batched in one step, preempted rows, and an SSD hit after a
+// restart; a corrupted snapshot file is a counted miss with the right tokens.
 #include <gtest/gtest.h>
 
 #include <condition_variable>
@@ -100,9 +101,30 @@ TEST(Qwen35Engine, RamHitsResumeFromTheLongestSnapshotAtOrBeforeTheMatch) {
   std::vector<int32_t> b = a;
   b.insert(b.end(), solo_a.begin(), solo_a.end() - 1);
   for (int32_t t : SaltedPrompt(9, 2)) b.push_back(t);
+  const uint64_t steps_before = engine->Stats().steps;
   const Outcome next_turn = Submit(*engine, b, kGen);
   EXPECT_EQ(next_turn.cached, a.size() + kGen - 1);
-  EXPECT_EQ(next_turn.tokens, Solo(b, kGen)) << "next turn";
+  const std::vector<int32_t> solo_b = Solo(b, kGen);
+  EXPECT_EQ(next_turn.tokens, solo_b) << "next turn";
+  // Its 9-token tail (<= kShortTailTokens) ran in chunks of prefill_step (7 + 2) with no cut
+  // at the prompt's last token but one (7 + 1 + 1), then kGen - 1 decode steps.
+  const size_t tail = b.size() - next_turn.cached;
+  ASSERT_EQ(tail, 9u);
+  EXPECT_EQ(engine->Stats().steps - steps_before, (tail + 6) / 7 + kGen - 1);
+  // Its snapshot is at the prompt's end: a request that leaves b's reply after 2 tokens
+  // resumes there (not at the conversation's 54).
+  std::vector<int32_t> d = b;
+  d.insert(d.end(), solo_b.begin(), solo_b.begin() + 2);
+  d.push_back((solo_b[2] + 1) % 256);
+  d.push_back(5);
+  const Outcome off_reply = Submit(*engine, d, kGen);
+  EXPECT_EQ(off_reply.cached, b.size()) << "b's snapshot at its prompt's end";
+  EXPECT_EQ(off_reply.tokens, Solo(d, kGen)) << "a hit that leaves b's reply";
+  // An exact repeat of b: no snapshot at b.size() - 1, so it resumes from the conversation's
+  // at 54 and computes the short tail again.
+  const Outcome repeat_b = Submit(*engine, b, kGen);
+  EXPECT_EQ(repeat_b.cached, a.size() + kGen - 1);
+  EXPECT_EQ(repeat_b.tokens, solo_b) << "exact repeat of a short-tail prompt";
 
   // K/V match 48 tokens (a + 5 generated), snapshots at 42 and 54: resumes from 42.
   std::vector<int32_t> c = a;

@@ -375,7 +375,10 @@ Result<PrefixFetchResult> PrefixCache::Impl::FetchBlocks(const ModelFingerprint&
   if (tokens.empty()) return Status::InvalidArgument("prefix cache fetch: no tokens");
   KVTIER_RETURN_IF_ERROR(CheckTokens("prefix cache fetch", tokens));
   Impl& m = *this;
+  using Clock = std::chrono::steady_clock;
+  PrefixFetchResult::Times times;
   if (m.opt.lower_tier) {
+    const Clock::time_point t0 = Clock::now();
     uint32_t ram;
     {
       std::lock_guard<std::mutex> lock(m.mu);
@@ -386,13 +389,22 @@ Result<PrefixFetchResult> PrefixCache::Impl::FetchBlocks(const ModelFingerprint&
       uint32_t matched = 0;
       bool end = false;
       m.Promote(model, tokens, pool, ram, &direct, &matched, &end);
+      times.tier_chain_us = prefix::MicrosSince(t0);
       if (direct.valid() && direct.size() > 0) {
-        return m.FetchDirect(tokens, pool, std::move(direct), matched, end);
+        Result<PrefixFetchResult> d = m.FetchDirect(tokens, pool, std::move(direct), matched, end);
+        if (d.ok()) {
+          d->times.tier_chain_us = times.tier_chain_us;
+          d->times.convert_us = prefix::MicrosSince(t0) - times.tier_chain_us;
+        }
+        return d;
       }
     }
+    times.tier_chain_us = prefix::MicrosSince(t0);
   }
   PrefixFetchResult r;
+  r.times = times;
   SequenceCache source;  // the cached blocks when they need converting
+  const Clock::time_point t_match = Clock::now();
   {
     std::lock_guard<std::mutex> lock(m.mu);
     ++m.stats.lookups;
@@ -438,6 +450,7 @@ Result<PrefixFetchResult> PrefixCache::Impl::FetchBlocks(const ModelFingerprint&
         SequenceCache s,
         SequenceCache::FromBlocks(best->pool, ids, reuse,
                                   in_place ? KvOwner::kActive : KvOwner::kPrefixCache));
+    r.times.match_us = prefix::MicrosSince(t_match);
     if (in_place) {
       r.sequence = std::move(s);
       return r;
@@ -446,7 +459,9 @@ Result<PrefixFetchResult> PrefixCache::Impl::FetchBlocks(const ModelFingerprint&
     ++m.stats.converted_fetches;
   }
   // Dequantize (or copy) outside the lock; `source` keeps the blocks alive meanwhile.
+  const Clock::time_point t_convert = Clock::now();
   KVTIER_ASSIGN_OR_RETURN(r.sequence, ConvertSequence(source, pool, KvOwner::kActive));
+  r.times.convert_us = prefix::MicrosSince(t_convert);
   r.converted = true;
   return r;
 }

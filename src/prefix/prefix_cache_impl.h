@@ -2,6 +2,7 @@
 // snapshots). Internal to src/prefix. `mu` guards everything but `opt` and `evict_cb`.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <utility>
@@ -12,6 +13,16 @@
 #include "prefix/state_index.h"
 
 namespace kvtier {
+
+namespace prefix {
+// Microseconds since t0, saturated (PrefixFetchResult::Times).
+inline uint32_t MicrosSince(std::chrono::steady_clock::time_point t0) {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  return us < 0 ? 0 : us > 0xffffffffll ? 0xffffffffu : static_cast<uint32_t>(us);
+}
+}  // namespace prefix
 
 using prefix::Match;
 using prefix::Namespace;

@@ -119,7 +119,9 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
   uint32_t best = 0;
   std::shared_ptr<const StateSnapshot> snap;
   bool from_tier = false;
+  using Clock = std::chrono::steady_clock;
   if (reused > 0) {
+    const Clock::time_point t0 = Clock::now();
     {
       std::lock_guard<std::mutex> lock(m.mu);
       const std::vector<uint32_t> pos = m.states.Positions(model, reused);
@@ -133,13 +135,17 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
         }
       }
     }
+    r.times.state_us = prefix::MicrosSince(t0);
     if (m.opt.lower_tier && best < reused) {
-      std::shared_ptr<const StateSnapshot> t = m.opt.lower_tier->FindState(model, tokens, reused);
+      const Clock::time_point t1 = Clock::now();
+      std::shared_ptr<const StateSnapshot> t =
+          m.opt.lower_tier->FindState(model, tokens, best, reused);
       if (t != nullptr && t->position > best && t->position <= reused) {
         snap = t;
         best = t->position;
         from_tier = true;
       }
+      r.times.state_tier_us = prefix::MicrosSince(t1);
     }
   }
   if (best < reused) {
@@ -148,9 +154,11 @@ Result<PrefixFetchResult> PrefixCache::Fetch(const ModelFingerprint& model,
     r.reused_tokens = best;
   }
   // The caller's copy in f32 (what a model reads); the cached one stays as it is.
+  const Clock::time_point t_widen = Clock::now();
   r.state = snap == nullptr || snap->type == StateType::kF32
                 ? snap
                 : std::make_shared<const StateSnapshot>(ConvertStateSnapshot(*snap, StateType::kF32));
+  r.times.state_widen_us = prefix::MicrosSince(t_widen);
   {
     std::lock_guard<std::mutex> lock(m.mu);
     ++m.stats.state_fetches;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include <mutex>
+#include <utility>
 
 #include "kvtier/prefix_cache.h"
 #include "prefix/prefix_test_util.h"
@@ -172,6 +173,43 @@ TEST(PrefixState, HeldSnapshotIsNotEvicted) {
   ASSERT_TRUE(g.ok());
   ASSERT_NE(g->state, nullptr);
   EXPECT_EQ(g->state->position, 20u) << "the held snapshot is still there";
+  EXPECT_TRUE(cache->CheckInvariants().ok());
+}
+
+// The lower tier is asked only for snapshots longer than RAM's (seed 004's round 2 hit
+// between two snapshots read the SSD's copy of RAM's own snapshot, 6.7 MB, for nothing), and
+// one it has that is longer wins.
+TEST(PrefixState, LowerTierAskedOnlyAboveTheRamSnapshot) {
+  auto pool = MakePool(kShape, Format::F16(), Format::F16(), kBt, 64ull << 20);
+  auto tier = std::make_shared<testing::StateOnlyTier>();
+  PrefixCacheOptions po;
+  po.memory_budget_bytes = 16ull << 20;
+  po.lower_tier = tier;
+  po.write_policy = CacheWritePolicy::kWriteThrough;  // the tier holds RAM's snapshot too
+  auto cache = PrefixCache::Create(po).value();
+  const std::vector<int32_t> t = Range(1, 60);
+  const std::span<const int32_t> ts(t);
+  ASSERT_TRUE(cache->Store(kModelA, t, SeqOf(pool, t)).ok());
+  ASSERT_TRUE(cache->StoreState(kModelA, ts.first(20), Snap(20)).ok());
+  {
+    std::lock_guard<std::mutex> lock(tier->mu);
+    ASSERT_EQ(tier->kept.count(20), 1u) << "written through";
+  }
+  auto f = cache->Fetch(kModelA, t, pool, Recurrent());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->reused_tokens, 20u);
+  {
+    std::lock_guard<std::mutex> lock(tier->mu);
+    ASSERT_EQ(tier->asked.size(), 1u);
+    EXPECT_EQ(tier->asked[0], std::make_pair(20u, 59u)) << "only positions in (20, 59]";
+  }
+  EXPECT_EQ(cache->Stats().state_tier_hits, 0u);
+  // A longer one only the tier has: found and used.
+  tier->SpillState(kModelA, StateSnapshotKey(kModelA, ts.first(45)), Snap(45));
+  f = cache->Fetch(kModelA, t, pool, Recurrent());
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->reused_tokens, 45u);
+  EXPECT_EQ(cache->Stats().state_tier_hits, 1u);
   EXPECT_TRUE(cache->CheckInvariants().ok());
 }
 

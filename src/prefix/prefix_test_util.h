@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "base/test_random.h"
@@ -89,8 +90,9 @@ inline std::vector<int32_t> Concat(std::vector<int32_t> a, const std::vector<int
 }
 
 // A lower tier that keeps only state snapshots, by position (a later one at the same
-// position replaces the earlier); FindState: the longest at or before both the limit and the
-// token count. Blocks: none kept, none found. Thread-safe (lock mu to read `kept`).
+// position replaces the earlier); FindState: the longest above min_position and at or
+// before both the limit and the token count (each call's limits kept in `asked`). Blocks:
+// none kept, none found. Thread-safe (lock mu to read `kept` and `asked`).
 class StateOnlyTier : public LowerTier {
  public:
   void Spill(const EvictedBlock&) override {}
@@ -108,9 +110,12 @@ class StateOnlyTier : public LowerTier {
   }
   std::shared_ptr<const StateSnapshot> FindState(const ModelFingerprint&,
                                                  std::span<const int32_t> tokens,
+                                                 uint32_t min_position,
                                                  uint32_t max_position) override {
     std::lock_guard<std::mutex> lock(mu);
+    asked.emplace_back(min_position, max_position);
     for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+      if (it->first <= min_position) break;
       if (it->first <= max_position && it->first <= tokens.size()) return it->second;
     }
     return nullptr;
@@ -118,6 +123,7 @@ class StateOnlyTier : public LowerTier {
 
   std::mutex mu;
   std::map<uint32_t, std::shared_ptr<const StateSnapshot>> kept;  // by position
+  std::vector<std::pair<uint32_t, uint32_t>> asked;  // FindState's (min, max) positions
 };
 
 }  // namespace kvtier::testing

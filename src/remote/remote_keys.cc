@@ -97,6 +97,13 @@ bool ParseBlockRedisKey(std::string_view name, BlockKey* ns, BlockKey* block) {
   return ParseHex128(name.substr(0, 32), ns) && ParseHex128(name.substr(33), block);
 }
 
+bool ParseStateRedisKey(std::string_view name, BlockKey* key) {
+  const std::string prefix = KeyPrefix() + "st:";
+  if (name.substr(0, prefix.size()) != prefix) return false;
+  name.remove_prefix(prefix.size());
+  return name.size() == 32 && ParseHex128(name, key);
+}
+
 std::vector<std::string_view> ArrayStrings(const RedisResult& r) {
   std::vector<std::string_view> out;
   if (r.reply == nullptr || r.reply->type != REDIS_REPLY_ARRAY) return out;

@@ -25,6 +25,9 @@ std::string NamespaceMember(const TierNamespace& ns);
 Result<TierNamespace> ParseNamespaceMember(std::string_view member);
 // A block key's namespace and block from its name; false for any other key.
 bool ParseBlockRedisKey(std::string_view name, BlockKey* ns, BlockKey* block);
+// A state snapshot key's snapshot key from its name ("kvt:1:st:<32 hex>"); false for any
+// other key.
+bool ParseStateRedisKey(std::string_view name, BlockKey* key);
 // The string elements of an array reply.
 std::vector<std::string_view> ArrayStrings(const RedisResult& r);
 // SCAN's reply [cursor, [keys...]]: the cursor ("" if malformed) and the keys.

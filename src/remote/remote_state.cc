@@ -188,10 +188,12 @@ std::vector<uint32_t> StateBlobs::Positions(const ModelFingerprint& model) {
 
 std::shared_ptr<const StateSnapshot> StateBlobs::Find(const ModelFingerprint& model,
                                                       std::span<const int32_t> tokens,
+                                                      uint32_t min_position,
                                                       uint32_t max_position) {
   max_position = std::min<uint32_t>(max_position, static_cast<uint32_t>(tokens.size()));
   std::vector<uint32_t> pos = Positions(model);
   pos.erase(std::upper_bound(pos.begin(), pos.end(), max_position), pos.end());
+  pos.erase(pos.begin(), std::upper_bound(pos.begin(), pos.end(), min_position));
   if (pos.size() > kCandidates) pos.erase(pos.begin(), pos.end() - kCandidates);
   if (pos.empty()) return nullptr;
   {

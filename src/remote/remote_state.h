@@ -53,11 +53,11 @@ class StateBlobs {
 
   void Spill(const ModelFingerprint& model, const BlockKey& key,
              std::shared_ptr<const StateSnapshot> snapshot);
-  // The longest verified snapshot of `model` after tokens[0, p), p <= max_position; null
-  // when none.
+  // The longest verified snapshot of `model` after tokens[0, p), min_position < p <=
+  // max_position; null when none.
   std::shared_ptr<const StateSnapshot> Find(const ModelFingerprint& model,
                                             std::span<const int32_t> tokens,
-                                            uint32_t max_position);
+                                            uint32_t min_position, uint32_t max_position);
   void Flush();  // waits until everything queued so far is written or failed
   void Forget();  // after a Clear: nothing is known written, no positions cached
   // Adds the state_* counters to *s.

@@ -19,6 +19,7 @@
 #include "remote/remote_keys.h"
 #include "remote/remote_state.h"
 #include "tier/block_file.h"
+#include "tier/state_store.h"
 
 namespace kvtier {
 
@@ -305,8 +306,9 @@ void RemoteTier::SpillState(const ModelFingerprint& model, const BlockKey& key,
 
 std::shared_ptr<const StateSnapshot> RemoteTier::FindState(const ModelFingerprint& model,
                                                            std::span<const int32_t> tokens,
+                                                           uint32_t min_position,
                                                            uint32_t max_position) {
-  return impl_->states->Find(model, tokens, max_position);
+  return impl_->states->Find(model, tokens, min_position, max_position);
 }
 
 void RemoteTier::Flush() {
@@ -642,6 +644,36 @@ Status ScanNode(RedisClient& c, const std::string& node, const std::string& patt
   return Status::OK();
 }
 
+// `kvtier cache verify --remote`: every snapshot value read back (one GET each: a snapshot
+// is megabytes) and verified (tier::VerifyStateRecord); a bad one is deleted and counted, one
+// of another format version is left alone, one gone meanwhile is skipped.
+Status VerifyStates(RedisClient& c, const std::vector<std::string>& keys, RemoteScan* out) {
+  for (const std::string& k : keys) {
+    BlockKey key;
+    const bool named = remote::ParseStateRedisKey(k, &key);
+    std::vector<RedisResult> r = c.Run({{{"GET", k}}});
+    if (!r[0].status.ok()) return r[0].status;
+    if (r[0].is_nil()) continue;
+    if (r[0].is_error()) return Status::IOError("redis GET " + k + ": " + std::string(r[0].str()));
+    const std::string_view v = r[0].str();
+    out->state_bytes += v.size();
+    Status s = Status::Corruption("redis " + k + ": not a snapshot key name");
+    if (named) {
+      s = tier::VerifyStateRecord(
+              std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size()),
+              key, "redis " + k)
+              .status();
+    }
+    if (s.ok()) {
+      ++out->state_good;
+    } else if (s.code() != StatusCode::kUnimplemented) {  // another version: left alone
+      ++out->state_bad;
+      c.Run({{{"DEL", k}}});
+    }
+  }
+  return Status::OK();
+}
+
 }  // namespace
 
 Result<RemoteScan> RemoteTier::Scan(bool verify) {
@@ -655,7 +687,7 @@ Result<RemoteScan> RemoteTier::Scan(bool verify) {
   const std::string prefix = remote::KeyPrefix();
   std::map<std::string, uint64_t> per_ns;  // namespace hex -> blocks
   std::vector<std::pair<BlockKey, BlockKey>> blocks;
-  std::vector<std::string> sets;
+  std::vector<std::string> sets, states;
   for (const std::string& k : keys) {
     BlockKey ns, b;
     if (remote::ParseBlockRedisKey(k, &ns, &b)) {
@@ -666,6 +698,7 @@ Result<RemoteScan> RemoteTier::Scan(bool verify) {
       sets.push_back(k);
     } else if (k.compare(0, prefix.size() + 3, prefix + "st:") == 0) {
       ++out.states;
+      states.push_back(k);
     } else if (k.compare(0, prefix.size() + 6, prefix + "stpos:") == 0) {
       // a state positions set (counted with its snapshots)
     } else {
@@ -682,6 +715,7 @@ Result<RemoteScan> RemoteTier::Scan(bool verify) {
   }
   for (const auto& [hex, ns] : known) out.namespaces.emplace_back(ns, per_ns[hex]);
   if (!verify) return out;
+  KVTIER_RETURN_IF_ERROR(VerifyStates(*m.client, states, &out));
   // Read every value back into a one-block pool of its namespace and check it.
   std::map<std::string, std::shared_ptr<BlockPool>> pools;
   for (size_t at = 0; at < blocks.size(); at += m.opt.batch_blocks) {

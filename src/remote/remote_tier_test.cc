@@ -401,13 +401,20 @@ TEST(TierStack, StateSnapshotsGoToEveryTierAndTheLongestComesBack) {
   EXPECT_EQ(a->kept.size(), 1u);
   EXPECT_EQ(b->kept.size(), 1u);
   b->kept[30] = snap(30);  // only the second tier has the longer one
-  auto found = stack.FindState(ModelFingerprint{1, 2}, t, 40);
+  auto found = stack.FindState(ModelFingerprint{1, 2}, t, 0, 40);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 30u);
-  found = stack.FindState(ModelFingerprint{1, 2}, t, 20);
+  found = stack.FindState(ModelFingerprint{1, 2}, t, 0, 20);
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->position, 10u);
-  EXPECT_EQ(stack.FindState(ModelFingerprint{1, 2}, t, 5), nullptr);
+  EXPECT_EQ(stack.FindState(ModelFingerprint{1, 2}, t, 0, 5), nullptr);
+  // Above the caller's position only: the second tier's 30 is above 10, the first's 10 is not.
+  EXPECT_EQ(stack.FindState(ModelFingerprint{1, 2}, t, 10, 20), nullptr);
+  found = stack.FindState(ModelFingerprint{1, 2}, t, 10, 40);
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->position, 30u);
+  EXPECT_EQ(a->asked.back(), std::make_pair(10u, 40u));
+  EXPECT_EQ(b->asked.back(), std::make_pair(10u, 40u));
 }
 
 }  // namespace

@@ -51,11 +51,14 @@ void TierStack::SpillState(const ModelFingerprint& model, const BlockKey& key,
 
 std::shared_ptr<const StateSnapshot> TierStack::FindState(const ModelFingerprint& model,
                                                           std::span<const int32_t> tokens,
+                                                          uint32_t min_position,
                                                           uint32_t max_position) {
   std::shared_ptr<const StateSnapshot> best;
   for (const auto& t : impl_->tiers) {
-    std::shared_ptr<const StateSnapshot> s = t->FindState(model, tokens, max_position);
-    if (s != nullptr && (best == nullptr || s->position > best->position)) best = std::move(s);
+    // A later tier is asked only for snapshots longer than the best so far.
+    const uint32_t above = best != nullptr ? best->position : min_position;
+    std::shared_ptr<const StateSnapshot> s = t->FindState(model, tokens, above, max_position);
+    if (s != nullptr && s->position > above) best = std::move(s);
     if (best != nullptr && best->position == max_position) break;
   }
   return best;

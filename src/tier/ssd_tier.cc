@@ -381,8 +381,9 @@ void SsdTier::SpillState(const ModelFingerprint& model, const BlockKey& key,
 
 std::shared_ptr<const StateSnapshot> SsdTier::FindState(const ModelFingerprint& model,
                                                         std::span<const int32_t> tokens,
+                                                        uint32_t min_position,
                                                         uint32_t max_position) {
-  return impl_->states->Find(model, tokens, max_position);
+  return impl_->states->Find(model, tokens, min_position, max_position);
 }
 
 SsdTier::~SsdTier() {

@@ -89,6 +89,17 @@ Result<StateSnapshot> DecodeStateRecord(std::span<const uint8_t> b, const BlockK
   return d;
 }
 
+Result<StateSnapshot> VerifyStateRecord(std::span<const uint8_t> b, const BlockKey& key,
+                                        const std::string& name) {
+  if (b.size() < kStateFileHeaderBytes) {
+    return Status::Corruption(name + ": state record size: expected at least " +
+                              std::to_string(kStateFileHeaderBytes) + " bytes, got " +
+                              std::to_string(b.size()));
+  }
+  KVTIER_ASSIGN_OR_RETURN(const Header h, ParseHeader(b.data(), name));
+  return DecodeStateRecord(b, key, h.model, h.position, name);
+}
+
 std::string StateStore::PathOf(const BlockKey& key) const {
   return dir_ + "/" + key.ToHex() + kSuffix;
 }
@@ -289,6 +300,7 @@ void StateStore::Quarantine(const BlockKey& key, const std::string& why) {
 
 std::shared_ptr<const StateSnapshot> StateStore::Find(const ModelFingerprint& model,
                                                       std::span<const int32_t> tokens,
+                                                      uint32_t min_position,
                                                       uint32_t max_position) {
   std::vector<uint32_t> pos;
   {
@@ -297,7 +309,7 @@ std::shared_ptr<const StateSnapshot> StateStore::Find(const ModelFingerprint& mo
     if (it == positions_.end()) return nullptr;
     for (const auto& [p, count] : it->second) {
       if (p > max_position || p > tokens.size()) break;
-      pos.push_back(p);
+      if (p > min_position) pos.push_back(p);
     }
   }
   const std::vector<BlockKey> keys = StateSnapshotKeys(model, tokens, pos);

@@ -43,6 +43,11 @@ std::vector<uint8_t> EncodeStateRecord(const BlockKey& key, const ModelFingerpri
 Result<StateSnapshot> DecodeStateRecord(std::span<const uint8_t> record, const BlockKey& key,
                                         const ModelFingerprint& model, uint32_t position,
                                         const std::string& name);
+// Verifies a record whose model and position the caller does not know (`kvtier cache verify`):
+// the header (magic, CRC, version) must name `key`; the model and position it names are then
+// checked as DecodeStateRecord does. Same errors.
+Result<StateSnapshot> VerifyStateRecord(std::span<const uint8_t> record, const BlockKey& key,
+                                        const std::string& name);
 
 struct StateStoreStats {
   uint64_t states = 0;          // indexed
@@ -65,9 +70,10 @@ class StateStore {
 
   void Spill(const ModelFingerprint& model, const BlockKey& key,
              std::shared_ptr<const StateSnapshot> s);
+  // The longest verified snapshot after tokens[0, p), min_position < p <= max_position.
   std::shared_ptr<const StateSnapshot> Find(const ModelFingerprint& model,
                                             std::span<const int32_t> tokens,
-                                            uint32_t max_position);
+                                            uint32_t min_position, uint32_t max_position);
   void Flush();  // waits until everything queued is written or skipped
   Status Clear();  // removes every indexed state file (after a Flush)
   StateStoreStats Stats() const;

@@ -56,21 +56,24 @@ TEST(SsdStates, SurviveAReopenAndTheLongestAtOrBeforeComesBack) {
   mem->SimulateCrash(MemEnv::CrashMode::kDropUnsynced);  // only synced bytes survive
   auto tier = Open(mem.get());
   EXPECT_EQ(tier->Stats().states, 2u);
-  auto s = tier->FindState(kModel, t, 63);
+  auto s = tier->FindState(kModel, t, 0, 63);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->position, 40u);
   EXPECT_EQ(s->data, Snap(40)->data);
   EXPECT_EQ(s->sizes, Snap(40)->sizes);
-  s = tier->FindState(kModel, t, 39);
+  s = tier->FindState(kModel, t, 0, 39);
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->position, 20u);
-  EXPECT_EQ(tier->FindState(kModel, t, 19), nullptr);
+  EXPECT_EQ(tier->FindState(kModel, t, 0, 19), nullptr);
+  // Only above min_position: 20 is what the caller has, so nothing is read.
+  EXPECT_EQ(tier->FindState(kModel, t, 20, 39), nullptr);
+  EXPECT_EQ(tier->FindState(kModel, t, 20, 63)->position, 40u);
   // Other tokens or another model: nothing.
   std::vector<int32_t> other = t;
   other[5] = 1;
-  EXPECT_EQ(tier->FindState(kModel, other, 63), nullptr);
-  EXPECT_EQ(tier->FindState(ModelFingerprint{1, 1}, t, 63), nullptr);
-  EXPECT_EQ(tier->Stats().loaded_states, 2u);
+  EXPECT_EQ(tier->FindState(kModel, other, 0, 63), nullptr);
+  EXPECT_EQ(tier->FindState(ModelFingerprint{1, 1}, t, 0, 63), nullptr);
+  EXPECT_EQ(tier->Stats().loaded_states, 3u);
 }
 
 TEST(SsdStates, EveryFlippedByteIsACountedMissThatFallsBack) {
@@ -107,7 +110,7 @@ TEST(SsdStates, EveryFlippedByteIsACountedMissThatFallsBack) {
       ASSERT_TRUE(w->Close().ok());
     }
     auto tier = Open(mem.get());
-    auto s = tier->FindState(kModel, t, 63);
+    auto s = tier->FindState(kModel, t, 0, 63);
     ASSERT_NE(s, nullptr) << "byte " << at;
     EXPECT_EQ(s->position, 20u) << "byte " << at << ": the damaged one is never returned";
     const SsdTierStats st = tier->Stats();
@@ -123,19 +126,19 @@ TEST(SsdStates, CapEvictsLeastRecentlyUsedAndClearRemovesAll) {
   auto tier = Open(mem.get(), 4 * (3 * one + one / 2));  // states get a quarter: three fit
   for (uint32_t p = 10; p <= 30; p += 10) Spill(*tier, t, p, 1000);
   tier->Flush();
-  ASSERT_NE(tier->FindState(kModel, t, 10), nullptr);  // touch 10: 20 is now the oldest
+  ASSERT_NE(tier->FindState(kModel, t, 0, 10), nullptr);  // touch 10: 20 is now the oldest
   Spill(*tier, t, 40, 1000);
   tier->Flush();
   SsdTierStats s = tier->Stats();
   EXPECT_EQ(s.states, 3u);
   EXPECT_EQ(s.evicted_states, 1u);
   EXPECT_LE(s.state_bytes, 3 * one);
-  auto f = tier->FindState(kModel, t, 25);
+  auto f = tier->FindState(kModel, t, 0, 25);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->position, 10u) << "20 was evicted";
   ASSERT_TRUE(tier->Clear().ok());
   EXPECT_EQ(tier->Stats().states, 0u);
-  EXPECT_EQ(tier->FindState(kModel, t, 63), nullptr);
+  EXPECT_EQ(tier->FindState(kModel, t, 0, 63), nullptr);
   EXPECT_TRUE(mem->ListDir("/ssd/states").value().empty());
 }
 
