@@ -179,8 +179,15 @@ HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RE
   PackRotCodes<kBits>(codes, block + 2);
 }
 
+#if HWY_TARGET <= HWY_AVX3
+#include "quant/rot_simd_avx512-inl.h"
+#endif
+
 template <int kBits, DType kSrc>
 void QuantizeRot(const Format& f, const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
+#if HWY_TARGET <= HWY_AVX3
+  return rot512::QuantizeRot16<kBits, kSrc>(f, src, n_rows, head_dim, dst);
+#endif
   const DF df;
   const size_t N = hn::Lanes(df);
   RotSigns s;
