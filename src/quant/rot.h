@@ -175,11 +175,11 @@ struct RotCellTable {
   static constexpr float kHalf = static_cast<float>(kCells / 2);
   static constexpr double kSlack = 1e-5;  // t's rounding: under 2^-20 / kHalf in q
   int32_t first[kCells];                   // [kCells] midpoints below the cell
-  float mid[16];                           // [16] midpoints, +inf past the last
+  float mid[16];                           // [16] midpoints, NaN past the last (never <= q)
   constexpr RotCellTable() : first(), mid() {
     constexpr RotMids<kBits> kM;
     constexpr int kMids = (1 << kBits) - 1;
-    for (int t = 0; t < 16; ++t) mid[t] = t < kMids ? kM.m[t] : std::numeric_limits<float>::infinity();
+    for (int t = 0; t < 16; ++t) mid[t] = t < kMids ? kM.m[t] : std::numeric_limits<float>::quiet_NaN();
     for (int k = 0; k < kCells; ++k) {
       int n = 0;
       for (int t = 0; t < kMids; ++t) n += k > 0 && static_cast<double>(kM.m[t]) < Lo(k);
