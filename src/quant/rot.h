@@ -164,16 +164,17 @@ struct RotMids {
 };
 
 // The code search of the 16-lane quantizer (rot_simd_avx512-inl.h) without a compare per
-// midpoint: [-1, 1] cut into kCells equal cells (t = q * kHalf + kHalf, clamped to
-// [0, kCells - 1], truncated), each narrower than the gap between two midpoints, so a cell
-// (widened by kSlack for the rounding of t) holds at most one: the code is first[cell] (the
-// midpoints below the cell) plus (q >= mid[first]), the same count as RotCodes'. Cell 0 and
-// the last take everything below and above; NaN clamps to cell 0 and compares false (code 0).
+// midpoint: q clamped to [-1, 1] (vrangeps; NaN stays NaN), t = q * kA + kA in [0, kCells)
+// truncated is the cell (NaN: 0). kA is kCells / 2 a hair smaller, so q = 1 falls in the
+// last cell; each cell is narrower than the gap between two midpoints, so a cell (widened by
+// kSlack for the rounding of t) holds at most one: the code is first[cell] (the midpoints
+// below the cell) plus (q >= mid[first]) on the unclamped q, the same count as RotCodes'.
+// Cell 0 and the last take everything below and above; NaN compares false (code 0).
 template <int kBits>
 struct RotCellTable {
   static constexpr int kCells = kBits == 4 ? 32 : 16;
-  static constexpr float kHalf = static_cast<float>(kCells / 2);
-  static constexpr double kSlack = 1e-5;  // t's rounding: under 2^-20 / kHalf in q
+  static constexpr float kA = static_cast<float>(kCells / 2) - 1.0f / 1024;
+  static constexpr double kSlack = 1e-5;  // t's rounding: under 2^-20 / kA in q
   int32_t first[kCells];                   // [kCells] midpoints below the cell
   float mid[16];                           // [16] midpoints, NaN past the last (never <= q)
   constexpr RotCellTable() : first(), mid() {
@@ -186,11 +187,12 @@ struct RotCellTable {
       first[k] = n;
     }
   }
-  static constexpr double Lo(int k) { return k / static_cast<double>(kHalf) - 1.0 - kSlack; }
-  static constexpr double Hi(int k) { return (k + 1) / static_cast<double>(kHalf) - 1.0 + kSlack; }
+  static constexpr double Lo(int k) { return k / static_cast<double>(kA) - 1.0 - kSlack; }
+  static constexpr double Hi(int k) { return (k + 1) / static_cast<double>(kA) - 1.0 + kSlack; }
   // Whether every widened cell holds at most one midpoint.
   constexpr bool Valid() const {
     constexpr RotMids<kBits> kM;
+    if (2.0 * kA >= kCells) return false;
     for (int k = 0; k < kCells; ++k) {
       int n = 0;
       for (int t = 0; t + 1 < (1 << kBits); ++t) {
@@ -203,10 +205,9 @@ struct RotCellTable {
   }
   // The search on one value, as the vector code does it (a test checks it against RotCodes).
   int Code(float q) const {
-    float t = std::fma(q, kHalf, kHalf);
-    t = t > 0.0f ? t : 0.0f;  // maxps(t, 0): NaN -> 0
-    t = t < static_cast<float>(kCells - 1) ? t : static_cast<float>(kCells - 1);
-    const int32_t f = first[static_cast<int>(t)];
+    const float c = std::isnan(q) || std::fabs(q) <= 1.0f ? q : std::copysign(1.0f, q);
+    const float t = std::fma(c, kA, kA);
+    const int32_t f = first[std::isnan(t) ? 0 : static_cast<int>(t)];
     return f + (q >= mid[f]);
   }
 };

@@ -139,11 +139,10 @@ HWY_NOINLINE void LoadRotate(const void* src, size_t nr, size_t head_dim,
 template <int kBits>
 HWY_INLINE __m512i Codes(__m512 q, __m512i first_lo, __m512i first_hi, __m512 mids) {
   using T = RotCellTable<kBits>;
-  const __m512 h = _mm512_set1_ps(T::kHalf);
-  __m512 t = _mm512_fmadd_ps(q, h, h);
-  t = _mm512_max_ps(t, _mm512_setzero_ps());  // NaN -> 0 (maxps returns the second operand)
-  t = _mm512_min_ps(t, _mm512_set1_ps(static_cast<float>(T::kCells - 1)));
-  const __m512i cell = _mm512_cvttps_epi32(t);
+  const __m512 a = _mm512_set1_ps(T::kA);
+  // vrangeps 2: the smaller magnitude of q and 1, with q's sign (NaN stays NaN).
+  const __m512 t = _mm512_fmadd_ps(_mm512_range_ps(q, _mm512_set1_ps(1.0f), 2), a, a);
+  const __m512i cell = _mm512_cvttps_epi32(t);  // NaN: INT32_MIN, cell 0 (low bits)
   __m512i first;
   if constexpr (T::kCells == 32) {
     first = _mm512_permutex2var_epi32(first_lo, cell, first_hi);
@@ -211,6 +210,7 @@ HWY_NOINLINE void FitBlocks(const __m512* HWY_RESTRICT y, uint8_t* HWY_RESTRICT 
 
   __m512i c[kRotBlockValues];
   __m512 d = m;
+#pragma GCC unroll 2
   for (int pass = 0; pass < 2; ++pass) {
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), d);
     __m512 pxl[8], pll[8];
@@ -222,7 +222,7 @@ HWY_NOINLINE void FitBlocks(const __m512* HWY_RESTRICT y, uint8_t* HWY_RESTRICT 
       for (size_t t = 0; t < 4; ++t) {
         const __m512 v = y[at[t]];
         const __m512i code = Codes<kBits>(_mm512_mul_ps(v, inv), first_lo, first_hi, mids);
-        c[at[t]] = code;
+        if (pass == 1) c[at[t]] = code;
         const __m512 l = _mm512_permutexvar_ps(code, levels);
         xl[t] = _mm512_mul_ps(v, l);
         ll[t] = _mm512_mul_ps(l, l);

@@ -218,7 +218,7 @@ void ExpectCellSearchCounts() {
                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                            std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
   std::vector<float> edges(kM.m, kM.m + (1 << kBits) - 1);
-  for (int k = 0; k <= RotCellTable<kBits>::kCells; ++k) edges.push_back(k / RotCellTable<kBits>::kHalf - 1.0f);
+  for (int k = 0; k <= RotCellTable<kBits>::kCells; ++k) edges.push_back(k / RotCellTable<kBits>::kA - 1.0f);
   for (float e : edges) {
     float up = e, down = e;
     for (int i = 0; i < 8; ++i) {
