@@ -4,23 +4,25 @@
 # 32K, batch 1 and 8, 32 query / 8 KV heads, head_dim 128, medians), and quantize speed as a
 # share of the memcpy probe (kvtier-bench kv-cache, f16 source): --seq-len 512 (the section's
 # usual figure: 4 MiB tensors, cache-resident) and --seq-len 4096 (32 MiB tensors, DRAM-sized).
-# With a second build directory (e.g. one of the commit before a change), its figures are
-# measured in the same run, interleaved, and printed beside the first's.
+# With a second build directory (e.g. one of the commit before a change), each measurement is
+# taken with it right after the first build's (same run, interleaved) and printed beside it.
 # Usage: tools/bench_rot.sh [build dir (build/release)] [repeats (5)] [threads (2)] [baseline build dir]
 set -euo pipefail
 B=${1:-build/release}; R=${2:-5}; T=${3:-2}; BASE=${4:-}
 W=$(mktemp -d); trap 'rm -rf "$W"' EXIT
 echo "commit $(git rev-parse --short HEAD) $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg)"
-run() {  # build dir, tag
+attn() {  # build dir, tag
   "$1/src/cli/kvtier-bench" attention --ctx 16384,32768 --batch 1,8 --modes decode \
     --kv-type q4_0,rot4s0,rot3s0,rot2s0 --threads "$T" --repeats "$R" --json > "$W/attn_$2.json"
-  for L in 512 4096; do
-    "$1/src/cli/kvtier-bench" kv-cache --layers 2 --seq-len "$L" --dtype f16 \
-      --kv-type q4_0,rot4s0,rot3s0,rot2s0 --threads "$T" --repeats "$R" --json > "$W/kv${L}_$2.json"
-  done
 }
-run "$B" new
-if [ -n "$BASE" ]; then run "$BASE" base; fi
+kv() {  # build dir, tag, seq-len
+  "$1/src/cli/kvtier-bench" kv-cache --layers 2 --seq-len "$3" --dtype f16 \
+    --kv-type q4_0,rot4s0,rot3s0,rot2s0 --threads "$T" --repeats "$R" --json > "$W/kv${3}_$2.json"
+}
+attn "$B" new; if [ -n "$BASE" ]; then attn "$BASE" base; fi
+for L in 512 4096; do
+  kv "$B" new "$L"; if [ -n "$BASE" ]; then kv "$BASE" base "$L"; fi
+done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 python3 - "$W" "$B" "$BASE" <<'PY'
 import json, os, sys

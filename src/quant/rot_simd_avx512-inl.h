@@ -208,49 +208,61 @@ HWY_NOINLINE void FitBlocks(const __m512* HWY_RESTRICT y, uint8_t* HWY_RESTRICT 
       _mm512_cmp_ps_mask(am, zero, _CMP_GT_OQ) &
       _mm512_cmp_ps_mask(am, _mm512_set1_ps(std::numeric_limits<float>::infinity()), _CMP_LT_OQ));
 
-  __m512i c[kRotBlockValues];
+  // The codes of the last pass go straight into kBits little-endian 32-bit words per block
+  // (PackRotCodes' bit stream).
+  __m512i w[4];
+  for (size_t k = 0; k < 4; ++k) w[k] = _mm512_setzero_si512();
+  auto pack = [&](size_t i, __m512i code) {
+    const size_t bit = i * kBits, k = bit / 32, sh = bit % 32;
+    w[k] = _mm512_or_si512(w[k], _mm512_sllv_epi32(code, _mm512_set1_epi32(static_cast<int>(sh))));
+    if (sh + kBits > 32) {
+      w[k + 1] = _mm512_or_si512(w[k + 1], _mm512_srlv_epi32(code, _mm512_set1_epi32(static_cast<int>(32 - sh))));
+    }
+  };
   __m512 d = m;
 #pragma GCC unroll 2
   for (int pass = 0; pass < 2; ++pass) {
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), d);
-    __m512 pxl[8], pll[8];
+    // RotBlockSum: p_j = (a_j + a_16+j) + (a_8+j + a_24+j), then
+    // ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)), combined as the p_j come (j in the
+    // order 0 4 2 6 1 5 3 7), so that few partial sums stay live.
+    __m512 part_xl[2], part_ll[2], pair_xl = zero, pair_ll = zero;
 #pragma GCC unroll 8
-    for (size_t j = 0; j < 8; ++j) {
+    for (size_t n = 0; n < 8; ++n) {
+      constexpr size_t kOrder[8] = {0, 4, 2, 6, 1, 5, 3, 7};
+      const size_t j = kOrder[n];
       const size_t at[4] = {j, 16 + j, 8 + j, 24 + j};
       __m512 xl[4], ll[4];
 #pragma GCC unroll 4
       for (size_t t = 0; t < 4; ++t) {
         const __m512 v = y[at[t]];
         const __m512i code = Codes<kBits>(_mm512_mul_ps(v, inv), first_lo, first_hi, mids);
-        if (pass == 1) c[at[t]] = code;
+        if (pass == 1) pack(at[t], code);
         const __m512 l = _mm512_permutexvar_ps(code, levels);
         xl[t] = _mm512_mul_ps(v, l);
         ll[t] = _mm512_mul_ps(l, l);
       }
-      // RotBlockSum: p_j = (a_j + a_16+j) + (a_8+j + a_24+j).
-      pxl[j] = _mm512_add_ps(_mm512_add_ps(xl[0], xl[1]), _mm512_add_ps(xl[2], xl[3]));
-      pll[j] = _mm512_add_ps(_mm512_add_ps(ll[0], ll[1]), _mm512_add_ps(ll[2], ll[3]));
+      const __m512 pxl = _mm512_add_ps(_mm512_add_ps(xl[0], xl[1]), _mm512_add_ps(xl[2], xl[3]));
+      const __m512 pll = _mm512_add_ps(_mm512_add_ps(ll[0], ll[1]), _mm512_add_ps(ll[2], ll[3]));
+      if (n % 2 == 0) {  // p0, p2, p1, p3
+        pair_xl = pxl;
+        pair_ll = pll;
+      } else {           // + p4, p6, p5, p7
+        const __m512 qxl = _mm512_add_ps(pair_xl, pxl), qll = _mm512_add_ps(pair_ll, pll);
+        if (n % 4 == 1) {
+          part_xl[n / 4] = qxl;  // p0 + p4, p1 + p5
+          part_ll[n / 4] = qll;
+        } else {                 // (.. ) + (p2 + p6), (..) + (p3 + p7)
+          part_xl[n / 4] = _mm512_add_ps(part_xl[n / 4], qxl);
+          part_ll[n / 4] = _mm512_add_ps(part_ll[n / 4], qll);
+        }
+      }
     }
-    auto sum8 = [](const __m512* p) {  // RotBlockSum8
-      return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(p[0], p[4]), _mm512_add_ps(p[2], p[6])),
-                           _mm512_add_ps(_mm512_add_ps(p[1], p[5]), _mm512_add_ps(p[3], p[7])));
-    };
-    const __m512 sxl = sum8(pxl), sll = sum8(pll);
+    const __m512 sxl = _mm512_add_ps(part_xl[0], part_xl[1]), sll = _mm512_add_ps(part_ll[0], part_ll[1]);
     d = _mm512_mask_div_ps(d, _mm512_cmp_ps_mask(sll, zero, _CMP_GT_OQ), sxl, sll);
   }
   d = _mm512_maskz_mov_ps(valid, d);
 
-  // The codes as kBits little-endian 32-bit words per block (PackRotCodes' bit stream).
-  __m512i w[4];
-  for (size_t k = 0; k < 4; ++k) w[k] = _mm512_setzero_si512();
-#pragma GCC unroll 32
-  for (size_t i = 0; i < kRotBlockValues; ++i) {
-    const size_t bit = i * kBits, k = bit / 32, sh = bit % 32;
-    w[k] = _mm512_or_si512(w[k], _mm512_sllv_epi32(c[i], _mm512_set1_epi32(static_cast<int>(sh))));
-    if (sh + kBits > 32) {
-      w[k + 1] = _mm512_or_si512(w[k + 1], _mm512_srlv_epi32(c[i], _mm512_set1_epi32(static_cast<int>(32 - sh))));
-    }
-  }
   for (size_t k = 0; k < 4; ++k) w[k] = _mm512_maskz_mov_epi32(valid, w[k]);
 
   // Rows' words: 4 x 16 -> 16 x 4 (block q of r[e] holds row 4q + e's words).
