@@ -44,11 +44,11 @@ for L in (512, 4096):
     print("| format | " + " | ".join(f"[{d}] ms | [{d}] % of memcpy" for _, d in tags) + " |")
     print("|---" * (1 + 2 * len(tags)) + "|")
     ks = {tag: json.load(open(f"{w}/kv{L}_{tag}.json")) for tag, _ in tags}
-    for i, f in enumerate(fm):
+    for f in fm:
         cells = []
         for tag, _ in tags:
             k = ks[tag]
-            r = k["rows"][i]
+            r = next(x for x in k["rows"] if x["format"] == f)
             pct = 100 * r["quantize_gbps"] / k["memcpy_gbps"] if k["memcpy_gbps"] else 0
             cells += [f"{r['quantize_ms']:.2f}", f"{pct:.0f}%"]
         print(f"| {f} | " + " | ".join(cells) + " |")
