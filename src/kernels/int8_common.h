@@ -245,22 +245,71 @@ struct NoRotConsts {};
 
 // The codes of one rot block of rows r[0..3] (block codes at byte o of each row): 128-bit lane
 // i holds row i's 32 codes, dword j codes 8 j .. 8 j + 7, kBits apart from bit 0 (rot4: the
-// 16 code bytes as they are; rot3: 3 bytes per dword; rot2: 2). Loads stop at the block's end.
+// 16 code bytes as they are; rot3: 3 bytes per dword; rot2: 2). Loads stop at the block's end
+// where `last` (the row's last block); other blocks take plain 16-byte loads.
 template <int kBits>
-KV_INL __m512i RotCodes4(const uint8_t* const r[4], size_t o) {
+KV_INL __m512i RotCodes4(const uint8_t* const r[4], size_t o, bool last = true) {
   if constexpr (kBits == 4) {
     return Load4(r, o);
   } else {
     constexpr __mmask16 kMask = kBits == 3 ? 0x0fff : 0x00ff;
-    __m512i x = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(kMask, r[0] + o));
-    x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[1] + o), 1);
-    x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[2] + o), 2);
-    x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[3] + o), 3);
+    __m512i x;
+    if (last) {
+      x = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(kMask, r[0] + o));
+      x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[1] + o), 1);
+      x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[2] + o), 2);
+      x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[3] + o), 3);
+    } else {
+      x = Load4(r, o);  // the bytes past the codes go nowhere (the spread skips them)
+    }
     const __m128i spread = kBits == 3 ? _mm_setr_epi8(0, 1, 2, -1, 3, 4, 5, -1, 6, 7, 8, -1, 9, 10, 11, -1)
                                       : _mm_setr_epi8(0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, 6, 7, -1, -1);
     return _mm512_shuffle_epi8(x, _mm512_broadcast_i32x4(spread));
   }
 }
+
+// Rot V (3 and 2 bits) without spreading the codes: rows r[0..3]'s raw code bytes of one
+// block in 128-bit lane r (16-byte loads; masked to the block's code bytes for the last block
+// of a row, so no read passes the row's end), and per chunk c the vpermb index and the
+// vpmultishiftqb control that put, for each dword k of the chunk, the code of value
+// v = 8 (k / 4) + 4 c + k % 4 of row r into byte r (AccumulateVRot's order): qword m (dwords
+// 2 m, 2 m + 1: values v, v + 1) first gets the 2-byte window of each row that holds both
+// codes (bytes 2 r, 2 r + 1), then each code goes to its byte.
+template <int kBits>
+KV_INL __m512i RotRaw4(const uint8_t* const r[4], size_t o, bool last) {
+  if (!last) return Load4(r, o);
+  constexpr __mmask16 kMask = static_cast<__mmask16>((1u << (32 * kBits / 8)) - 1);
+  __m512i x = _mm512_castsi128_si512(_mm_maskz_loadu_epi8(kMask, r[0] + o));
+  x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[1] + o), 1);
+  x = _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[2] + o), 2);
+  return _mm512_inserti32x4(x, _mm_maskz_loadu_epi8(kMask, r[3] + o), 3);
+}
+template <int kBits>
+struct RotVQuads {
+  static constexpr int Value(int m, int c) { return 8 * (2 * m / 4) + 4 * c + (2 * m) % 4; }
+  static constexpr Bytes64 Idx(int c) {
+    Bytes64 x{};
+    for (int m = 0; m < 8; ++m) {
+      const int at = kBits * Value(m, c) / 8;
+      for (int r = 0; r < 4; ++r) {
+        for (int e = 0; e < 2; ++e) x.b[8 * m + 2 * r + e] = static_cast<uint8_t>(16 * r + at + e);
+      }
+    }
+    return x;
+  }
+  static constexpr Bytes64 Ctrl(int c) {
+    Bytes64 x{};
+    for (int m = 0; m < 8; ++m) {
+      const int s = kBits * Value(m, c) % 8;
+      static_assert(kBits <= 4, "two codes in a 2-byte window");
+      for (int e = 0; e < 2; ++e) {
+        for (int r = 0; r < 4; ++r) x.b[8 * m + 4 * e + r] = static_cast<uint8_t>(16 * r + s + kBits * e);
+      }
+    }
+    return x;
+  }
+  static constexpr Bytes64 kIdx0 = Idx(0), kIdx1 = Idx(1), kCtrl0 = Ctrl(0), kCtrl1 = Ctrl(1);
+};
 
 // exp(x) for x <= 88 (relative error ~2e-7); callers mask -inf inputs.
 KV_INL __m512 Exp(__m512 x) {

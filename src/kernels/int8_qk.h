@@ -162,11 +162,11 @@ KV_INL void LoadPiece16(const uint8_t* const r[16], size_t sb, size_t p, __m512i
 // of row 4 i + j. The codes are transposed as dwords of 8 codes (one row per lane), then each
 // dword's codes 0..3 and 4..7 go to bytes (vpmultishiftqb) and to their levels (vpermb).
 template <int kBits>
-KV_INL void RotPieces16(const uint8_t* const r[16], size_t sb, const RotConsts<kBits>& rc,
+KV_INL void RotPieces16(const uint8_t* const r[16], size_t sb, bool last, const RotConsts<kBits>& rc,
                         __m512i lo[4], __m512i hi[4]) {
   const size_t o = RotBlockBytes(kBits) * sb + 2;
   __m512i x[4], c[4];
-  for (uint32_t i = 0; i < 4; ++i) x[i] = RotCodes4<kBits>(r + 4 * i, o);
+  for (uint32_t i = 0; i < 4; ++i) x[i] = RotCodes4<kBits>(r + 4 * i, o, last);
   Transpose4(x, c);
   for (size_t k = 0; k < 2; ++k) {
     lo[2 * k] = PermB(rc.table, MultiShift(rc.ctrl_a, c[k]));
@@ -246,7 +246,7 @@ KV_INL void ScoreStep16(const uint8_t* const r[16], const QPack<kD>& qp,
       PrefetchAhead(ahead, sb, kSb);
       __m512i lo[4], hi[4];
       if constexpr (KT::kRot) {
-        RotPieces16<KT::kRotBits>(r, sb, rot, lo, hi);
+        RotPieces16<KT::kRotBits>(r, sb, sb + 1 == kSb, rot, lo, hi);
       } else if constexpr (KT::kNibble) {
         __m512i c[4];
         LoadPiece16<KF>(r, sb, 0, c);

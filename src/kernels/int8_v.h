@@ -485,6 +485,9 @@ __attribute__((noinline)) KV_VNNI void AccumulateVRot(const uint8_t* vr, size_t 
     return x;
   }();
   const __m512i to_quads = _mm512_load_si512(kToQuads.b);
+  using Q = RotVQuads<kBits>;
+  const __m512i idx0 = _mm512_load_si512(Q::kIdx0.b), idx1 = _mm512_load_si512(Q::kIdx1.b);
+  const __m512i ctrl0 = _mm512_load_si512(Q::kCtrl0.b), ctrl1 = _mm512_load_si512(Q::kCtrl1.b);
 #pragma GCC unroll 4  // as in AccumulateV
   for (size_t b0 = 0; b0 < kNB; b0 += 2) {  // 2 blocks (4 chunks of 16 values) per sweep
     __m512i o[16];  // accumulator 4 g + c: query vector g, chunk c
@@ -495,9 +498,16 @@ __attribute__((noinline)) KV_VNNI void AccumulateVRot(const uint8_t* vr, size_t 
       if constexpr (kDrip) drip.Step(2);  // the slots of two token pairs
       for (size_t bb = 0; bb < 2; ++bb) {
         const size_t b = b0 + bb;
-        const __m512i x = RotCodes4<kBits>(r, RotBlockBytes(kBits) * b + 2);
-        const __m512i z0 = PermB(rc.table, PermB(MultiShift(rc.ctrl_a, x), to_quads));
-        const __m512i z1 = PermB(rc.table, PermB(MultiShift(rc.ctrl_b, x), to_quads));
+        __m512i z0, z1;
+        if constexpr (kBits == 4) {
+          const __m512i x = RotCodes4<kBits>(r, RotBlockBytes(kBits) * b + 2);
+          z0 = PermB(rc.table, PermB(MultiShift(rc.ctrl_a, x), to_quads));
+          z1 = PermB(rc.table, PermB(MultiShift(rc.ctrl_b, x), to_quads));
+        } else {  // no spreading: the 2-byte windows straight to quad order (RotVQuads)
+          const __m512i x = RotRaw4<kBits>(r, RotBlockBytes(kBits) * b + 2, b == kNB - 1);
+          z0 = PermB(rc.table, MultiShift(ctrl0, PermB(x, idx0)));
+          z1 = PermB(rc.table, MultiShift(ctrl1, PermB(x, idx1)));
+        }
         for (size_t g = 0; g < 4; ++g) {
           o[4 * g + 2 * bb] = DpBusdBcast(o[4 * g + 2 * bb], z0, wi + 4 * (4 * b + g));
           o[4 * g + 2 * bb + 1] = DpBusdBcast(o[4 * g + 2 * bb + 1], z1, wi + 4 * (4 * b + g));

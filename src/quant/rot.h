@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "base/half.h"
 #include "quant/blocks.h"
@@ -161,6 +162,57 @@ struct RotMids {
     for (int t = 0; t + 1 < (1 << kBits); ++t) m[t] = 0.5f * (RotLevels<kBits>()[t] + RotLevels<kBits>()[t + 1]);
   }
 };
+
+// The code search of the 16-lane quantizer (rot_simd_avx512-inl.h) without a compare per
+// midpoint: q clamped to [-1, 1] (vrangeps; NaN stays NaN), t = q * kA + kA in [0, kCells)
+// truncated is the cell (NaN: 0). kA is kCells / 2 a hair smaller, so q = 1 falls in the
+// last cell; each cell is narrower than the gap between two midpoints, so a cell (widened by
+// kSlack for the rounding of t) holds at most one: the code is first[cell] (the midpoints
+// below the cell) plus (q >= mid[first]) on the unclamped q, the same count as RotCodes'.
+// Cell 0 and the last take everything below and above; NaN compares false (code 0).
+template <int kBits>
+struct RotCellTable {
+  static constexpr int kCells = kBits == 4 ? 32 : 16;
+  static constexpr float kA = static_cast<float>(kCells / 2) - 1.0f / 1024;
+  static constexpr double kSlack = 1e-5;  // t's rounding: under 2^-20 / kA in q
+  int32_t first[kCells];                   // [kCells] midpoints below the cell
+  float mid[16];                           // [16] midpoints, NaN past the last (never <= q)
+  constexpr RotCellTable() : first(), mid() {
+    constexpr RotMids<kBits> kM;
+    constexpr int kMids = (1 << kBits) - 1;
+    for (int t = 0; t < 16; ++t) mid[t] = t < kMids ? kM.m[t] : std::numeric_limits<float>::quiet_NaN();
+    for (int k = 0; k < kCells; ++k) {
+      int n = 0;
+      for (int t = 0; t < kMids; ++t) n += k > 0 && static_cast<double>(kM.m[t]) < Lo(k);
+      first[k] = n;
+    }
+  }
+  static constexpr double Lo(int k) { return k / static_cast<double>(kA) - 1.0 - kSlack; }
+  static constexpr double Hi(int k) { return (k + 1) / static_cast<double>(kA) - 1.0 + kSlack; }
+  // Whether every widened cell holds at most one midpoint.
+  constexpr bool Valid() const {
+    constexpr RotMids<kBits> kM;
+    if (2.0 * kA >= kCells) return false;
+    for (int k = 0; k < kCells; ++k) {
+      int n = 0;
+      for (int t = 0; t + 1 < (1 << kBits); ++t) {
+        const double m = kM.m[t];
+        n += (k == 0 || m >= Lo(k)) && (k == kCells - 1 || m <= Hi(k));
+      }
+      if (n > 1) return false;
+    }
+    return true;
+  }
+  // The search on one value, as the vector code does it (a test checks it against RotCodes).
+  int Code(float q) const {
+    const float c = std::isnan(q) || std::fabs(q) <= 1.0f ? q : std::copysign(1.0f, q);
+    const float t = std::fma(c, kA, kA);
+    const int32_t f = first[std::isnan(t) ? 0 : static_cast<int>(t)];
+    return f + (q >= mid[f]);
+  }
+};
+static_assert(RotCellTable<4>().Valid() && RotCellTable<3>().Valid() && RotCellTable<2>().Valid(),
+              "rot: a code-search cell holds at most one midpoint");
 
 // Codes of 32 values: the index of the nearest level of y[i] * inv, i.e. the number of
 // midpoints at or below it (ties go up; NaN -> 0). Branchless, threshold-major so the compiler

@@ -1,7 +1,9 @@
 // Rotated codebook rows (rot.h) on the AVX2 / AVX-512 targets: the rotation in vectors (the
 // same butterfly stages and operations as RotateRef, so bit-identical), the codebook fit of
-// each block in vectors too (QuantizeRotBlockVec: same operations, same summation order). Included by quant_simd.cc inside its
-// HWY_NAMESPACE and its AVX2-or-better section (uses its DF / VF / LoadF / StoreF).
+// each block in vectors too (QuantizeRotBlockVec: same operations, same summation order; on
+// AVX-512, quantizing takes 16 rows at once instead: rot_simd_avx512-inl.h). Included by
+// quant_simd.cc inside its HWY_NAMESPACE and its AVX2-or-better section (uses its DF / VF /
+// LoadF / StoreF).
 // Pure functions; thread-safe.
 
 // Sign masks of a row under a seed (0 or the sign bit, per value) for one call.
@@ -179,8 +181,15 @@ HWY_INLINE void QuantizeRotBlockVec(const float* HWY_RESTRICT y, uint8_t* HWY_RE
   PackRotCodes<kBits>(codes, block + 2);
 }
 
+#if HWY_TARGET <= HWY_AVX3
+#include "quant/rot_simd_avx512-inl.h"
+#endif
+
 template <int kBits, DType kSrc>
 void QuantizeRot(const Format& f, const void* src, size_t n_rows, size_t head_dim, uint8_t* dst) {
+#if HWY_TARGET <= HWY_AVX3
+  return rot512::QuantizeRot16<kBits, kSrc>(f, src, n_rows, head_dim, dst);
+#endif
   const DF df;
   const size_t N = hn::Lanes(df);
   RotSigns s;

@@ -3,11 +3,15 @@
 // quantization error on Gaussian and outlier-channel rows against q4_0 at the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include "base/dtype_io.h"
 #include "kvtier/quant.h"
 #include "quant/quant_ref.h"
 #include "quant/quant_simd.h"
@@ -193,6 +197,107 @@ TEST(Rot, StoredBasisDecodeIsTheRotatedRow) {
       std::vector<float> back(stored.begin() + r * d, stored.begin() + (r + 1) * d);
       RotateRef(back.data(), d, f.seed, true);
       for (size_t i = 0; i < d; ++i) ASSERT_NEAR(back[i], y[r * d + i], 1e-5);
+    }
+  }
+  QuantForceSimdTarget(0);
+}
+
+// The cell search of the 16-lane quantizer (RotCellTable) counts the midpoints at or below q
+// exactly as RotCodes does: at and around every midpoint and cell edge (a few ulps either
+// side), on special values, and on random values in and beyond [-1, 1].
+template <int kBits>
+void ExpectCellSearchCounts() {
+  static constexpr RotMids<kBits> kM;
+  static constexpr RotCellTable<kBits> kT;
+  auto count = [](float q) {
+    int n = 0;
+    for (int t = 0; t + 1 < (1 << kBits); ++t) n += q >= kM.m[t];
+    return n;
+  };
+  std::vector<float> qs = {0.0f, -0.0f, 1.0f, -1.0f, 1e30f, -1e30f, 1e-40f, -1e-40f,
+                           std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()};
+  std::vector<float> edges(kM.m, kM.m + (1 << kBits) - 1);
+  for (int k = 0; k <= RotCellTable<kBits>::kCells; ++k) edges.push_back(k / RotCellTable<kBits>::kA - 1.0f);
+  for (float e : edges) {
+    float up = e, down = e;
+    for (int i = 0; i < 8; ++i) {
+      qs.push_back(up);
+      qs.push_back(down);
+      up = std::nextafter(up, 10.0f);
+      down = std::nextafter(down, -10.0f);
+    }
+  }
+  std::mt19937_64 rng(kBits);
+  std::uniform_real_distribution<float> u(-1.6f, 1.6f);
+  for (int i = 0; i < 200000; ++i) qs.push_back(u(rng));
+  for (float q : qs) ASSERT_EQ(kT.Code(q), count(q)) << kBits << " bits, q = " << q;
+}
+
+TEST(Rot, CellSearchCountsTheMidpoints) {
+  ExpectCellSearchCounts<4>();
+  ExpectCellSearchCounts<3>();
+  ExpectCellSearchCounts<2>();
+}
+
+// Rows that stress the fit, 16-row lane groups mixing them: Gaussian, outlier channels, zero
+// rows and zero blocks, one-hot rows (whose rotation is a block of equal magnitudes of both
+// signs: ties for the first largest value), constant rows, tiny (subnormal: 1 / d overflows)
+// and huge (the rotation overflows) rows, a NaN or an infinity in one row.
+std::vector<float> HardRows(size_t rows, size_t d, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(rows * d);
+  for (size_t r = 0; r < rows; ++r) {
+    float* p = x.data() + r * d;
+    const int kind = static_cast<int>(rng() % 12);
+    for (size_t i = 0; i < d; ++i) {
+      float v = nd(rng);
+      switch (kind) {
+        case 0: case 1: break;
+        case 2: if (i % 41 == 3) v *= 1000.0f; break;                    // outlier channels
+        case 3: v = 0.0f; break;                                          // zero row
+        case 4: v = i < 32 ? 0.0f : v; break;                             // a zero block (d = 32)
+        case 5: v = i == rng() % d ? 1.5f : 0.0f; break;                  // one-hot: ties
+        case 6: v = (i == 3 || i == 9) ? -2.0f : 0.0f; break;             // two-hot: ties
+        case 7: v = 0.75f; break;                                         // constant
+        case 8: v *= 1e-41f; break;                                       // subnormal
+        case 9: v *= 3e38f; break;                                        // overflows to inf
+        case 10: if (i == 17) v = std::numeric_limits<float>::quiet_NaN(); break;
+        default: if (i == 40) v = -std::numeric_limits<float>::infinity(); break;
+      }
+      p[i] = v;
+    }
+    if (kind == 5 && std::all_of(p, p + d, [](float v) { return v == 0.0f; })) p[0] = 1.5f;
+  }
+  return x;
+}
+
+TEST(Rot, SimdQuantizeEqualsTheReferenceOnHardRows) {
+  uint64_t seed = 100;
+  for (long long t : QuantAvailableSimdTargets()) {
+    ASSERT_TRUE(QuantForceSimdTarget(t));
+    for (int bits : {4, 3, 2}) {
+      for (uint8_t fseed : {uint8_t{0}, uint8_t{7}}) {
+        const Format f = Format::Rot(bits, fseed);
+        for (size_t d : {32u, 64u, 96u, 128u, 256u, 512u}) {
+          for (size_t rows : {1u, 5u, 16u, 17u, 40u}) {
+            const std::vector<float> x = HardRows(rows, d, seed++);
+            for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+              std::vector<uint8_t> src(x.size() * DTypeSize(dt));
+              for (size_t i = 0; i < x.size(); ++i) StoreAs(dt, src.data(), i, x[i]);
+              std::vector<uint8_t> want(rows * f.row_bytes(d)), got(want.size(), 0xCD);
+              ASSERT_TRUE(QuantizeRowsRef(f, dt, src.data(), rows, d, want.data()).ok());
+              ASSERT_TRUE(QuantizeRows(f, dt, src.data(), rows, d, got.data()).ok());
+              for (size_t i = 0; i < want.size(); ++i) {
+                ASSERT_EQ(got[i], want[i]) << f.name() << " target " << t << " head_dim " << d << " rows "
+                                           << rows << " " << DTypeName(dt) << ": byte " << i % f.row_bytes(d)
+                                           << " of row " << i / f.row_bytes(d);
+              }
+            }
+          }
+        }
+      }
     }
   }
   QuantForceSimdTarget(0);
