@@ -14,6 +14,12 @@
 //
 // Forward() continues the sequence: the n new tokens take positions length() .. length()+n-1,
 // as Model::Forward does for a BatchCache row. Logits as Model::Forward's for one row.
+// ForwardRows() runs a step of several sequences at once (the engine's ragged batch: prompt
+// chunks beside one-token decode rows): the rows' tokens go through every product together
+// (one matvec / GEMM pass per weight matrix), each token attends over its own row's block
+// table in the device pool. With options.pool_blocks > 0 the caller manages the blocks (ids
+// of a host BlockPool of the same layout, so a block moves between HBM and the RAM tier as the
+// same bytes: CopyBlocksToHost / CopyBlocksFromHost); Forward() is then refused.
 // Create() checks the device memory first: weights + KV pool + scratch against the free bytes,
 // failing with ResourceExhausted naming both. The Model must outlive the CudaModel (its
 // embeddings are read from the model's mapping). Not thread-safe; one stream of its own.
@@ -24,8 +30,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "kvtier/format.h"
+#include "kvtier/kv_types.h"
 #include "kvtier/model.h"
 #include "kvtier/status.h"
 
@@ -43,6 +51,18 @@ struct CudaModelOptions {
   // One-token steps replay a captured CUDA graph of their launches (recaptured when the
   // attention's split changes, every 256 tokens at most); false: plain launches.
   bool graphs = true;
+  // > 0: the device pool has this many blocks, addressed by the caller's block ids
+  // (ForwardRows); max_tokens then bounds one row only. 0: one sequence of max_tokens.
+  uint32_t pool_blocks = 0;
+};
+
+// One row of a batched step: `length` tokens of K/V already in the device pool's `blocks`,
+// `tokens` appended now at positions length .. length + tokens.size() - 1. blocks must cover
+// them all (ceil((length + tokens.size()) / block_tokens) ids, each < pool_blocks).
+struct CudaRow {
+  std::span<const BlockId> blocks;
+  uint32_t length = 0;
+  std::span<const int32_t> tokens;
 };
 
 class CudaModel {
@@ -56,6 +76,17 @@ class CudaModel {
   // tokens: 1 .. max_batch new tokens; logits: [tokens.size(), n_vocab] when all_logits, else
   // [1, n_vocab] (the last token's). OutOfRange when the sequence would pass max_tokens.
   Status Forward(std::span<const int32_t> tokens, bool all_logits, float* logits);
+  // A step of rows (pool_blocks > 0): the total of their tokens at most max_batch; logits
+  // [rows.size(), n_vocab], each row's last token's. row_status (optional, resized to the
+  // rows): a row whose logits are not finite gets Internal naming the row and position and the
+  // others stay OK (the call returns OK then); a CUDA error fails the whole call.
+  Status ForwardRows(std::span<const CudaRow> rows, float* logits,
+                     std::vector<Status>* row_status = nullptr);
+  // Whole blocks between the device pool and a host pool of the same layout: block id of
+  // the device at host_base + id * block_stride() (synchronous copies; pool_blocks > 0).
+  Status CopyBlocksToHost(std::span<const BlockId> ids, uint8_t* host_base);
+  Status CopyBlocksFromHost(std::span<const BlockId> ids, const uint8_t* host_base);
+  size_t block_stride() const;
   // Empties the sequence (its blocks back to the pool).
   void Reset();
   uint32_t length() const;

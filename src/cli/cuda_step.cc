@@ -1,0 +1,157 @@
+// The CUDA step backend of `kvtier serve --device cuda`; see cuda_step.h.
+#include "cli/cuda_step.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cli/sequence_runner.h"
+#if KVTIER_HAVE_CUDA
+#include "kvtier/cuda_model.h"
+#endif
+
+namespace kvtier::cli {
+
+#if KVTIER_HAVE_CUDA
+namespace {
+
+class CudaStep : public StepBackend {
+ public:
+  CudaStep(std::shared_ptr<BlockPool> pool, std::unique_ptr<CudaModel> dm, uint32_t max_batch,
+           size_t n_vocab)
+      : pool_(std::move(pool)),
+        dm_(std::move(dm)),
+        max_batch_(max_batch),
+        n_vocab_(n_vocab),
+        dirty_(pool_->capacity_blocks(), 0) {}
+
+  Status Forward(std::span<SequenceCache> rows, std::span<const std::span<const int32_t>> tokens,
+                 float* logits, std::vector<Status>* row_status) override {
+    const size_t V = n_vocab_;
+    const uint32_t bt = pool_->block_tokens();
+    row_status->assign(rows.size(), Status::OK());
+    // Calls of at most max_batch tokens; a row longer than what is left of a call goes on in
+    // the next one (its pieces in order, each after the previous one's K/V).
+    std::vector<uint32_t> done(rows.size(), 0);
+    std::vector<CudaRow> call;
+    std::vector<size_t> call_row;
+    std::vector<float> out;
+    size_t i = 0;
+    while (i < rows.size()) {
+      call.clear();
+      call_row.clear();
+      uint32_t budget = max_batch_;
+      while (i < rows.size() && budget > 0) {
+        const uint32_t n = static_cast<uint32_t>(tokens[i].size()) - done[i];
+        const uint32_t take = std::min(n, budget);
+        CudaRow r;
+        r.blocks = rows[i].block_ids();
+        r.length = rows[i].size() + done[i];
+        r.tokens = tokens[i].subspan(done[i], take);
+        call.push_back(r);
+        call_row.push_back(i);
+        done[i] += take;
+        budget -= take;
+        if (done[i] == tokens[i].size()) ++i;
+      }
+      out.resize(call.size() * V);
+      std::vector<Status> st;
+      KVTIER_RETURN_IF_ERROR(dm_->ForwardRows(call, out.data(), &st));
+      for (size_t c = 0; c < call.size(); ++c) {
+        const size_t row = call_row[c];
+        if (!st[c].ok()) (*row_status)[row] = st[c];
+        if (done[row] == tokens[row].size()) {  // the row's last piece: its logits
+          std::memcpy(logits + row * V, out.data() + c * V, V * sizeof(float));
+        }
+      }
+    }
+    // The host sequences count the new tokens; their blocks are dirty on the device.
+    const uint32_t layers = pool_->shape().n_layers;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const uint32_t first = rows[r].size();
+      const uint32_t n = static_cast<uint32_t>(tokens[r].size());
+      for (uint32_t l = 0; l < layers; ++l) {
+        KVTIER_RETURN_IF_ERROR(rows[r].AppendExternal(l, n));
+      }
+      const auto ids = rows[r].block_ids();
+      for (uint32_t b = first / bt; b < (first + n + bt - 1) / bt; ++b) dirty_[ids[b]] = 1;
+    }
+    return Status::OK();
+  }
+
+  Status SyncToHost(const SequenceCache& seq) override {
+    const uint32_t bt = pool_->block_tokens();
+    const auto ids = seq.block_ids();
+    std::vector<BlockId> down;
+    for (size_t b = 0; b < std::min<size_t>(ids.size(), (size_t{seq.size()} + bt - 1) / bt); ++b) {
+      if (dirty_[ids[b]]) down.push_back(ids[b]);
+    }
+    if (down.empty()) return Status::OK();
+    KVTIER_RETURN_IF_ERROR(dm_->CopyBlocksToHost(down, pool_->block_data(0)));
+    for (BlockId b : down) dirty_[b] = 0;
+    return Status::OK();
+  }
+
+  Status HostWritten(std::span<const BlockId> ids) override {
+    KVTIER_RETURN_IF_ERROR(dm_->CopyBlocksFromHost(ids, pool_->block_data(0)));
+    for (BlockId b : ids) dirty_[b] = 0;
+    return Status::OK();
+  }
+
+  std::string name() const override { return "cuda (" + dm_->device() + ")"; }
+
+ private:
+  std::shared_ptr<BlockPool> pool_;
+  std::unique_ptr<CudaModel> dm_;
+  uint32_t max_batch_;
+  size_t n_vocab_;
+  std::vector<uint8_t> dirty_;  // [capacity_blocks]: the device holds newer rows
+};
+
+}  // namespace
+#endif
+
+Result<std::unique_ptr<StepBackend>> OpenCudaStep(const std::string& device, const Model& m,
+                                                  std::shared_ptr<BlockPool> pool,
+                                                  uint32_t max_batch) {
+  KVTIER_RETURN_IF_ERROR(CheckDevice(device));
+  if (device != "cuda") {
+    return Status::InvalidArgument("--device: the step backend is for cuda, got '" + device + "'");
+  }
+#if KVTIER_HAVE_CUDA
+  const KvBlockLayout& host = pool->layout();
+  KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout dev,
+                          KvBlockLayout::Make(host.shape, host.k_format, host.v_format,
+                                              host.block_tokens));
+  bool same = dev.block_stride == host.block_stride;
+  for (uint32_t l = 0; same && l < host.shape.n_layers; ++l) {
+    same = dev.k_offset(l) == host.k_offset(l) && dev.v_offset(l) == host.v_offset(l);
+  }
+  if (!same) {
+    return Status::Unimplemented(
+        "--device cuda: the host KV pool's block layout (" + host.ToString() +
+        ") differs from the device pool's (" + dev.ToString() +
+        "); sliding-window layers in their own pages do not run on the GPU yet");
+  }
+  CudaModelOptions o;
+  o.k_format = host.k_format;
+  o.v_format = host.v_format;
+  o.block_tokens = host.block_tokens;
+  o.pool_blocks = pool->capacity_blocks();
+  o.max_tokens = SequenceCache::kMaxTokens;
+  o.max_batch = max_batch;
+  const char* graphs = std::getenv("KVTIER_CUDA_GRAPHS");
+  o.graphs = graphs == nullptr || std::string(graphs) != "0";
+  KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> dm, CudaModel::Create(m, o));
+  return std::unique_ptr<StepBackend>(
+      std::make_unique<CudaStep>(std::move(pool), std::move(dm), max_batch, m.config().n_vocab));
+#else
+  (void)m;
+  (void)pool;
+  (void)max_batch;
+  return Status::Unimplemented("--device cuda: unreachable without the CUDA backend");
+#endif
+}
+
+}  // namespace kvtier::cli
