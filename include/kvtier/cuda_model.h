@@ -54,6 +54,9 @@ struct CudaModelOptions {
   // > 0: the device pool has this many blocks, addressed by the caller's block ids
   // (ForwardRows); max_tokens then bounds one row only. 0: one sequence of max_tokens.
   uint32_t pool_blocks = 0;
+  // Fault injection (tests, the serve smoke run): ForwardRows gives this token id a NaN
+  // embedding, so its row's logits come out non-finite and that row alone fails. -1: off.
+  int32_t nan_token = -1;
 };
 
 // One row of a batched step: `length` tokens of K/V already in the device pool's `blocks`,
@@ -87,6 +90,9 @@ class CudaModel {
   Status CopyBlocksToHost(std::span<const BlockId> ids, uint8_t* host_base);
   Status CopyBlocksFromHost(std::span<const BlockId> ids, const uint8_t* host_base);
   size_t block_stride() const;
+  // Page-locks a host pool's memory (cudaHostRegister) so the block copies run at the link's
+  // speed; undone when the CudaModel goes. An error leaves it pageable (copies still work).
+  Status PinHost(void* base, size_t bytes);
   // Empties the sequence (its blocks back to the pool).
   void Reset();
   uint32_t length() const;

@@ -33,16 +33,28 @@ class CudaStep : public StepBackend {
     row_status->assign(rows.size(), Status::OK());
     // Calls of at most max_batch tokens; a row longer than what is left of a call goes on in
     // the next one (its pieces in order, each after the previous one's K/V).
+    // Decode rows first, in calls of their own (the dequantizing matvec below gemm_min_tokens),
+    // then the prompt chunks (cuBLAS).
+    std::vector<size_t> order;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (tokens[r].size() == 1) order.push_back(r);
+    }
+    const size_t n_decode = order.size();
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (tokens[r].size() != 1) order.push_back(r);
+    }
     std::vector<uint32_t> done(rows.size(), 0);
     std::vector<CudaRow> call;
     std::vector<size_t> call_row;
     std::vector<float> out;
-    size_t i = 0;
-    while (i < rows.size()) {
+    size_t k = 0;
+    while (k < order.size()) {
       call.clear();
       call_row.clear();
       uint32_t budget = max_batch_;
-      while (i < rows.size() && budget > 0) {
+      const bool decode_call = k < n_decode;
+      while (k < order.size() && budget > 0 && (k < n_decode) == decode_call) {
+        const size_t i = order[k];
         const uint32_t n = static_cast<uint32_t>(tokens[i].size()) - done[i];
         const uint32_t take = std::min(n, budget);
         CudaRow r;
@@ -53,7 +65,7 @@ class CudaStep : public StepBackend {
         call_row.push_back(i);
         done[i] += take;
         budget -= take;
-        if (done[i] == tokens[i].size()) ++i;
+        if (done[i] == tokens[i].size()) ++k;
       }
       out.resize(call.size() * V);
       std::vector<Status> st;
@@ -99,7 +111,10 @@ class CudaStep : public StepBackend {
     return Status::OK();
   }
 
-  std::string name() const override { return "cuda (" + dm_->device() + ")"; }
+  std::string name() const override {
+    return "cuda (" + dm_->device() + "; host pool " + (pinned_ ? "pinned" : "pageable") + ")";
+  }
+  bool pinned_ = false;
 
  private:
   std::shared_ptr<BlockPool> pool_;
@@ -143,9 +158,28 @@ Result<std::unique_ptr<StepBackend>> OpenCudaStep(const std::string& device, con
   o.max_batch = max_batch;
   const char* graphs = std::getenv("KVTIER_CUDA_GRAPHS");
   o.graphs = graphs == nullptr || std::string(graphs) != "0";
+  // KVTIER_CUDA_NAN_TOKEN=id: fault injection (that token's row fails; serve_device_run.sh).
+  if (const char* nan = std::getenv("KVTIER_CUDA_NAN_TOKEN"); nan != nullptr && *nan != 0) {
+    o.nan_token = static_cast<int32_t>(std::strtol(nan, nullptr, 10));
+  }
+  // Decode steps of up to 63 rows through the matvec (8 tokens per pass over the weights);
+  // KVTIER_CUDA_GEMM_MIN=n: from n tokens per call through cuBLAS instead.
+  o.gemm_min_tokens = 64;
+  if (const char* g = std::getenv("KVTIER_CUDA_GEMM_MIN"); g != nullptr && *g != 0) {
+    o.gemm_min_tokens = static_cast<uint32_t>(std::strtoul(g, nullptr, 10));
+  }
   KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> dm, CudaModel::Create(m, o));
-  return std::unique_ptr<StepBackend>(
-      std::make_unique<CudaStep>(std::move(pool), std::move(dm), max_batch, m.config().n_vocab));
+  // The host pool page-locked for the block copies (KVTIER_CUDA_PIN_HOST=0: pageable).
+  const char* pin = std::getenv("KVTIER_CUDA_PIN_HOST");
+  const bool want_pin = pin == nullptr || std::string(pin) != "0";
+  const bool pinned =
+      want_pin && dm->PinHost(pool->block_data(0), size_t{pool->capacity_blocks()} *
+                                                       pool->layout().block_stride)
+                      .ok();
+  auto s = std::make_unique<CudaStep>(std::move(pool), std::move(dm), max_batch,
+                                      m.config().n_vocab);
+  s->pinned_ = pinned;
+  return std::unique_ptr<StepBackend>(std::move(s));
 #else
   (void)m;
   (void)pool;

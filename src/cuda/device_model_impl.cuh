@@ -68,7 +68,10 @@ struct CudaModel::Impl {
   size_t off_pos = 0, off_slots = 0, off_rows = 0, off_out = 0, off_emb = 0, off_table = 0;
   size_t io_bytes = 0, table_cap = 0;
 
+  void* pinned = nullptr;  // PinHost's range
+
   ~Impl() {
+    if (pinned) cudaHostUnregister(pinned);
     if (graph_exec) cudaGraphExecDestroy(graph_exec);
     if (host_io) cudaFreeHost(host_io);
     if (stream) cudaStreamDestroy(stream);

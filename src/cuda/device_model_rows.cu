@@ -92,6 +92,7 @@ Status CudaModel::Impl::Rows(std::span<const CudaRow> rows, float* host_logits,
       if (c.embd_scale != 1.0f) {
         for (size_t e = 0; e < E; ++e) emb[size_t(t) * E + e] *= c.embd_scale;
       }
+      if (r.tokens[j] == opt.nan_token) std::fill_n(emb + size_t(t) * E, E, NAN);
       const uint32_t p = r.length + j;
       pos[t] = static_cast<int32_t>(p);
       slots[t] = int64_t(r.blocks[p / bt]) * bt + p % bt;
@@ -192,6 +193,19 @@ Status CudaModel::CopyBlocksFromHost(std::span<const BlockId> ids, const uint8_t
         return Status::OK();
       }));
   KVTIER_CUDA_RETURN(cudaStreamSynchronize(m.stream));
+  return Status::OK();
+}
+
+Status CudaModel::PinHost(void* base, size_t bytes) {
+  Impl& m = *impl_;
+  if (m.pinned != nullptr) return Status::InvalidArgument("CUDA PinHost: already pinned");
+  const cudaError_t e = cudaHostRegister(base, bytes, cudaHostRegisterDefault);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return Status::Unavailable("CUDA PinHost: cudaHostRegister of " + std::to_string(bytes) +
+                               " bytes: " + cudaGetErrorString(e));
+  }
+  m.pinned = base;
   return Status::OK();
 }
 

@@ -68,11 +68,22 @@ if [ "${SKIP_SMOKE:-0}" != 1 ]; then
   kill "$GPID" "$CPID" 2>/dev/null
   wait "$GPID" "$CPID" 2>/dev/null
   grep -E "device=|cache_fetch|error|FAILED" "$OUT/serve_gpu.log" | head -12
+  echo "-- fault injection: token 64 ('@') gets a NaN embedding on the GPU (${SECONDS}s)"
+  KVTIER_CUDA_NAN_TOKEN=64 "$K" serve --model "$M" --device cuda --port 8394 --kv-type f16 \
+    --kv-pool-mb 1024 > "$OUT/serve_fault.out" 2> "$OUT/serve_fault.log" &
+  FPID=$!
+  if wait_listen "$OUT/serve_fault.out"; then
+    timeout 120 python3 "$P/serve_smoke.py" fault http://127.0.0.1:8394 "$P/eval.txt" || rc=1
+  else
+    rc=1
+  fi
+  kill "$FPID" 2>/dev/null
+  wait "$FPID" 2>/dev/null
 fi
 serve_start() {  # log name, model, serve args...: starts a server on port 8393
   local name=$1 model=$2
   shift 2
-  "$K" serve --model "$model" --port 8393 "$@" > "$OUT/$name.out" 2> "$OUT/$name.log" &
+  env ${SERVE_ENV:-} "$K" serve --model "$model" --port 8393 "$@" > "$OUT/$name.out" 2> "$OUT/$name.log" &
   SPID=$!
   wait_listen "$OUT/$name.out"
 }
@@ -103,16 +114,32 @@ if [ "${SKIP_QWEN:-0}" != 1 ]; then
     load "qwen3_gpu_$n" /tmp/q3.gguf "$n" --device cuda --kv-type f16 --max-num-seqs "$n" \
       --kv-pool-mb 16384 --max-model-len 4096
   done
+  echo "-- the same, 32 clients, every call through the matvec (KVTIER_CUDA_GEMM_MIN=1000000)"
+  SERVE_ENV=KVTIER_CUDA_GEMM_MIN=1000000 load "qwen3_gpu_32_matvec" /tmp/q3.gguf 32 --device cuda \
+    --kv-type f16 --max-num-seqs 32 --kv-pool-mb 16384 --max-model-len 4096
+  echo "-- one sequence, a 31-token prompt then 64 tokens: cuBLAS from 16 tokens (default) vs matvec only"
+  for g in 16 1000000; do
+    echo "gemm_min $g: $(KVTIER_CUDA_GEMM_MIN=$g "$K" generate --model /tmp/q3.gguf \
+      --prompt "Hello there, how are you today? It is a fine morning and the sun is out over the hills." \
+      --max-tokens 64 --temperature 0 --device cuda --stats 2>&1 >/dev/null | tail -2 | tr '\n' ' ')"
+  done
 fi
 if [ "${SKIP_TTFT:-0}" != 1 ]; then
-  for C in ${TTFT_CHARS:-16000 125000}; do
+  for C in ${TTFT_CHARS:-16000 125000 125000p}; do
+    SERVE_ENV=""
+    if [ "${C%p}" != "$C" ]; then  # the host pool left pageable, for comparison
+      C=${C%p}
+      SERVE_ENV=KVTIER_CUDA_PIN_HOST=0
+      echo "-- host pool pageable (KVTIER_CUDA_PIN_HOST=0)"
+    fi
     echo "== TTFT, a $C-character prompt, bundled model on the GPU: cold, then from the host-RAM tier (${SECONDS}s)"
     if serve_start "serve_ttft_$C" "$M" --device cuda --kv-type f16 --kv-store-type active \
         --max-model-len 40000 --kv-pool-mb 8192 --prefill-step-size 2048; then
       timeout 400 python3 "$P/serve_load.py" ttft http://127.0.0.1:8393 "$P/eval.txt" "$C" 2>&1
     fi
     serve_stop
-    grep -E "cache_fetch|cache_store" "$OUT/serve_ttft_$C.log" | tail -4
+    SERVE_ENV=""
+    grep -E "device=|cache_fetch" "$OUT/serve_ttft_$C.log" | tail -3
   done
 fi
 echo "== done (${SECONDS}s), rc $rc"

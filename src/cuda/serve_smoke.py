@@ -2,6 +2,9 @@
 """Smoke test of `kvtier serve --device cuda` over its OpenAI API (src/cuda/serve_device_run.sh).
 
   serve_smoke.py GPU_URL TEXT_FILE [CPU_URL]
+  serve_smoke.py fault GPU_URL TEXT_FILE    (a server started with KVTIER_CUDA_NAN_TOKEN=64,
+      the '@' byte token of the bundled model: a request with '@' beside a clean one; the
+      first must get a 500 naming the non-finite logits, the clean one and a later one 200)
 
 1. A ~700-token prompt, greedy, 64 tokens, sent twice: the second is a prefix-cache hit
    (usage.prompt_tokens_details.cached_tokens > 0, the K/V uploaded from the host-RAM tier)
@@ -41,7 +44,33 @@ def completion(url, prompt, n=64):
     return st, j["choices"][0]["text"], cached, dt, u
 
 
+def fault(gpu, text):
+    res = {}
+
+    def go(name, prompt):
+        res[name] = post(gpu, "/v1/completions",
+                         {"prompt": prompt, "max_tokens": 32, "temperature": 0})
+
+    # As token ids, so the '@' byte token 64 is in the prompt whatever the merges would do.
+    th = [threading.Thread(target=go, args=("poisoned", [32, 120, 64, 509, 3705, 4677, 100])),
+          threading.Thread(target=go, args=("clean", "Fault run.\n" + text[600:1400]))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    go("after", "After the fault.\n" + text[2000:2600])
+    for k in ("poisoned", "clean", "after"):
+        st, j, dt = res[k]
+        print("5. %-8s HTTP %d %.3f s %s" % (k, st, dt, json.dumps(j)[:220]))
+    ok = (res["poisoned"][0] == 500 and "non-finite" in json.dumps(res["poisoned"][1])
+          and res["clean"][0] == 200 and res["after"][0] == 200)
+    print("fault:", "PASSED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
 def main():
+    if sys.argv[1] == "fault":
+        return fault(sys.argv[2], open(sys.argv[3], encoding="utf-8", errors="replace").read())
     gpu, text_file = sys.argv[1], sys.argv[2]
     cpu = sys.argv[3] if len(sys.argv) > 3 else None
     text = open(text_file, encoding="utf-8", errors="replace").read()
