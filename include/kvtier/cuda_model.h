@@ -48,6 +48,10 @@ struct CudaModelOptions {
   // Calls with at least this many tokens multiply through cuBLAS (f32, on weights dequantized
   // per call); fewer use the dequantizing matvec.
   uint32_t gemm_min_tokens = 16;
+  // The cuBLAS path multiplies resident f32 copies of the weight matrices (made once at
+  // Create, on the host) instead of dequantizing each matrix per call, where they fit in a
+  // quarter of the free device memory left after everything else; false: per call always.
+  bool gemm_resident_f32 = true;
   // One-token steps replay a captured CUDA graph of their launches (recaptured when the
   // attention's split changes, every 256 tokens at most); false: plain launches.
   bool graphs = true;

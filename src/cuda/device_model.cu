@@ -98,9 +98,26 @@ struct Upload {
   bool as_f32 = false;
   size_t bytes = 0;   // on the device
   size_t offset = 0;  // in the weight buffer
+  size_t f32_offset = SIZE_MAX;  // in the resident f32 buffer (gemm_resident_f32), or none
 };
 
 }  // namespace
+
+Status CudaModel::Impl::GemmF32(const float* W, uint32_t n_out, uint32_t k, const float* x,
+                                uint32_t n_tok, float* y) {
+  // Row-major y = x . W^T is column-major Y^T = W^T' . X (as GemmRows).
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = cublasGemmEx(
+      blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tok),
+      static_cast<int>(k), &one, W, CUDA_R_32F, static_cast<int>(k), x, CUDA_R_32F,
+      static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(n_out), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return Status::Internal("CUDA GEMM (resident f32): cublasGemmEx failed with status " +
+                            std::to_string(static_cast<int>(st)));
+  }
+  return Status::OK();
+}
 
 Status CudaModel::Impl::Add(float* a, const float* b, size_t n) {
   AddKernel<<<GridFor(n), 256, 0, stream>>>(a, b, n);
@@ -320,19 +337,43 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
         cuda::DeviceDescription() + ")");
   }
 
+  // Resident f32 copies for the cuBLAS path, where they fit in a quarter of what is left.
+  size_t f32_bytes = 0;
+  if (o.gemm_resident_f32 && B >= o.gemm_min_tokens) {
+    for (const Upload& u : plan.list()) {
+      if (u.t->shape.size() == 2 && !u.as_f32) f32_bytes += Align256(u.t->n_values * 4);
+    }
+    if (f32_bytes > 0 && f32_bytes <= (free_b - needed) / 4) {
+      size_t off = 0;
+      for (Upload& u : plan.list()) {
+        if (u.t->shape.size() == 2 && !u.as_f32) {
+          u.f32_offset = off;
+          off += Align256(u.t->n_values * 4);
+        }
+      }
+    } else {
+      f32_bytes = 0;
+    }
+  }
+
   // 2. Upload.
   // A blocking stream: ordered after the legacy-stream memsets of the pool and workspaces.
   KVTIER_CUDA_RETURN(cudaStreamCreate(&im->stream));
+  if (f32_bytes > 0) {
+    KVTIER_ASSIGN_OR_RETURN(im->weights_f32, DeviceBuffer::Allocate(f32_bytes));
+    im->weight_bytes += f32_bytes;
+    if (cublasCreate(&im->blas) != CUBLAS_STATUS_SUCCESS) {
+      im->blas = nullptr;
+      return Status::Internal(w + "cublasCreate failed");
+    }
+    cublasSetStream(im->blas, im->stream);
+  }
   KVTIER_ASSIGN_OR_RETURN(im->weights, DeviceBuffer::Allocate(std::max<size_t>(plan.bytes(), 256)));
   im->weight_bytes = plan.bytes();
   std::vector<float> f32;
-  for (const Upload& u : plan.list()) {
-    const GgufTensor& t = *u.t;
-    if (!u.as_f32) {
-      KVTIER_RETURN_IF_ERROR(im->weights.CopyFromHost(t.data, t.n_bytes, u.offset));
-      continue;
-    }
-    // Dequantized in slices of rows (the host buffer stays small).
+  // A matrix dequantized to f32 on the host in slices of rows (the host buffer stays small),
+  // into buffer `dst` at `offset`.
+  auto dequant_up = [&](const GgufTensor& t, DeviceBuffer& dst, size_t offset) -> Status {
     const size_t n_in = t.shape[0], n_out = t.shape[1];
     KVTIER_ASSIGN_OR_RETURN(const size_t rb, WeightRowBytes(t.type, n_in));
     const size_t step = std::max<size_t>(1, (16u << 20) / (n_in * 4));
@@ -340,9 +381,20 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
       const size_t n = std::min(step, n_out - r);
       f32.resize(n * n_in);
       KVTIER_RETURN_IF_ERROR(DequantizeWeightRows(t.type, t.data + r * rb, n, n_in, f32.data()));
-      KVTIER_RETURN_IF_ERROR(
-          im->weights.CopyFromHost(f32.data(), n * n_in * 4, u.offset + r * n_in * 4));
+      KVTIER_RETURN_IF_ERROR(dst.CopyFromHost(f32.data(), n * n_in * 4, offset + r * n_in * 4));
     }
+    return Status::OK();
+  };
+  for (const Upload& u : plan.list()) {
+    const GgufTensor& t = *u.t;
+    if (u.f32_offset != SIZE_MAX) {
+      KVTIER_RETURN_IF_ERROR(dequant_up(t, im->weights_f32, u.f32_offset));
+    }
+    if (!u.as_f32) {
+      KVTIER_RETURN_IF_ERROR(im->weights.CopyFromHost(t.data, t.n_bytes, u.offset));
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(dequant_up(t, im->weights, u.offset));
   }
   const uint8_t* base = im->weights.as<uint8_t>();
   auto vec = [&](const Upload* u) -> const float* {
@@ -352,6 +404,11 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     DevMat m;
     if (u == nullptr) return m;
     m.data = base + u->offset;
+    if (u->as_f32) {
+      m.f32 = reinterpret_cast<const float*>(m.data);
+    } else if (u->f32_offset != SIZE_MAX) {
+      m.f32 = reinterpret_cast<const float*>(im->weights_f32.as<uint8_t>() + u->f32_offset);
+    }
     m.n_in = static_cast<uint32_t>(u->t->shape[0]);
     m.n_out = static_cast<uint32_t>(u->t->shape[1]);
     if (u->as_f32) {
@@ -398,6 +455,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     };
     auto join = [](DevMat a, const DevMat& b) {
       a.n_out += b.n_out;
+      a.f32 = nullptr;  // the resident copies need not lie back to back
       return a;
     };
     if (L.wqkv.data != nullptr) {

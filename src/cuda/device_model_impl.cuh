@@ -3,6 +3,7 @@
 // src/cuda; nvcc only.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -26,6 +27,7 @@ struct DevMat {
   Format format;
   uint32_t n_in = 0, n_out = 0;
   size_t row_bytes = 0;
+  const float* f32 = nullptr;  // resident f32 copy [n_out, n_in] for the cuBLAS path, or null
 };
 
 struct DevLayer {
@@ -69,9 +71,12 @@ struct CudaModel::Impl {
   size_t io_bytes = 0, table_cap = 0;
 
   void* pinned = nullptr;  // PinHost's range
+  DeviceBuffer weights_f32;  // resident f32 copies of the matrices (gemm_resident_f32)
+  cublasHandle_t blas = nullptr;
 
   ~Impl() {
     if (pinned) cudaHostUnregister(pinned);
+    if (blas) cublasDestroy(blas);
     if (graph_exec) cudaGraphExecDestroy(graph_exec);
     if (host_io) cudaFreeHost(host_io);
     if (stream) cudaStreamDestroy(stream);
@@ -80,12 +85,18 @@ struct CudaModel::Impl {
   Status Mat(const DevMat& w, uint32_t row0, uint32_t n_rows, const float* in, uint32_t n_tok,
              float* out) {
     const uint8_t* p = w.data + static_cast<size_t>(row0) * w.row_bytes;
+    if (n_tok >= opt.gemm_min_tokens && w.f32 != nullptr && blas != nullptr) {
+      return GemmF32(w.f32 + static_cast<size_t>(row0) * w.n_in, n_rows, w.n_in, in, n_tok, out);
+    }
     if (n_tok >= opt.gemm_min_tokens) {
       return cuda::GemmRows(p, w.format, n_rows, w.n_in, w.row_bytes, in, n_tok, out, DType::kF32,
                             &gemm, stream);
     }
     return cuda::MatVecRows(p, w.format, n_rows, w.n_in, w.row_bytes, in, n_tok, out, stream);
   }
+  // y [n_tok, n_out] = x [n_tok, k] . W^T, W resident f32 [n_out, k] (an f32 SGEMM).
+  Status GemmF32(const float* W, uint32_t n_out, uint32_t k, const float* x, uint32_t n_tok,
+                 float* y);
   Status Add(float* a, const float* b, size_t n);
   // x += y, then out = RMSNorm(x) * w, for n_tok rows of n.
   Status AddNorm(float* x, const float* y, const float* w, uint32_t n_tok, uint32_t n,

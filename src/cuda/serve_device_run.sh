@@ -9,7 +9,8 @@
 # the bundled model and on a Qwen3-0.6B-shaped q8_0 file made here, GPU (and the bundled
 # model's 8 on the CPU for scale); TTFT of a long prompt cold and again from the host-RAM
 # prefix cache (TTFT_CHARS characters, default 16000 and 125000: ~4K and ~31K tokens).
-#   SKIP_TESTS=1 SKIP_SMOKE=1 SKIP_BENCH=1 SKIP_QWEN=1 SKIP_TTFT=1
+#   SKIP_TESTS=1 SKIP_SMOKE=1 SKIP_BENCH=1 SKIP_QWEN=1 SKIP_TTFT=1; EXTRA=1: Qwen3 at 32 clients
+#   also with the default rot4s0 store and with the matvec alone (KVTIER_CUDA_GEMM_MIN)
 set -uo pipefail
 R=${1:?repo root}
 OUT=${OUT:-/tmp/out}
@@ -103,21 +104,26 @@ load() {  # name, model, clients, serve args...
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== concurrent streamed requests (~256-token prompts, 128 tokens, 2 per client), bundled model (${SECONDS}s)"
   for n in 8 32; do
-    load "bundled_gpu_$n" "$M" "$n" --device cuda --kv-type f16 --max-num-seqs "$n" --kv-pool-mb 4096
+    load "bundled_gpu_$n" "$M" "$n" --device cuda --kv-type f16 --kv-store-type active --max-num-seqs "$n" --kv-pool-mb 4096
   done
-  load "bundled_cpu_8" "$M" 8 --device cpu --kv-type f16 --max-num-seqs 8 --kv-pool-mb 4096
+  load "bundled_cpu_8" "$M" 8 --device cpu --kv-type f16 --kv-store-type active --max-num-seqs 8 --kv-pool-mb 4096
 fi
 if [ "${SKIP_QWEN:-0}" != 1 ]; then
   echo "== Qwen3-0.6B-shaped q8_0 (make-test-model) (${SECONDS}s)"
   "$K" make-test-model --out /tmp/q3.gguf --weight-type q8_0 --text-fillers 2>&1 | tail -1
   for n in 8 32; do
-    load "qwen3_gpu_$n" /tmp/q3.gguf "$n" --device cuda --kv-type f16 --max-num-seqs "$n" \
+    load "qwen3_gpu_$n" /tmp/q3.gguf "$n" --device cuda --kv-type f16 --kv-store-type active --max-num-seqs "$n" \
       --kv-pool-mb 16384 --max-model-len 4096
   done
+  if [ "${EXTRA:-0}" = 1 ]; then
+  echo "-- 32 clients with the default --kv-store-type (rot4s0: each store quantized on the scheduler thread)"
+  load "qwen3_gpu_32_rot4store" /tmp/q3.gguf 32 --device cuda --kv-type f16 --max-num-seqs 32 \
+    --kv-pool-mb 16384 --max-model-len 4096
   echo "-- the same, 32 clients, every call through the matvec (KVTIER_CUDA_GEMM_MIN=1000000)"
   SERVE_ENV=KVTIER_CUDA_GEMM_MIN=1000000 load "qwen3_gpu_32_matvec" /tmp/q3.gguf 32 --device cuda \
-    --kv-type f16 --max-num-seqs 32 --kv-pool-mb 16384 --max-model-len 4096
-  echo "-- one sequence, a 31-token prompt then 64 tokens: cuBLAS from 16 tokens (default) vs matvec only"
+    --kv-type f16 --kv-store-type active --max-num-seqs 32 --kv-pool-mb 16384 --max-model-len 4096
+  fi
+  echo "-- one sequence, an 87-token prompt then 64 tokens: cuBLAS from 16 tokens (default) vs matvec only"
   for g in 16 1000000; do
     echo "gemm_min $g: $(KVTIER_CUDA_GEMM_MIN=$g "$K" generate --model /tmp/q3.gguf \
       --prompt "Hello there, how are you today? It is a fine morning and the sun is out over the hills." \

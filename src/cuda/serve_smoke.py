@@ -51,8 +51,9 @@ def fault(gpu, text):
         res[name] = post(gpu, "/v1/completions",
                          {"prompt": prompt, "max_tokens": 32, "temperature": 0})
 
-    # As token ids, so the '@' byte token 64 is in the prompt whatever the merges would do.
-    th = [threading.Thread(target=go, args=("poisoned", [32, 120, 64, 509, 3705, 4677, 100])),
+    # As token ids, so the '@' byte token 64 is in the prompt whatever the merges would do; the
+    # last one, so the NaN is in the residual stream of the token whose logits are read.
+    th = [threading.Thread(target=go, args=("poisoned", [32, 120, 509, 3705, 4677, 100, 64])),
           threading.Thread(target=go, args=("clean", "Fault run.\n" + text[600:1400]))]
     for t in th:
         t.start()
