@@ -1,5 +1,5 @@
 // Module cuda (src/cuda, kvtier_cuda; built only with -DKVTIER_CUDA, docs/architecture.md):
-// the forward pass of a Model on the GPU, for one sequence (issue 35).
+// the forward pass of a Model on the GPU, for one sequence or a step of rows (issue 35).
 //
 // CudaModel: a device-resident copy of a loaded Model (llama, qwen2, qwen3, phi3, gemma3; not
 // qwen35) with its own device KV pool. Weights are uploaded once at Create, in their file type
