@@ -2,6 +2,8 @@
 #include "cli/cuda_step.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -30,6 +32,7 @@ class CudaStep : public StepBackend {
                  float* logits, std::vector<Status>* row_status) override {
     const size_t V = n_vocab_;
     const uint32_t bt = pool_->block_tokens();
+    const auto t0 = std::chrono::steady_clock::now();
     row_status->assign(rows.size(), Status::OK());
     // Calls of at most max_batch tokens; a row longer than what is left of a call goes on in
     // the next one (its pieces in order, each after the previous one's K/V).
@@ -78,6 +81,7 @@ class CudaStep : public StepBackend {
         }
       }
     }
+    if (stats_) Account(t0, rows.size(), tokens);
     // The host sequences count the new tokens; their blocks are dirty on the device.
     const uint32_t layers = pool_->shape().n_layers;
     for (size_t r = 0; r < rows.size(); ++r) {
@@ -115,8 +119,34 @@ class CudaStep : public StepBackend {
     return "cuda (" + dm_->device() + "; host pool " + (pinned_ ? "pinned" : "pageable") + ")";
   }
   bool pinned_ = false;
+  bool stats_ = false;  // KVTIER_CUDA_STEP_STATS=1: a line on stderr every 256 steps
 
  private:
+  // Time in the device calls (forward, logits copy, checks) against the time between steps
+  // (the engine's sampling, events, stores).
+  void Account(std::chrono::steady_clock::time_point t0, size_t rows,
+               std::span<const std::span<const int32_t>> tokens) {
+    using ms = std::chrono::duration<double, std::milli>;
+    const auto t1 = std::chrono::steady_clock::now();
+    if (steps_ > 0) between_ms_ += ms(t0 - last_end_).count();
+    forward_ms_ += ms(t1 - t0).count();
+    last_end_ = t1;
+    rows_ += rows;
+    for (const auto& t : tokens) tokens_ += t.size();
+    if (++steps_ % 256 == 0) {
+      std::fprintf(stderr,
+                   "cuda_step steps=%llu rows/step=%.1f tokens/step=%.1f forward_ms/step=%.2f "
+                   "between_ms/step=%.2f\n",
+                   static_cast<unsigned long long>(steps_), double(rows_) / 256,
+                   double(tokens_) / 256, forward_ms_ / 256, between_ms_ / 256);
+      rows_ = tokens_ = 0;
+      forward_ms_ = between_ms_ = 0;
+    }
+  }
+  uint64_t steps_ = 0, rows_ = 0, tokens_ = 0;
+  double forward_ms_ = 0, between_ms_ = 0;
+  std::chrono::steady_clock::time_point last_end_;
+
   std::shared_ptr<BlockPool> pool_;
   std::unique_ptr<CudaModel> dm_;
   uint32_t max_batch_;
@@ -179,6 +209,8 @@ Result<std::unique_ptr<StepBackend>> OpenCudaStep(const std::string& device, con
   auto s = std::make_unique<CudaStep>(std::move(pool), std::move(dm), max_batch,
                                       m.config().n_vocab);
   s->pinned_ = pinned;
+  const char* st = std::getenv("KVTIER_CUDA_STEP_STATS");
+  s->stats_ = st != nullptr && std::string(st) == "1";
   return std::unique_ptr<StepBackend>(std::move(s));
 #else
   (void)m;

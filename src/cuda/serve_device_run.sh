@@ -100,6 +100,7 @@ load() {  # name, model, clients, serve args...
       "$P/eval.txt" "$clients" 2 1000 128 2>&1 | tail -1)"
   fi
   serve_stop
+  grep "cuda_step" "$OUT/serve_$name.log" | tail -2
 }
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   echo "== concurrent streamed requests (~256-token prompts, 128 tokens, 2 per client), bundled model (${SECONDS}s)"
@@ -112,7 +113,7 @@ if [ "${SKIP_QWEN:-0}" != 1 ]; then
   echo "== Qwen3-0.6B-shaped q8_0 (make-test-model) (${SECONDS}s)"
   "$K" make-test-model --out /tmp/q3.gguf --weight-type q8_0 --text-fillers 2>&1 | tail -1
   for n in 8 32; do
-    load "qwen3_gpu_$n" /tmp/q3.gguf "$n" --device cuda --kv-type f16 --kv-store-type active --max-num-seqs "$n" \
+    SERVE_ENV=KVTIER_CUDA_STEP_STATS=1 load "qwen3_gpu_$n" /tmp/q3.gguf "$n" --device cuda --kv-type f16 --kv-store-type active --max-num-seqs "$n" \
       --kv-pool-mb 16384 --max-model-len 4096
   done
   if [ "${EXTRA:-0}" = 1 ]; then

@@ -373,6 +373,19 @@ void Engine::Impl::Step() {
     }
     return;
   }
+  // Rows that sample now without a constraint (it may keep shared state) sample in parallel
+  // first: over a large vocabulary the samplers, not the forward pass, bound a GPU step.
+  std::vector<int32_t> sampled(running.size(), -1);
+  threads.ParallelFor(running.size(), 1, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      Req& r = *running[i];
+      if ((i < row_status.size() && !row_status[i].ok()) || r.req.constraint ||
+          r.seq.size() < r.all.size()) {
+        continue;
+      }
+      sampled[i] = r.sampler.Sample(std::span<float>(logits.data() + i * V, V));
+    }
+  });
   std::vector<std::unique_ptr<Req>> keep;
   for (size_t i = 0; i < running.size(); ++i) {
     std::unique_ptr<Req> r = std::move(running[i]);
@@ -404,7 +417,7 @@ void Engine::Impl::Step() {
     }
     std::span<float> row(logits.data() + i * V, V);
     if (r->req.constraint) r->req.constraint->Mask(row);
-    const int32_t token = r->sampler.Sample(row);
+    const int32_t token = sampled[i] >= 0 ? sampled[i] : r->sampler.Sample(row);
     const bool complete = r->req.constraint && r->req.constraint->Accept(token);
     r->all.push_back(token);
     ++r->generated;
