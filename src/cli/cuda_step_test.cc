@@ -72,8 +72,8 @@ TEST(CudaStep, ACacheHitGivesTheColdTokensAndRowsTheirSoloTokens) {
     return r;
   };
   const char* texts[] = {
-      "It is a truth universally acknowledged, that a single man in possession of a good "
-      "fortune, must be in want of a wife. However little known the feelings or views of ",
+      ("It is a truth universally acknowledged, that a single man in possession of a good "
+       "fortune, must be in want of a wife. However little known the feelings or views of "),
       "Captain Wentworth had no fortune. He had been lucky in his profession; but ",
       "The evening passed quietly; Elinor read aloud while Marianne ",
   };
