@@ -32,6 +32,7 @@
 #include "kvtier/prefix_cache.h"
 #include "kvtier/sampler.h"
 #include "kvtier/status.h"
+#include "kvtier/step_backend.h"
 
 namespace kvtier {
 
@@ -45,6 +46,9 @@ struct EngineOptions {
   // One line per cache decision (`cache_fetch HIT kind=prefix cached=17 remaining=27`,
   // `cache_store tokens=253 format=affine8g64 bytes=...`), on the scheduler thread.
   std::function<void(const std::string&)> log;
+  // Optional: steps run there instead of Model::Forward (kvtier/step_backend.h; the GPU).
+  // Not with recurrent (qwen35) models. Must outlive the engine.
+  StepBackend* backend = nullptr;
 };
 
 enum class FinishReason : uint8_t {

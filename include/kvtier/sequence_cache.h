@@ -87,6 +87,12 @@ class SequenceCache {
   // Appends n_tokens tokens to `layer`. k and v: [n_tokens, n_kv_heads, head_dim] of
   // `src_dtype`, quantized into the pool's K and V formats. All or nothing.
   Status Append(uint32_t layer, DType src_dtype, const void* k, const void* v, uint32_t n_tokens);
+  // Counts n_tokens more tokens in `layer` whose rows were written elsewhere: a device copy
+  // of the pool's blocks (the engine's StepBackend, kvtier/step_backend.h) holds them, and the
+  // host rows keep their old bytes until the owner copies the blocks back. Reserves like
+  // Append (copy-on-write included). InvalidArgument for token-grouped K formats (their tail
+  // of exact keys lives here). All or nothing.
+  Status AppendExternal(uint32_t layer, uint32_t n_tokens);
   // Appends rows already encoded in the pool's formats: k_rows [n_tokens, n_kv_heads,
   // k_row_bytes] (token-grouped K: k_format.stored_rows(layer_size(layer), n_tokens) rows),
   // v_rows likewise (bit for bit what ReadEncoded gives). All or nothing.

@@ -99,6 +99,7 @@ Command ServeCommand() {
         ->capture_default_str();
     s.add_option("--threads", c->threads, "Compute threads (0: every core)")
         ->capture_default_str();
+    s.add_option("--device", c->device, kDeviceHelp)->capture_default_str();
     s.add_option("--kv-pool-mb", c->kv_pool_mb,
                  "Active KV pool size in MB (default: two full contexts per --max-num-seqs)");
     s.add_option("--max-model-len", c->max_model_len,

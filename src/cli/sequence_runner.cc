@@ -112,6 +112,10 @@ Result<std::unique_ptr<SequenceRunner>> OpenRunner(const std::string& device, co
     // KVTIER_CUDA_GRAPHS=0: plain launches for one-token steps (for comparisons).
     const char* graphs = std::getenv("KVTIER_CUDA_GRAPHS");
     o.graphs = graphs == nullptr || std::string(graphs) != "0";
+    // KVTIER_CUDA_GEMM_MIN=n: calls of n tokens and more through cuBLAS (comparisons).
+    if (const char* g = std::getenv("KVTIER_CUDA_GEMM_MIN"); g != nullptr && *g != 0) {
+      o.gemm_min_tokens = static_cast<uint32_t>(std::strtoul(g, nullptr, 10));
+    }
     KVTIER_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> dm, CudaModel::Create(m, o));
     r = std::make_unique<CudaRunner>(std::move(dm), kv.k, kv.v);
 #else

@@ -17,8 +17,10 @@
 #include <optional>
 #include <thread>
 
+#include "cli/cuda_step.h"
 #include "cli/flags.h"
 #include "cli/model_session.h"
+#include "cli/sequence_runner.h"
 #include "kvtier/engine.h"
 #include "kvtier/env.h"
 #include "kvtier/prefix_cache.h"
@@ -78,6 +80,7 @@ Status CheckConfig(const ServeConfig& c) {
 
 Status RunServe(const ServeConfig& c) {
   KVTIER_RETURN_IF_ERROR(CheckConfig(c));
+  KVTIER_RETURN_IF_ERROR(CheckDevice(c.device));
   // Every thread started from here on inherits the mask; the watcher takes the signals.
   sigset_t signals;
   sigemptyset(&signals);
@@ -191,7 +194,16 @@ Status RunServe(const ServeConfig& c) {
     return Status::InvalidArgument("--cache-write-policy needs the prefix cache");
   }
 
+  // --device cuda: the engine's steps on the GPU, its pool mirrored there (cli/cuda_step.h).
+  std::unique_ptr<StepBackend> backend;
+  if (c.device != "cpu") {
+    KVTIER_ASSIGN_OR_RETURN(backend, OpenCudaStep(c.device, *m.model, pool,
+                                                  std::max({c.prefill_step, c.max_num_seqs,
+                                                            1024u})));
+    LogLine("device=" + backend->name());
+  }
   EngineOptions eo;
+  eo.backend = backend.get();
   eo.pool = pool;
   eo.prefix_cache = cache.get();
   eo.max_num_seqs = c.max_num_seqs;

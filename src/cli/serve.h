@@ -43,6 +43,7 @@ struct ServeConfig {
   std::string remote_cache;              // --remote-cache redis://HOST:PORT[,HOST:PORT...]
   uint32_t remote_cache_ttl_s = 0;       // --remote-cache-ttl (0: none; Redis maxmemory bounds)
   uint32_t threads = 0;                  // --threads (0: every core)
+  std::string device = "cpu";            // --device cpu|cuda (cuda: steps on the GPU)
   uint64_t kv_pool_mb = 0;               // --kv-pool-mb (0: max-num-seqs full contexts, twice)
   uint32_t max_model_len = 0;            // --max-model-len (0: the model's trained context)
   uint32_t block_tokens = 32;            // --block-tokens

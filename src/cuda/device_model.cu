@@ -10,19 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda/cuda_common.cuh"
-#include "cuda/cuda_kv.h"
-#include "cuda/forward_ops.h"
-#include "kvtier/cuda_model.h"
+#include "cuda/device_model_impl.cuh"
 #include "kvtier/weights.h"
 
 namespace kvtier {
 
-using cuda::CudaStatus;  // KVTIER_CUDA_RETURN
 
 namespace {
-
-using cuda::DeviceBuffer;
 
 // ---- element-wise kernels ----
 
@@ -85,33 +79,18 @@ __global__ void AddRmsNormKernel(float* x, const float* y, const float* w, uint3
   for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) ot[i] = xt[i] * inv * w[i];
 }
 
+// out[r] = x[idx[r]] for n_out rows of n (the tokens whose logits a batched step returns).
+__global__ void GatherRowsKernel(const float* x, const int32_t* idx, uint32_t n, float* out) {
+  const float* src = x + static_cast<size_t>(idx[blockIdx.x]) * n;
+  float* dst = out + static_cast<size_t>(blockIdx.x) * n;
+  for (uint32_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
 unsigned GridFor(size_t n) {
   return static_cast<unsigned>(std::max<size_t>(1, std::min<size_t>((n + 255) / 256, 8192)));
 }
 
 size_t Align256(size_t n) { return (n + 255) / 256 * 256; }
-
-// One weight matrix on the device: n_out rows of n_in values in `format`, row r at
-// data + r * row_bytes.
-struct DevMat {
-  const uint8_t* data = nullptr;
-  Format format;
-  uint32_t n_in = 0, n_out = 0;
-  size_t row_bytes = 0;
-};
-
-struct DevLayer {
-  const float* attn_norm = nullptr;
-  DevMat wq, wk, wv, wqkv, wo;
-  const float *bq = nullptr, *bk = nullptr, *bv = nullptr;
-  const float *q_norm = nullptr, *k_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  DevMat gate, up, down;  // gate empty: up holds gate rows then up rows (phi3)
-  // One-token steps: q|k|v rows and gate|up rows as one matrix each where they are stored
-  // back to back in one format (one matvec instead of three / two); else empty.
-  DevMat qkv1, gu1;
-  const float *attn_post_norm = nullptr, *ffn_post_norm = nullptr;
-};
 
 // A matrix's device form: its own bytes where the GPU multiplies its type, else f32.
 struct Upload {
@@ -119,78 +98,70 @@ struct Upload {
   bool as_f32 = false;
   size_t bytes = 0;   // on the device
   size_t offset = 0;  // in the weight buffer
+  size_t f32_offset = SIZE_MAX;  // in the resident f32 buffer (gemm_resident_f32), or none
 };
 
 }  // namespace
 
-struct CudaModel::Impl {
-  const Model* model = nullptr;
-  ModelConfig cfg;
-  CudaModelOptions opt;
-  DeviceBuffer weights;
-  size_t weight_bytes = 0, scratch_bytes = 0;
-  std::vector<DevLayer> layers;
-  DevMat output;
-  const float* output_norm = nullptr;
-  const float* rope_freqs = nullptr;
-  std::unique_ptr<cuda::DevicePool> pool;
-  std::vector<BlockId> table;  // the sequence's blocks
-  uint32_t length = 0;
-  cudaStream_t stream = nullptr;
-  cuda::GemmWorkspace gemm;
-  cuda::DecodeWorkspace dws;
-  // Scratch, [max_batch, ...] f32:
-  DeviceBuffer x, xb, q, k, v, att, gate, up, logits;
-  DeviceBuffer one;  // one-token steps: [q | k | v] then [gate | up] of the fused products
-  // The per-call inputs: pos [B] i32 | slots [B] i64 | rows [B] PagedKvRow | block table
-  // [capacity] BlockId (one copy up to io) | emb [B, E] f32 (copied up to x).
-  DeviceBuffer io;
-  uint8_t* host_io = nullptr;  // pinned, same layout
-  size_t off_pos = 0, off_slots = 0, off_rows = 0, off_table = 0, off_emb = 0, io_bytes = 0;
+Status CudaModel::Impl::GemmF32(const float* W, uint32_t n_out, uint32_t k, const float* x,
+                                uint32_t n_tok, float* y) {
+  // Row-major y = x . W^T is column-major Y^T = W^T' . X (as GemmRows).
+  const float one = 1.0f, zero = 0.0f;
+  const cublasStatus_t st = cublasGemmEx(
+      blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_out), static_cast<int>(n_tok),
+      static_cast<int>(k), &one, W, CUDA_R_32F, static_cast<int>(k), x, CUDA_R_32F,
+      static_cast<int>(k), &zero, y, CUDA_R_32F, static_cast<int>(n_out), CUBLAS_COMPUTE_32F,
+      CUBLAS_GEMM_DEFAULT);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return Status::Internal("CUDA GEMM (resident f32): cublasGemmEx failed with status " +
+                            std::to_string(static_cast<int>(st)));
+  }
+  return Status::OK();
+}
 
-  ~Impl() {
-    if (graph_exec) cudaGraphExecDestroy(graph_exec);
-    if (host_io) cudaFreeHost(host_io);
-    if (stream) cudaStreamDestroy(stream);
-  }
+Status CudaModel::Impl::Add(float* a, const float* b, size_t n) {
+  AddKernel<<<GridFor(n), 256, 0, stream>>>(a, b, n);
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  return Status::OK();
+}
 
-  Status Mat(const DevMat& w, uint32_t row0, uint32_t n_rows, const float* in, uint32_t n_tok,
-             float* out) {
-    const uint8_t* p = w.data + static_cast<size_t>(row0) * w.row_bytes;
-    if (n_tok >= opt.gemm_min_tokens) {
-      return cuda::GemmRows(p, w.format, n_rows, w.n_in, w.row_bytes, in, n_tok, out, DType::kF32,
-                            &gemm, stream);
-    }
-    return cuda::MatVecRows(p, w.format, n_rows, w.n_in, w.row_bytes, in, n_tok, out, stream);
-  }
-  Status Add(float* a, const float* b, size_t n) {
-    AddKernel<<<GridFor(n), 256, 0, stream>>>(a, b, n);
-    KVTIER_CUDA_RETURN(cudaGetLastError());
-    return Status::OK();
-  }
-  // x += y, then out = RMSNorm(x) * w, for n_tok rows of n.
-  Status AddNorm(float* x, const float* y, const float* w, uint32_t n_tok, uint32_t n,
-                 float* out) {
-    AddRmsNormKernel<<<n_tok, kAddNormThreads, 0, stream>>>(x, y, w, n, cfg.rms_eps, out);
-    KVTIER_CUDA_RETURN(cudaGetLastError());
-    return Status::OK();
-  }
-  Status Bias(float* a, const float* b, size_t n_tok, uint32_t n) {
-    BiasKernel<<<GridFor(n_tok * n), 256, 0, stream>>>(a, b, n_tok, n);
-    KVTIER_CUDA_RETURN(cudaGetLastError());
-    return Status::OK();
-  }
-  Status Run(std::span<const int32_t> tokens, bool all_logits, float* host_logits);
-  Status Body(uint32_t T, uint32_t n_out, uint32_t max_length);
-  Status LaunchGraph(uint32_t max_length);
+Status CudaModel::Impl::AddNorm(float* x, const float* y, const float* w, uint32_t n_tok,
+                                uint32_t n, float* out) {
+  AddRmsNormKernel<<<n_tok, kAddNormThreads, 0, stream>>>(x, y, w, n, cfg.rms_eps, out);
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  return Status::OK();
+}
 
-  // The captured one-token step and what it was captured for.
-  cudaGraphExec_t graph_exec = nullptr;
-  bool graph_failed = false;
-  uint32_t graph_key_len = 0, seen_len = 0;
-  const void *graph_key_part = nullptr, *graph_key_ctr = nullptr;
-  const void *seen_part = nullptr, *seen_ctr = nullptr;
-};
+Status CudaModel::Impl::Bias(float* a, const float* b, size_t n_tok, uint32_t n) {
+  BiasKernel<<<GridFor(n_tok * n), 256, 0, stream>>>(a, b, n_tok, n);
+  KVTIER_CUDA_RETURN(cudaGetLastError());
+  return Status::OK();
+}
+
+void CudaModel::Impl::DropGraph() {
+  if (graph_exec != nullptr) cudaGraphExecDestroy(graph_exec);
+  graph_exec = nullptr;
+  seen_len = seen_t = 0;
+  seen_part = seen_ctr = nullptr;
+}
+
+Status CudaModel::Impl::EnsureTable(size_t n_ids) {
+  if (n_ids <= table_cap) return Status::OK();
+  const size_t cap = std::max(n_ids, table_cap * 2);
+  const size_t bytes = off_table + Align256(cap * sizeof(BlockId));
+  DropGraph();  // it reads the old io
+  KVTIER_CUDA_RETURN(cudaStreamSynchronize(stream));
+  KVTIER_ASSIGN_OR_RETURN(DeviceBuffer nio, DeviceBuffer::Allocate(bytes));
+  uint8_t* nhost = nullptr;
+  KVTIER_CUDA_RETURN(cudaMallocHost(&nhost, bytes));
+  if (host_io != nullptr) cudaFreeHost(host_io);
+  host_io = nhost;
+  scratch_bytes += bytes - io_bytes;
+  io = std::move(nio);
+  io_bytes = bytes;
+  table_cap = cap;
+  return Status::OK();
+}
 
 namespace {
 
@@ -325,8 +296,10 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
       KVTIER_RETURN_IF_ERROR(plan.Matrix(p + "post_ffw_norm.weight", &u.fpn));
     }
   }
-  const uint32_t n_blocks = static_cast<uint32_t>(
-      (uint64_t(o.max_tokens) + o.block_tokens - 1) / o.block_tokens);
+  const uint32_t n_blocks =
+      o.pool_blocks > 0 ? o.pool_blocks
+                        : static_cast<uint32_t>((uint64_t(o.max_tokens) + o.block_tokens - 1) /
+                                                o.block_tokens);
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
                           KvBlockLayout::Make(c.kv_shape(), o.k_format, o.v_format,
                                               o.block_tokens));
@@ -337,9 +310,12 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
   im->off_pos = 0;
   im->off_slots = im->off_pos + Align256(size_t(B) * 4);
   im->off_rows = im->off_slots + Align256(size_t(B) * 8);
-  im->off_table = im->off_rows + Align256(size_t(B) * sizeof(PagedKvRow));
-  im->off_emb = im->off_table + Align256(size_t(n_blocks) * sizeof(BlockId));
-  im->io_bytes = im->off_emb + Align256(size_t(B) * E * 4);
+  im->off_out = im->off_rows + Align256(size_t(B) * sizeof(PagedKvRow));
+  im->off_emb = im->off_out + Align256(size_t(B) * 4);
+  im->off_table = im->off_emb + Align256(size_t(B) * E * 4);
+  // One sequence: its table; rows: the pool's blocks once over (grows when rows share blocks).
+  im->table_cap = n_blocks;
+  im->io_bytes = im->off_table + Align256(size_t(im->table_cap) * sizeof(BlockId));
   // cuBLAS path: the largest matrix dequantized to f32 per call; the split-K partials.
   const size_t gemm_ws = B >= o.gemm_min_tokens ? plan.max_dequant_bytes() : 0;
   const size_t attn_ws = size_t(B) * H * 64 * (D + 1) * 4;
@@ -352,25 +328,52 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     return Status::ResourceExhausted(
         w + "the model and its context need " + std::to_string(needed) + " bytes (" +
         gib(needed) + ": weights " + gib(plan.bytes()) + ", KV cache " + gib(kv_bytes) + " for " +
-        std::to_string(o.max_tokens) + " tokens of " + o.k_format.spec() + ", scratch " +
+        (o.pool_blocks > 0 ? std::to_string(n_blocks) + " blocks of " +
+                                 std::to_string(o.block_tokens)
+                           : std::to_string(o.max_tokens)) +
+        " tokens of " + o.k_format.spec() + ", scratch " +
         gib(scratch) + " for " + std::to_string(B) + "-token calls) but the GPU has " +
         std::to_string(free_b) + " bytes free (" + gib(free_b) + " of " + gib(total_b) + ", " +
         cuda::DeviceDescription() + ")");
   }
 
+  // Resident f32 copies for the cuBLAS path, where they fit in a quarter of what is left.
+  size_t f32_bytes = 0;
+  if (o.gemm_resident_f32 && B >= o.gemm_min_tokens) {
+    for (const Upload& u : plan.list()) {
+      if (u.t->shape.size() == 2 && !u.as_f32) f32_bytes += Align256(u.t->n_values * 4);
+    }
+    if (f32_bytes > 0 && f32_bytes <= (free_b - needed) / 4) {
+      size_t off = 0;
+      for (Upload& u : plan.list()) {
+        if (u.t->shape.size() == 2 && !u.as_f32) {
+          u.f32_offset = off;
+          off += Align256(u.t->n_values * 4);
+        }
+      }
+    } else {
+      f32_bytes = 0;
+    }
+  }
+
   // 2. Upload.
   // A blocking stream: ordered after the legacy-stream memsets of the pool and workspaces.
   KVTIER_CUDA_RETURN(cudaStreamCreate(&im->stream));
+  if (f32_bytes > 0) {
+    KVTIER_ASSIGN_OR_RETURN(im->weights_f32, DeviceBuffer::Allocate(f32_bytes));
+    im->weight_bytes += f32_bytes;
+    if (cublasCreate(&im->blas) != CUBLAS_STATUS_SUCCESS) {
+      im->blas = nullptr;
+      return Status::Internal(w + "cublasCreate failed");
+    }
+    cublasSetStream(im->blas, im->stream);
+  }
   KVTIER_ASSIGN_OR_RETURN(im->weights, DeviceBuffer::Allocate(std::max<size_t>(plan.bytes(), 256)));
   im->weight_bytes = plan.bytes();
   std::vector<float> f32;
-  for (const Upload& u : plan.list()) {
-    const GgufTensor& t = *u.t;
-    if (!u.as_f32) {
-      KVTIER_RETURN_IF_ERROR(im->weights.CopyFromHost(t.data, t.n_bytes, u.offset));
-      continue;
-    }
-    // Dequantized in slices of rows (the host buffer stays small).
+  // A matrix dequantized to f32 on the host in slices of rows (the host buffer stays small),
+  // into buffer `dst` at `offset`.
+  auto dequant_up = [&](const GgufTensor& t, DeviceBuffer& dst, size_t offset) -> Status {
     const size_t n_in = t.shape[0], n_out = t.shape[1];
     KVTIER_ASSIGN_OR_RETURN(const size_t rb, WeightRowBytes(t.type, n_in));
     const size_t step = std::max<size_t>(1, (16u << 20) / (n_in * 4));
@@ -378,9 +381,20 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
       const size_t n = std::min(step, n_out - r);
       f32.resize(n * n_in);
       KVTIER_RETURN_IF_ERROR(DequantizeWeightRows(t.type, t.data + r * rb, n, n_in, f32.data()));
-      KVTIER_RETURN_IF_ERROR(
-          im->weights.CopyFromHost(f32.data(), n * n_in * 4, u.offset + r * n_in * 4));
+      KVTIER_RETURN_IF_ERROR(dst.CopyFromHost(f32.data(), n * n_in * 4, offset + r * n_in * 4));
     }
+    return Status::OK();
+  };
+  for (const Upload& u : plan.list()) {
+    const GgufTensor& t = *u.t;
+    if (u.f32_offset != SIZE_MAX) {
+      KVTIER_RETURN_IF_ERROR(dequant_up(t, im->weights_f32, u.f32_offset));
+    }
+    if (!u.as_f32) {
+      KVTIER_RETURN_IF_ERROR(im->weights.CopyFromHost(t.data, t.n_bytes, u.offset));
+      continue;
+    }
+    KVTIER_RETURN_IF_ERROR(dequant_up(t, im->weights, u.offset));
   }
   const uint8_t* base = im->weights.as<uint8_t>();
   auto vec = [&](const Upload* u) -> const float* {
@@ -390,6 +404,11 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     DevMat m;
     if (u == nullptr) return m;
     m.data = base + u->offset;
+    if (u->as_f32) {
+      m.f32 = reinterpret_cast<const float*>(m.data);
+    } else if (u->f32_offset != SIZE_MAX) {
+      m.f32 = reinterpret_cast<const float*>(im->weights_f32.as<uint8_t>() + u->f32_offset);
+    }
     m.n_in = static_cast<uint32_t>(u->t->shape[0]);
     m.n_out = static_cast<uint32_t>(u->t->shape[1]);
     if (u->as_f32) {
@@ -436,6 +455,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const Model& model,
     };
     auto join = [](DevMat a, const DevMat& b) {
       a.n_out += b.n_out;
+      a.f32 = nullptr;  // the resident copies need not lie back to back
       return a;
     };
     if (L.wqkv.data != nullptr) {
@@ -480,6 +500,10 @@ Status CudaModel::Impl::Run(std::span<const int32_t> tokens, bool all_logits,
                             float* host_logits) {
   const ModelConfig& c = cfg;
   const std::string w = "CUDA forward: ";
+  if (opt.pool_blocks > 0) {
+    return Status::InvalidArgument(w + "this CudaModel's blocks are the caller's "
+                                      "(pool_blocks); use ForwardRows");
+  }
   const uint32_t T = static_cast<uint32_t>(tokens.size());
   if (T == 0 || T > opt.max_batch) {
     return Status::InvalidArgument(w + std::to_string(T) + " tokens in one call (1.." +
@@ -526,8 +550,10 @@ Status CudaModel::Impl::Run(std::span<const int32_t> tokens, bool all_logits,
     rows[j].length = p + 1;  // causal: token j sees keys 0 .. p
   }
   std::memcpy(tab, table.data(), table.size() * sizeof(BlockId));
-  const size_t up_bytes = off_table + table.size() * sizeof(BlockId);
-  KVTIER_CUDA_RETURN(cudaMemcpyAsync(io.data(), host_io, up_bytes, cudaMemcpyHostToDevice,
+  KVTIER_CUDA_RETURN(cudaMemcpyAsync(io.data(), host_io, off_emb, cudaMemcpyHostToDevice,
+                                     stream));
+  KVTIER_CUDA_RETURN(cudaMemcpyAsync(io.as<uint8_t>() + off_table, tab,
+                                     table.size() * sizeof(BlockId), cudaMemcpyHostToDevice,
                                      stream));
   KVTIER_CUDA_RETURN(cudaMemcpyAsync(x.data(), emb, T * E * 4, cudaMemcpyHostToDevice, stream));
   // The attention's key bound: exact for prompts; for one-token steps rounded up to 256, so
@@ -536,9 +562,9 @@ Status CudaModel::Impl::Run(std::span<const int32_t> tokens, bool all_logits,
   const uint32_t max_length = T == 1 ? (length + T + 255) / 256 * 256 : length + T;
   const uint32_t n_out = all_logits ? T : 1;
   if (T == 1 && opt.graphs && !graph_failed) {
-    KVTIER_RETURN_IF_ERROR(LaunchGraph(max_length));
+    KVTIER_RETURN_IF_ERROR(LaunchGraph(1, max_length));
   } else {
-    KVTIER_RETURN_IF_ERROR(Body(T, n_out, max_length));
+    KVTIER_RETURN_IF_ERROR(Body(T, n_out, max_length, false));
   }
   float* LG = logits.as<float>();
   KVTIER_CUDA_RETURN(cudaMemcpyAsync(host_logits, LG, n_out * V * 4, cudaMemcpyDeviceToHost,
@@ -554,14 +580,15 @@ Status CudaModel::Impl::Run(std::span<const int32_t> tokens, bool all_logits,
   return Status::OK();
 }
 
-// One-token steps through a CUDA graph: the first step at a key (the attention's key bound
-// and workspace) runs eagerly (any workspace grows then), the next one captures the step's
-// launches, later ones replay them. A failed capture falls back to eager launches for good.
-Status CudaModel::Impl::LaunchGraph(uint32_t max_length) {
+// One-token steps (T rows of one token) through a CUDA graph: the first step at a key (T, the
+// attention's key bound and workspace) runs eagerly (any workspace grows then), the next one
+// captures the step's launches, later ones replay them. A failed capture falls back to eager
+// launches for good.
+Status CudaModel::Impl::LaunchGraph(uint32_t T, uint32_t max_length) {
   const void* part = dws.partial.data();
   const void* ctr = dws.counters.data();
-  if (graph_exec != nullptr && graph_key_len == max_length && graph_key_part == part &&
-      graph_key_ctr == ctr) {
+  if (graph_exec != nullptr && graph_key_t == T && graph_key_len == max_length &&
+      graph_key_part == part && graph_key_ctr == ctr) {
     KVTIER_CUDA_RETURN(cudaGraphLaunch(graph_exec, stream));
     return Status::OK();
   }
@@ -569,8 +596,9 @@ Status CudaModel::Impl::LaunchGraph(uint32_t max_length) {
     cudaGraphExecDestroy(graph_exec);
     graph_exec = nullptr;
   }
-  if (!(seen_len == max_length && seen_part == part && seen_ctr == ctr)) {
-    KVTIER_RETURN_IF_ERROR(Body(1, 1, max_length));
+  if (!(seen_t == T && seen_len == max_length && seen_part == part && seen_ctr == ctr)) {
+    KVTIER_RETURN_IF_ERROR(Body(T, T, max_length, false));
+    seen_t = T;
     seen_len = max_length;
     seen_part = dws.partial.data();
     seen_ctr = dws.counters.data();
@@ -578,7 +606,7 @@ Status CudaModel::Impl::LaunchGraph(uint32_t max_length) {
   }
   cudaGraph_t g = nullptr;
   KVTIER_CUDA_RETURN(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const Status body = Body(1, 1, max_length);
+  const Status body = Body(T, T, max_length, false);
   const cudaError_t end = cudaStreamEndCapture(stream, &g);
   cudaError_t inst = cudaErrorUnknown;
   if (body.ok() && end == cudaSuccess && g != nullptr) {
@@ -589,8 +617,9 @@ Status CudaModel::Impl::LaunchGraph(uint32_t max_length) {
     cudaGetLastError();
     graph_exec = nullptr;
     graph_failed = true;
-    return Body(1, 1, max_length);
+    return Body(T, T, max_length, false);
   }
+  graph_key_t = T;
   graph_key_len = max_length;
   graph_key_part = part;
   graph_key_ctr = ctr;
@@ -598,9 +627,9 @@ Status CudaModel::Impl::LaunchGraph(uint32_t max_length) {
   return Status::OK();
 }
 
-// The layers, the final norm and the logits [n_out, V] (the last n_out of T tokens) on the
-// device, from x [T, E] and the inputs in `io`.
-Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
+// The layers, the final norm and the logits [n_out, V] (the last n_out of T tokens, or with
+// `gather` those out_idx names) on the device, from x [T, E] and the inputs in `io`.
+Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length, bool gather) {
   const ModelConfig& c = cfg;
   const size_t E = c.n_embd, D = c.head_dim, H = c.n_heads, Hkv = c.n_kv_heads, F = c.n_ff;
   const size_t V = c.n_vocab;
@@ -697,6 +726,12 @@ Status CudaModel::Impl::Body(uint32_t T, uint32_t n_out, uint32_t max_length) {
     }
   }
   const float* last = X + size_t(T - n_out) * E;
+  if (gather) {  // the rows' last tokens into XB, normalized in place
+    const auto* didx = reinterpret_cast<const int32_t*>(io.as<uint8_t>() + off_out);
+    GatherRowsKernel<<<n_out, 256, 0, stream>>>(X, didx, static_cast<uint32_t>(E), XB);
+    KVTIER_CUDA_RETURN(cudaGetLastError());
+    last = XB;
+  }
   KVTIER_RETURN_IF_ERROR(cuda::RmsNormRows(last, output_norm, n_out, E, c.rms_eps, XB, stream));
   float* LG = logits.as<float>();
   KVTIER_RETURN_IF_ERROR(Mat(output, 0, static_cast<uint32_t>(V), XB, n_out, LG));

@@ -153,6 +153,14 @@ bool Engine::Impl::Emit(Req& r, int32_t token, FinishReason finish, Status error
 
 void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* what, bool give) {
   const Clock::time_point t0 = Clock::now();
+  if (opt.backend != nullptr) {  // the prefix cache reads the host copy of the blocks
+    const Status synced = opt.backend->SyncToHost(r.seq);
+    if (!synced.ok()) {
+      Log("cache_store id=" + std::to_string(r.id) + " what=" + what +
+          " FAILED: " + synced.message());
+      return;
+    }
+  }
   Result<PrefixStoreResult> s =
       give ? opt.prefix_cache->Store(model.fingerprint(), tokens, std::move(r.seq))
            : opt.prefix_cache->Store(model.fingerprint(), tokens, r.seq);
@@ -264,6 +272,15 @@ void Engine::Impl::Admit(Req& r) {
       Log("cache_fetch id=" + std::to_string(r.id) + " FAILED: " + f.status().message());
     }
   }
+  // The backend's device copy gets the blocks the cache handed over (their bytes are the host's).
+  if (opt.backend != nullptr && r.seq.valid() && r.seq.n_blocks() > 0) {
+    const Status up = opt.backend->HostWritten(r.seq.block_ids());
+    if (!up.ok()) {
+      Log("cache_fetch id=" + std::to_string(r.id) + " upload FAILED (recomputing): " +
+          up.message());
+      r.seq = SequenceCache(opt.pool);
+    }
+  }
   // The prompt's end is stored as an entry: its window rows stay a resume point.
   r.seq.KeepWindowRowsAt(static_cast<uint32_t>(r.req.prompt.size()));
   // Recurrent models: a cold prompt, or one that computes more than kShortTailTokens from its
@@ -295,8 +312,27 @@ void Engine::Impl::Preempt(size_t i) {
 }
 
 bool Engine::Impl::Reserve(size_t i, uint32_t n) {
+  // With a backend: blocks holding tokens that a copy-on-write replaced were written on the host.
+  std::vector<BlockId> before;
+  if (opt.backend != nullptr) {
+    const auto ids = running[i]->seq.block_ids();
+    before.assign(ids.begin(), ids.end());
+  }
   for (;;) {
     Status s = running[i]->seq.Reserve(n);
+    if (s.ok() && opt.backend != nullptr) {
+      const SequenceCache& q = running[i]->seq;
+      const size_t held = (size_t{q.size()} + q.pool()->block_tokens() - 1) / q.pool()->block_tokens();
+      std::vector<BlockId> copied;
+      for (size_t b = 0; b < std::min(held, before.size()); ++b) {
+        if (q.block_ids()[b] != before[b]) copied.push_back(q.block_ids()[b]);
+      }
+      if (!copied.empty()) s = opt.backend->HostWritten(copied);
+      if (!s.ok()) {
+        Log("reserve id=" + std::to_string(running[i]->id) + " FAILED: " + s.message());
+        return false;
+      }
+    }
     if (s.ok()) return true;
     if (s.code() != StatusCode::kResourceExhausted) return false;
     const uint64_t stride = opt.pool->layout().block_stride;
@@ -372,10 +408,23 @@ void Engine::Impl::Step() {
   }
   const size_t V = model.config().n_vocab;
   logits.resize(running.size() * V);
-  Result<BatchCache> batch = BatchCache::Merge(std::move(seqs));
-  Status s = batch.status();
+  Status s;
+  std::vector<Status> row_status;  // backend: rows that failed alone
   const Clock::time_point t_forward = Clock::now();
-  if (s.ok()) s = model.Forward(*batch, tokens, false, logits.data(), &threads, states);
+  if (opt.backend != nullptr) {
+    s = opt.backend->Forward(seqs, tokens, logits.data(), &row_status);
+    for (size_t i = 0; i < running.size(); ++i) running[i]->seq = std::move(seqs[i]);
+  } else {
+    Result<BatchCache> batch = BatchCache::Merge(std::move(seqs));
+    s = batch.status();
+    if (s.ok()) s = model.Forward(*batch, tokens, false, logits.data(), &threads, states);
+    if (batch.ok()) {
+      for (auto& r : running) {
+        Result<SequenceCache> back = batch->Take(0);
+        if (back.ok()) r->seq = std::move(*back);
+      }
+    }
+  }
   const double forward_ms = MsSince(t_forward);
   for (size_t i = 0; i < running.size(); ++i) {
     FirstTokenTimes& ft = running[i]->ft;
@@ -385,12 +434,6 @@ void Engine::Impl::Step() {
         (ft.steps > 0 ? "+" : "") + Ms(forward_ms) + "/" + std::to_string(tokens[i].size());
     ++ft.steps;
     ft.computed += static_cast<uint32_t>(tokens[i].size());
-  }
-  if (batch.ok()) {
-    for (auto& r : running) {
-      Result<SequenceCache> back = batch->Take(0);
-      if (back.ok()) r->seq = std::move(*back);
-    }
   }
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -405,9 +448,27 @@ void Engine::Impl::Step() {
     }
     return;
   }
+  // Rows that sample now without a constraint (it may keep shared state) sample in parallel
+  // first: over a large vocabulary the samplers, not the forward pass, bound a GPU step.
+  std::vector<int32_t> sampled(running.size(), -1);
+  threads.ParallelFor(running.size(), 1, [&](size_t lo, size_t hi) {
+    for (size_t i = lo; i < hi; ++i) {
+      Req& r = *running[i];
+      if ((i < row_status.size() && !row_status[i].ok()) || r.req.constraint ||
+          r.seq.size() < r.all.size()) {
+        continue;
+      }
+      sampled[i] = r.sampler.Sample(std::span<float>(logits.data() + i * V, V));
+    }
+  });
   std::vector<std::unique_ptr<Req>> keep;
   for (size_t i = 0; i < running.size(); ++i) {
     std::unique_ptr<Req> r = std::move(running[i]);
+    if (i < row_status.size() && !row_status[i].ok()) {  // this row alone failed
+      r->seq = SequenceCache();
+      Finish(std::move(r), FinishReason::kError, row_status[i]);
+      continue;
+    }
     const uint32_t computed = static_cast<uint32_t>(tokens[i].size());
     const bool prompt_part = r->seq.size() <= r->req.prompt.size();
     if (recurrent && !r->prompt_state_stored && r->req.prompt.size() >= 2 &&
@@ -430,7 +491,7 @@ void Engine::Impl::Step() {
     const Clock::time_point t_sample = Clock::now();
     std::span<float> row(logits.data() + i * V, V);
     if (r->req.constraint) r->req.constraint->Mask(row);
-    const int32_t token = r->sampler.Sample(row);
+    const int32_t token = sampled[i] >= 0 ? sampled[i] : r->sampler.Sample(row);
     if (r->generated == 0 && !r->ft.logged && opt.log) {
       // Where the time to the first token went (docs/results/model.md, seed 004's test).
       const FirstTokenTimes& ft = r->ft;
@@ -571,6 +632,10 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model& model, EngineOptions
     return Status::InvalidArgument("engine: the pool's KV shape " +
                                    options.pool->shape().ToString() + " is not the model's " +
                                    model.config().kv_shape().ToString());
+  }
+  if (options.backend != nullptr && model.state_format() != 0) {
+    return Status::Unimplemented("engine: a step backend (" + options.backend->name() +
+                                 ") does not run recurrent (qwen35) models");
   }
   if (options.max_num_seqs == 0 || options.max_num_seqs > 4096) {
     return Status::InvalidArgument("--max-num-seqs: expected 1..4096, got " +

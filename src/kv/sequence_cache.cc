@@ -307,6 +307,20 @@ Status SequenceCache::CheckRange(const char* op, uint32_t layer, uint32_t first,
   return Status::OK();
 }
 
+Status SequenceCache::AppendExternal(uint32_t layer, uint32_t n_tokens) {
+  KVTIER_RETURN_IF_ERROR(CheckLayer("AppendExternal", layer));
+  if (pool_->layout().k_format.is_token_grouped()) {
+    return Status::InvalidArgument("SequenceCache::AppendExternal: K format " +
+                                   pool_->layout().k_format.name() +
+                                   " is token-grouped (its exact-key tail lives on the host)");
+  }
+  if (n_tokens == 0) return Status::OK();
+  KVTIER_RETURN_IF_ERROR(ReserveLayer(layer, n_tokens));
+  len_[layer] += n_tokens;
+  UpdateMinMax();
+  return Status::OK();
+}
+
 Status SequenceCache::AppendEncoded(uint32_t layer, const uint8_t* k_rows, const uint8_t* v_rows,
                                     uint32_t n_tokens) {
   KVTIER_RETURN_IF_ERROR(CheckLayer("AppendEncoded", layer));

@@ -302,3 +302,44 @@ TEST(SequenceCache, RowsAreWhereTheViewSays) {
 
 }  // namespace
 }  // namespace kvtier
+
+namespace kvtier {
+namespace {
+
+// AppendExternal (the GPU's step backend): counts tokens written elsewhere without touching
+// the host rows; reserves blocks and copies a shared tail on write like Append.
+TEST(SequenceCache, AppendExternalCountsTokensAndCopiesASharedTail) {
+  auto pool = MakePool(kShape, Format::F16(), Format::F16(), 4, 1 << 20);
+  SequenceCache a(pool);
+  Chunk c0 = RandomChunk(kShape, 6, DType::kF16, 21);
+  AppendAll(a, c0);
+  SequenceCache b = a.Fork();  // shares a's tail block (2 of 4 slots)
+  for (uint32_t l = 0; l < kShape.n_layers; ++l) {
+    ASSERT_TRUE(b.AppendExternal(l, 5).ok());
+    if (l + 1 < kShape.n_layers) {
+      EXPECT_EQ(b.size(), 6u);  // until every layer has them
+    }
+  }
+  EXPECT_EQ(b.size(), 11u);
+  EXPECT_TRUE(b.complete());
+  ASSERT_EQ(b.n_blocks(), 3u);
+  EXPECT_EQ(a.block_ids()[0], b.block_ids()[0]);
+  EXPECT_NE(a.block_ids()[1], b.block_ids()[1]);  // the shared tail was copied on write
+  // The copied tail keeps the valid rows; the counted ones are whatever the host held.
+  const testing::Dense got = ReadLayer(b, 0, 0, 6);
+  const testing::Dense want = ReadLayer(a, 0, 0, 6);
+  EXPECT_TRUE(SameBits(got.k, want.k));
+  EXPECT_TRUE(SameBits(got.v, want.v));
+  ExpectContents(a, {c0});
+  EXPECT_TRUE(b.CheckInvariants().ok());
+  EXPECT_EQ(b.AppendExternal(kShape.n_layers, 1).code(), StatusCode::kInvalidArgument);
+
+  auto chan = MakePool(kShape, Format::Chan(4, 32), Format::F16(), 32, 1 << 22);
+  SequenceCache c(chan);
+  const Status s = c.AppendExternal(0, 1);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("token-grouped"), std::string::npos) << s.ToString();
+}
+
+}  // namespace
+}  // namespace kvtier
