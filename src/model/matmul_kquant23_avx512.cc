@@ -24,23 +24,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include <immintrin.h>
-
-#include <cstddef>
-#include <cstring>
-
-#define MM_VNNI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
-#define MM_VNNI_INL inline __attribute__((always_inline)) MM_VNNI
+#include "model/matmul_avx512_util.h"
 
 namespace kvtier::model::int8 {
 namespace {
-
-MM_VNNI_INL float Half(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 size_t Act23Bytes(size_t K) { return (K + K / 8 + K / 64 + 63) / 64 * 64; }
 inline const int16_t* Act23Bsum(const uint8_t* act, size_t K) {
@@ -104,23 +91,6 @@ MM_VNNI_INL __m512i ScaleIdx(int s) {
   const int x0 = b0 | (b0 + 1) << 8 | b0 << 16 | (b0 + 1) << 24;
   const int x1 = b1 | (b1 + 1) << 8 | b1 << 16 | (b1 + 1) << 24;
   return _mm512_setr_epi32(x0, x0, x0, x0, x1, x1, x1, x1, x0, x0, x0, x0, x1, x1, x1, x1);
-}
-
-// The lane sums of four int32 vectors, per 128-bit lane: lane j of the result holds
-// [sum a0, sum a1, sum a2, sum a3] over a's 128-bit lane j (exact int32 adds).
-MM_VNNI_INL __m512i LaneSums4(__m512i a0, __m512i a1, __m512i a2, __m512i a3) {
-  const __m512i t0 = _mm512_add_epi32(_mm512_unpacklo_epi32(a0, a1), _mm512_unpackhi_epi32(a0, a1));
-  const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(a2, a3), _mm512_unpackhi_epi32(a2, a3));
-  return _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1));
-}
-
-// The f16 at offset off of four rows' super-block i as 4 f32.
-MM_VNNI_INL __m128 Halves4(const uint8_t* const* rows, size_t i, size_t bytes, size_t off) {
-  uint16_t h[4];
-  for (size_t r = 0; r < 4; ++r) std::memcpy(&h[r], rows[r] + i * bytes + off, 2);
-  uint64_t v;
-  std::memcpy(&v, h, 8);
-  return _mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(v)));
 }
 
 // 4 rows x NT tokens. Per super-block the rows' int32 sums (and Q2_K's min sums) go to one

@@ -1,5 +1,5 @@
-// AVX-512 VNNI int8 kernels of the K-quants (Q4_K, Q5_K, Q6_K, IQ4_XS; Q2_K and Q3_K are in
-// matmul_kquant23_avx512.cc) over the K-quant activation layout
+// AVX-512 VNNI int8 kernels of the K-quants (Q4_K, Q5_K, Q6_K; Q2_K and Q3_K are in
+// matmul_kquant23_avx512.cc, IQ4_XS in matmul_iq4xs_avx512.cc) over the K-quant activation layout
 // (matmul_int8.h, per 32 values an int8 scale like q8_0). One vpdpbusd per 64 values:
 //   Q4_K: the qs bytes of sub-blocks 2k, 2k+1 split into [low nibbles | high nibbles] = the
 //         64 values in order (unsigned 0..15); vpmaddubsw + vpdpwssd by the 6-bit scales
@@ -216,76 +216,6 @@ MM_VNNI void TileQ6_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
   }
 }
 
-// IQ4_XS: sub-block ib's 16 qs bytes [16 ib ..] hold values 0-15 (low) and 16-31 (high);
-// two sub-blocks per step, reordered to value order, through the codebook + 128; each lane
-// starts at -128 * its 4 codes (init6 x 4); per-lane scale d * (ls - 32) * d_x.
-template <size_t NT>
-MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                        size_t K, float* y, size_t ldy) {
-  constexpr size_t R = 4;
-  constexpr size_t kBytes = sizeof(weights::BlockIQ4_XS);
-  const __m512i idx[4] = {LaneIdx(3, 0), LaneIdx(3, 2), LaneIdx(3, 4), LaneIdx(3, 6)};
-  const __m256i m4 = _mm256_set1_epi8(15);
-  const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(
-      1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
-      static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
-      static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
-  const int8_t* codes[NT];
-  const float* dxv[NT];
-  const int32_t* init[NT];
-  for (size_t t = 0; t < NT; ++t) {
-    codes[t] = ActCodes(act + t * stride);
-    dxv[t] = KActDxv(act + t * stride, K);
-    init[t] = KActInit6(act + t * stride, K);
-  }
-  __m512 acc[R][NT];
-  for (auto& a : acc) {
-    for (auto& v : a) v = _mm512_setzero_ps();
-  }
-  for (size_t i = 0; i < K / kQK; ++i) {
-    __m512 dsc[R];
-    for (size_t r = 0; r < R; ++r) {
-      const uint8_t* blk = rows[r] + i * kBytes;
-      const uint32_t sl = Load32(blk + offsetof(weights::BlockIQ4_XS, scales_l));
-      uint16_t sh;
-      std::memcpy(&sh, blk + offsetof(weights::BlockIQ4_XS, scales_h), 2);
-      alignas(32) int32_t ls[8];
-      for (int ib = 0; ib < 8; ++ib) {
-        ls[ib] = static_cast<int32_t>(((sl >> (4 * ib)) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
-      }
-      dsc[r] = _mm512_castps256_ps512(_mm256_mul_ps(
-          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls))),
-          _mm256_set1_ps(Half(blk + offsetof(weights::BlockIQ4_XS, d)))));
-    }
-    for (size_t k = 0; k < 4; ++k) {
-      __m512i w[R];
-      __m512 sk[R];
-      for (size_t r = 0; r < R; ++r) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-            rows[r] + i * kBytes + offsetof(weights::BlockIQ4_XS, qs) + 32 * k));
-        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
-                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
-        // [lo sb0, lo sb1, hi sb0, hi sb1] -> [lo sb0, hi sb0, lo sb1, hi sb1]
-        w[r] = _mm512_shuffle_epi8(tbl, _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
-        sk[r] = _mm512_permutexvar_ps(idx[k], dsc[r]);
-      }
-      for (size_t t = 0; t < NT; ++t) {
-        const size_t s = 4 * i + k;
-        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
-        const __m512i i0 = _mm512_slli_epi32(_mm512_loadu_si512(init[t] + 16 * s), 2);
-        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
-        for (size_t r = 0; r < R; ++r) {
-          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
-          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
-        }
-      }
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
-  }
-}
-
 #define KVTIER_TILE_SWITCH(NAME)                                                             \
   void NAME##Any(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,   \
                  size_t nt, size_t K, float* y, size_t ldy) {                                \
@@ -309,7 +239,6 @@ MM_VNNI void TileQ5_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
 KVTIER_TILE_SWITCH(TileQ4_K)
 KVTIER_TILE_SWITCH(TileQ5_K)
 KVTIER_TILE_SWITCH(TileQ6_K)
-KVTIER_TILE_SWITCH(TileIQ4_XS)
 #undef KVTIER_TILE_SWITCH
 
 constexpr Int8Kernels kQ4_K = {"q4_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
@@ -318,8 +247,6 @@ constexpr Int8Kernels kQ5_K = {"q5_K int8 avx512vnni", 4, 4, KActBytes, Quantize
                                TileQ5_KAny};
 constexpr Int8Kernels kQ6_K = {"q6_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ6_KAny};
-constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
-                                 TileIQ4_XSAny};
 
 }  // namespace
 
@@ -330,7 +257,7 @@ const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type) {
     case GgmlType::kQ3_K: return Int8KernelsAvx512Q23(ggml_type);
     case GgmlType::kQ5_K: return &kQ5_K;
     case GgmlType::kQ6_K: return &kQ6_K;
-    case GgmlType::kIQ4_XS: return &kIQ4_XS;
+    case GgmlType::kIQ4_XS: return Int8KernelsAvx512IQ4XS();
     default: return nullptr;
   }
 }
