@@ -5,10 +5,13 @@
 //   q4_0 (and the other nibble types): the nibbles as they are (w + 8), [lo b0 | hi b0 |
 //         lo b1 | hi b1] = natural activation order; lanes 0-7 block 0, 8-15 block 1.
 // Each int32 lane starts at -offset * (the sum of its own 4 activation codes), so it ends
-// exactly at the signed dot product of its 4 values (no cancellation across lanes in f32).
+// exactly at the signed dot product of its 4 values; the four rows' lanes are then reduced
+// (exact int32 adds) to per-row block sums, converted and scaled once per step.
 // The activation layout per token, S = ceil(K / 64) steps (an odd last block pairs with a
 // zero block: codes 0, scale 0, the weight bytes never read):
-//   codes [S][64] int8 | scales [S][16] f32 (d_x per lane) | init [S][16] int32
+//   codes [S][64] int8 | scales [S][16] f32 (lanes 0-7 d_x of block 0, 8-15 block 1) |
+//   init [S][16] int32 (| xs [S][16] f32, d_x * sum of codes per block as the scales, for
+//   the types with a min)
 // Compiled with a target attribute; run only where DetectIsa() found AVX-512 F/BW/VL/DQ +
 // VNNI. Stateless; thread-safe.
 #include "kvtier/gguf.h"
@@ -133,7 +136,9 @@ MM_VNNI void QuantizeVnni(const float* x, size_t K, uint8_t* act) {
       dxv[16 * s + lane] = d[lane / 8];
       const int8_t* c = codes + s * kStep + 4 * lane;  // the lane's 4 codes
       init[16 * s + lane] = -W::kOffset * (c[0] + c[1] + c[2] + c[3]);
-      if constexpr (W::kHasMin) xsv[16 * s + lane] = d[lane / 8] * static_cast<float>(sum[lane / 8]);
+      if constexpr (W::kHasMin) {
+        xsv[16 * s + lane] = d[lane / 8] * static_cast<float>(sum[lane / 8]);
+      }
     }
   }
 }

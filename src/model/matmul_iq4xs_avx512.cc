@@ -52,7 +52,8 @@ MM_VNNI void QuantizeActXs(const float* x, size_t K, uint8_t* act) {
   for (size_t i = 0; i < K / kQK; ++i) {
     const float* xb = x + kQK * i;  // [256]
     __m512 m = _mm512_setzero_ps();
-    for (size_t c = 0; c < 16; ++c) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(xb + 16 * c), abs_mask));
+    for (size_t c = 0; c < 16; ++c)
+      m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(xb + 16 * c), abs_mask));
     const float amax = _mm512_reduce_max_ps(m);
     const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
     dd[i] = amax / 127.0f;
@@ -78,13 +79,14 @@ MM_VNNI_INL __m256i XsScales(const uint8_t* blk) {
   uint16_t sh;
   std::memcpy(&sl, blk + offsetof(BlockIQ4_XS, scales_l), 4);
   std::memcpy(&sh, blk + offsetof(BlockIQ4_XS, scales_h), 2);
-  const __m256i lo = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
-      _mm256_set1_epi32(15));
-  const __m256i hi = _mm256_and_si256(
-      _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(uint32_t{sh} << 4)),
-                        _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
-      _mm256_set1_epi32(0x30));
+  const __m256i lo =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(sl)),
+                                         _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                       _mm256_set1_epi32(15));
+  const __m256i hi =
+      _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(uint32_t{sh} << 4)),
+                                         _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                       _mm256_set1_epi32(0x30));
   return _mm256_sub_epi32(_mm256_or_si256(lo, hi), _mm256_set1_epi32(32));
 }
 
@@ -93,10 +95,10 @@ MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* ac
                         size_t K, float* y, size_t ldy) {
   constexpr size_t R = 4;
   const __m512i m4 = _mm512_set1_epi8(15);
-  const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(
-      1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
-      static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
-      static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
+  const __m512i tbl = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
+                    static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
+                    static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
   // int32 lane m of half h -> sub-block 4 h + m / 4.
   const __m512i sidx[2] = {_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                            _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7)};
@@ -143,15 +145,19 @@ MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* ac
 void TileIQ4_XSAny(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
                    size_t nt, size_t K, float* y, size_t ldy) {
   switch (nt) {
-    case 1: return TileIQ4_XS<1>(rows, nr, act, stride, K, y, ldy);
-    case 2: return TileIQ4_XS<2>(rows, nr, act, stride, K, y, ldy);
-    case 3: return TileIQ4_XS<3>(rows, nr, act, stride, K, y, ldy);
-    default: return TileIQ4_XS<4>(rows, nr, act, stride, K, y, ldy);
+    case 1:
+      return TileIQ4_XS<1>(rows, nr, act, stride, K, y, ldy);
+    case 2:
+      return TileIQ4_XS<2>(rows, nr, act, stride, K, y, ldy);
+    case 3:
+      return TileIQ4_XS<3>(rows, nr, act, stride, K, y, ldy);
+    default:
+      return TileIQ4_XS<4>(rows, nr, act, stride, K, y, ldy);
   }
 }
 
-constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, ActXsBytes, QuantizeActXs,
-                                 TileIQ4_XSAny};
+constexpr Int8Kernels kIQ4_XS = {
+    "iq4_xs int8 avx512vnni", 4, 4, ActXsBytes, QuantizeActXs, TileIQ4_XSAny};
 
 }  // namespace
 

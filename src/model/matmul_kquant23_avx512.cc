@@ -47,7 +47,8 @@ MM_VNNI void QuantizeAct23(const float* x, size_t K, uint8_t* act) {
   for (size_t i = 0; i < K / kQK; ++i) {
     const float* xb = x + kQK * i;  // [256]
     __m512 m = _mm512_setzero_ps();
-    for (size_t c = 0; c < 16; ++c) m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(xb + 16 * c), abs_mask));
+    for (size_t c = 0; c < 16; ++c)
+      m = _mm512_max_ps(m, _mm512_and_ps(_mm512_loadu_ps(xb + 16 * c), abs_mask));
     const float amax = _mm512_reduce_max_ps(m);
     const __m512 id = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
     dd[i] = amax / 127.0f;
@@ -79,8 +80,8 @@ MM_VNNI_INL __m128i Q3KScales(const uint8_t* q) {
 template <bool kThree>
 MM_VNNI_INL __m256i Scales16(const uint8_t* blk) {
   if constexpr (kThree) return _mm256_cvtepi8_epi16(Q3KScales(blk + kQ3KScales));
-  const __m256i b = _mm256_cvtepu8_epi16(
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));
+  const __m256i b =
+      _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales)));
   return _mm256_and_si256(b, _mm256_set1_epi16(15));
 }
 
@@ -160,15 +161,17 @@ MM_VNNI void TileQ23(const uint8_t* const* rows, size_t nr, const uint8_t* act, 
       if constexpr (kThree) {
         mw[r] = _mm256_slli_epi16(s16v[r], 2);
       } else {
-        mw[r] = _mm256_srli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(
-                                      reinterpret_cast<const __m128i*>(rows[r] + i * kBytes + kQ2KScales))),
-                                  4);
+        mw[r] = _mm256_srli_epi16(
+            _mm256_cvtepu8_epi16(_mm_loadu_si128(
+                reinterpret_cast<const __m128i*>(rows[r] + i * kBytes + kQ2KScales))),
+            4);
       }
     }
     const __m128 d4 = Halves4(rows, i, kBytes, kThree ? kQ3KD : kQ2KD);
     __m512 dd = _mm512_castps128_ps512(d4);  // Q2_K: lanes 8-11 -dmin
     if constexpr (!kThree) {
-      dd = _mm512_insertf32x4(dd, _mm_sub_ps(_mm_setzero_ps(), Halves4(rows, i, kBytes, kQ2KDmin)), 2);
+      dd = _mm512_insertf32x4(dd, _mm_sub_ps(_mm_setzero_ps(), Halves4(rows, i, kBytes, kQ2KDmin)),
+                              2);
     }
     for (size_t t = 0; t < NT; ++t) {
       const __m256i b16 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bsum[t] + 16 * i));
@@ -199,13 +202,17 @@ MM_VNNI void TileQ23(const uint8_t* const* rows, size_t nr, const uint8_t* act, 
 }
 
 template <bool kThree>
-void TileQ23Any(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                size_t nt, size_t K, float* y, size_t ldy) {
+void TileQ23Any(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride, size_t nt,
+                size_t K, float* y, size_t ldy) {
   switch (nt) {
-    case 1: return TileQ23<kThree, 1>(rows, nr, act, stride, K, y, ldy);
-    case 2: return TileQ23<kThree, 2>(rows, nr, act, stride, K, y, ldy);
-    case 3: return TileQ23<kThree, 3>(rows, nr, act, stride, K, y, ldy);
-    default: return TileQ23<kThree, 4>(rows, nr, act, stride, K, y, ldy);
+    case 1:
+      return TileQ23<kThree, 1>(rows, nr, act, stride, K, y, ldy);
+    case 2:
+      return TileQ23<kThree, 2>(rows, nr, act, stride, K, y, ldy);
+    case 3:
+      return TileQ23<kThree, 3>(rows, nr, act, stride, K, y, ldy);
+    default:
+      return TileQ23<kThree, 4>(rows, nr, act, stride, K, y, ldy);
   }
 }
 
@@ -218,9 +225,12 @@ constexpr Int8Kernels kQ3_K = {"q3_K int8 avx512vnni", 4, 4, Act23Bytes, Quantiz
 
 const Int8Kernels* Int8KernelsAvx512Q23(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
-    case GgmlType::kQ2_K: return &kQ2_K;
-    case GgmlType::kQ3_K: return &kQ3_K;
-    default: return nullptr;
+    case GgmlType::kQ2_K:
+      return &kQ2_K;
+    case GgmlType::kQ3_K:
+      return &kQ3_K;
+    default:
+      return nullptr;
   }
 }
 
