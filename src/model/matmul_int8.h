@@ -85,5 +85,7 @@ const Int8Kernels* Int8KernelsAvx512(uint32_t ggml_type);
 const Int8Kernels* Int8KernelsRefKQuant(uint32_t ggml_type);     // matmul_kquant_ref.cc
 const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type);  // matmul_kquant_avx512.cc
 const Int8Kernels* Int8KernelsAvx2KQuant(uint32_t ggml_type);    // matmul_kquant_avx2.cc
+const Int8Kernels* Int8KernelsAvx512Q23(uint32_t ggml_type);     // matmul_kquant23_avx512.cc
+const Int8Kernels* Int8KernelsAvx512IQ4XS();                      // matmul_iq4xs_avx512.cc
 
 }  // namespace kvtier::model::int8

@@ -2,14 +2,16 @@
 // vector, one vpdpbusd (unsigned weight bytes x signed activation codes) per pair:
 //   q8_0: codes xor 0x80 (w + 128, unsigned); natural activation order; lanes 0-7 block 0,
 //         8-15 block 1.
-//   q4_0: the nibbles as they are (w + 8); activation order [b0 0-15, b1 0-15, b0 16-31,
-//         b1 16-31] to match [lo nibbles b0, b1 | hi nibbles b0, b1]; lanes (i / 4) & 1 give
-//         the block.
+//   q4_0 (and the other nibble types): the nibbles as they are (w + 8), [lo b0 | hi b0 |
+//         lo b1 | hi b1] = natural activation order; lanes 0-7 block 0, 8-15 block 1.
 // Each int32 lane starts at -offset * (the sum of its own 4 activation codes), so it ends
-// exactly at the signed dot product of its 4 values (no cancellation across lanes in f32).
+// exactly at the signed dot product of its 4 values; the four rows' lanes are then reduced
+// (exact int32 adds) to per-row block sums, converted and scaled once per step.
 // The activation layout per token, S = ceil(K / 64) steps (an odd last block pairs with a
 // zero block: codes 0, scale 0, the weight bytes never read):
-//   codes [S][64] int8 | scales [S][16] f32 (d_x per lane) | init [S][16] int32
+//   codes [S][64] int8 | scales [S][16] f32 (lanes 0-7 d_x of block 0, 8-15 block 1) |
+//   init [S][16] int32 (| xs [S][16] f32, d_x * sum of codes per block as the scales, for
+//   the types with a min)
 // Compiled with a target attribute; run only where DetectIsa() found AVX-512 F/BW/VL/DQ +
 // VNNI. Stateless; thread-safe.
 #include "kvtier/gguf.h"
@@ -22,13 +24,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include <immintrin.h>
-
 #include <cstring>
 
-#define MM_VNNI \
-  __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
-#define MM_VNNI_INL inline __attribute__((always_inline)) MM_VNNI
+#include "model/matmul_avx512_util.h"  // MM_VNNI, MM_VNNI_INL, LaneSums4
 #define MM_VNNI_LAMBDA __attribute__((always_inline)) MM_VNNI
 
 namespace kvtier::model::int8 {
@@ -46,7 +44,6 @@ struct VQ8_0 {
   static constexpr bool kHasMin = false;
   static constexpr int kOffset = 128;  // unsigned code = w + 128
   static constexpr size_t CodePos(size_t half, size_t i) { return 32 * half + i; }
-  static constexpr size_t LaneBlock(size_t lane) { return lane / 8; }
   static MM_VNNI_INL __m512i Codes(const uint8_t* b0, const uint8_t* b1, bool has1) {
     const __m256i lo = _mm256_loadu_si256(
         reinterpret_cast<const __m256i*>(b0 + Q8_0Traits::kCodesOffset));
@@ -57,7 +54,7 @@ struct VQ8_0 {
                             _mm512_set1_epi8(static_cast<char>(0x80)));
   }
 };
-// The 32-value nibble types: [lo nibbles b0, b1 | hi nibbles b0, b1] from 16 code bytes at
+// The 32-value nibble types: [lo b0 | hi b0 | lo b1 | hi b1] from the 16 code bytes at
 // kQs of each block, then per type: q4_0 as is (offset 8); iq4_nl through the codebook + 128
 // (offset 128); q5_0 / q5_1 with the 5th bits (bit i of the uint32 at kQh: value i) as 16
 // (offset 16 / 0); q4_1 as is (offset 0). q4_1 / q5_1 add their min m * sum(x) per block.
@@ -71,16 +68,18 @@ struct VNib {
   static constexpr size_t kQs = kBytes - 16;                  // codes are the last 16 bytes
   static constexpr size_t kQh = T == Nib::kQ5_0 ? 2 : 4;      // q5_*: the 4 high-bit bytes
   static constexpr int kOffset = T == Nib::kQ4_0 ? 8 : T == Nib::kIQ4_NL ? 128 : T == Nib::kQ5_0 ? 16 : 0;
-  static constexpr size_t CodePos(size_t half, size_t i) { return (i & 16) * 2 + 16 * half + (i & 15); }
-  static constexpr size_t LaneBlock(size_t lane) { return (lane / 4) & 1; }
+  static constexpr size_t CodePos(size_t half, size_t i) { return 32 * half + i; }
+  // [b0 | b0 | b1 | b1] (16 code bytes each), the odd 128-bit lanes shifted by 4, masked:
+  // [lo b0 | hi b0 | lo b1 | hi b1] = values 0-31 of b0 then b1 (natural order).
   static MM_VNNI_INL __m512i Codes(const uint8_t* b0, const uint8_t* b1, bool has1) {
-    const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQs));
-    const __m128i hi =
-        has1 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + kQs)) : _mm_setzero_si128();
-    const __m256i v = _mm256_set_m128i(hi, lo);
-    const __m256i m = _mm256_set1_epi8(15);
-    const __m256i l = _mm256_and_si256(v, m), h = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(l), h, 1);
+    const __m512i v0 =
+        _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b0 + kQs)));
+    const __m512i v =
+        has1 ? _mm512_mask_broadcast_i32x4(
+                   v0, 0xff00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1 + kQs)))
+             : _mm512_maskz_mov_epi32(0x00ff, v0);
+    __m512i w = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)),
+                                 _mm512_set1_epi8(15));
     if constexpr (T == Nib::kIQ4_NL) {
       const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(
           1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
@@ -88,13 +87,12 @@ struct VNib {
           static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
       w = _mm512_shuffle_epi8(tbl, w);
     }
-    if constexpr (kHigh) {
+    if constexpr (kHigh) {  // bit i of each block's qh: value i, in the natural order
       uint32_t h0, h1 = 0;
       std::memcpy(&h0, b0 + kQh, 4);
       if (has1) std::memcpy(&h1, b1 + kQh, 4);
-      const uint64_t bits = uint64_t{h0 & 0xffff} | uint64_t{h1 & 0xffff} << 16 |
-                            uint64_t{h0 >> 16} << 32 | uint64_t{h1 >> 16} << 48;
-      w = _mm512_or_si512(w, _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16)));
+      const __mmask64 bits = _cvtu64_mask64(uint64_t{h0} | uint64_t{h1} << 32);
+      w = _mm512_mask_add_epi8(w, bits, w, _mm512_set1_epi8(16));
     }
     return w;
   }
@@ -135,68 +133,71 @@ MM_VNNI void QuantizeVnni(const float* x, size_t K, uint8_t* act) {
       std::memcpy(c + W::CodePos(h, 16), q + 16, 16);
     }
     for (size_t lane = 0; lane < 16; ++lane) {
-      dxv[16 * s + lane] = d[W::LaneBlock(lane)];
+      dxv[16 * s + lane] = d[lane / 8];
       const int8_t* c = codes + s * kStep + 4 * lane;  // the lane's 4 codes
       init[16 * s + lane] = -W::kOffset * (c[0] + c[1] + c[2] + c[3]);
-      if constexpr (W::kHasMin) {  // 8 lanes per block: d * sum / 8 each
-        xsv[16 * s + lane] = d[W::LaneBlock(lane)] * static_cast<float>(sum[W::LaneBlock(lane)]) * 0.125f;
+      if constexpr (W::kHasMin) {
+        xsv[16 * s + lane] = d[lane / 8] * static_cast<float>(sum[lane / 8]);
       }
     }
   }
 }
 
-// The two blocks' f16 scales as per-lane f32 (lane -> block as W::LaneBlock).
+// The f16 at offset off of the blocks 2 s, 2 s + 1 of four rows as f32 lanes 0-3 (block
+// 2 s of rows 0-3) and 8-11 (block 2 s + 1), the other lanes 0 (has1 false: block 2 s + 1 0).
 template <class W>
-MM_VNNI_INL __m512 PairScales(const uint8_t* b0, const uint8_t* b1, bool has1, __m512i perm,
-                              size_t off = 0) {
-  uint16_t s0, s1 = 0;
-  std::memcpy(&s0, b0 + off, 2);
-  if (has1) std::memcpy(&s1, b1 + off, 2);
-  const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(s0 | (uint32_t{s1} << 16))));
-  return _mm512_permutexvar_ps(perm, _mm512_castps128_ps512(f));
+MM_VNNI_INL __m512 QuadScales(const uint8_t* const* rows, size_t s, bool has1, size_t off) {
+  uint16_t h[8] = {};
+  for (size_t r = 0; r < 4; ++r) {
+    const uint8_t* b0 = rows[r] + 2 * s * W::kBytes + off;
+    std::memcpy(&h[r], b0, 2);
+    if (has1) std::memcpy(&h[4 + r], b0 + W::kBytes, 2);
+  }
+  const __m256 f = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  return _mm512_maskz_insertf32x4(0x0f0f, _mm512_castps128_ps512(_mm256_castps256_ps128(f)),
+                                  _mm256_extractf128_ps(f, 1), 2);
 }
 
-// 4 rows x NT tokens over K.
+// 4 rows x NT tokens over K. Per step the rows' int32 lane sums are reduced to one vector of
+// per-row block sums (lanes 0-3: block 2 s of rows 0-3, lanes 8-11: block 2 s + 1; exact int32
+// adds), converted and scaled once by d_w d_x (QuadScales); the min types add m_w (d_x sum).
 template <class W, size_t NT>
 MM_VNNI void TileVnni(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
                       size_t K, float* y, size_t ldy) {
   constexpr size_t R = 4;
   const size_t S = (K + kStep - 1) / kStep, full = K / kStep;
-  alignas(64) int32_t perm_idx[16];
-  for (size_t lane = 0; lane < 16; ++lane) perm_idx[lane] = static_cast<int32_t>(W::LaneBlock(lane));
-  const __m512i perm = _mm512_load_si512(perm_idx);
-  __m512 acc[R][NT];
-  for (auto& a : acc) {
-    for (auto& v : a) v = _mm512_setzero_ps();
-  }
+  __m512 acc[NT];  // lanes 0-3 and 8-11
+  for (auto& v : acc) v = _mm512_setzero_ps();
   auto step = [&](size_t s, bool has1) MM_VNNI_LAMBDA {
     __m512i w[R];
-    __m512 dw[R], mw[R];
     for (size_t r = 0; r < R; ++r) {
       const uint8_t* b0 = rows[r] + 2 * s * W::kBytes;
       w[r] = W::Codes(b0, b0 + W::kBytes, has1);
-      dw[r] = PairScales<W>(b0, b0 + W::kBytes, has1, perm);
-      if constexpr (W::kHasMin) mw[r] = PairScales<W>(b0, b0 + W::kBytes, has1, perm, 2);
     }
+    const __m512 dw = QuadScales<W>(rows, s, has1, 0);
+    __m512 mw;
+    if constexpr (W::kHasMin) mw = QuadScales<W>(rows, s, has1, 2);
     for (size_t t = 0; t < NT; ++t) {
       const uint8_t* a = act + t * stride;
       const __m512i q = _mm512_load_si512(a + s * kStep);
       const __m512i i0 = _mm512_load_si512(a + S * kStep + S * 64 + s * 64);
       const __m512 dx = _mm512_load_ps(a + S * kStep + s * 64);
-      for (size_t r = 0; r < R; ++r) {
-        const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
-        acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw[r], dx), acc[r][t]);
-      }
+      __m512i p[R];
+      for (size_t r = 0; r < R; ++r) p[r] = _mm512_dpbusd_epi32(i0, w[r], q);
+      __m512i u = LaneSums4(p[0], p[1], p[2], p[3]);
+      u = _mm512_add_epi32(u, _mm512_shuffle_i64x2(u, u, _MM_SHUFFLE(2, 3, 0, 1)));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(u), _mm512_mul_ps(dw, dx), acc[t]);
       if constexpr (W::kHasMin) {
-        const __m512 xs = _mm512_load_ps(a + S * kStep + S * 128 + s * 64);
-        for (size_t r = 0; r < R; ++r) acc[r][t] = _mm512_fmadd_ps(mw[r], xs, acc[r][t]);
+        acc[t] = _mm512_fmadd_ps(mw, _mm512_load_ps(a + S * kStep + S * 128 + s * 64), acc[t]);
       }
     }
   };
   for (size_t s = 0; s < full; ++s) step(s, true);
   if (S > full) step(full, false);
+  const __mmask8 m = static_cast<__mmask8>((1u << nr) - 1);
   for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
+    _mm_mask_storeu_ps(y + t * ldy, m, _mm_add_ps(_mm512_castps512_ps128(acc[t]),
+                                                  _mm512_extractf32x4_ps(acc[t], 2)));
   }
 }
 

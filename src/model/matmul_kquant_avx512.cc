@@ -1,4 +1,5 @@
-// AVX-512 VNNI int8 kernels of the K-quants (Q4_K, Q6_K) over the K-quant activation layout
+// AVX-512 VNNI int8 kernels of the K-quants (Q4_K, Q5_K, Q6_K; Q2_K and Q3_K are in
+// matmul_kquant23_avx512.cc, IQ4_XS in matmul_iq4xs_avx512.cc) over the K-quant activation layout
 // (matmul_int8.h, per 32 values an int8 scale like q8_0). One vpdpbusd per 64 values:
 //   Q4_K: the qs bytes of sub-blocks 2k, 2k+1 split into [low nibbles | high nibbles] = the
 //         64 values in order (unsigned 0..15); vpmaddubsw + vpdpwssd by the 6-bit scales
@@ -215,218 +216,6 @@ MM_VNNI void TileQ6_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
   }
 }
 
-// IQ4_XS: sub-block ib's 16 qs bytes [16 ib ..] hold values 0-15 (low) and 16-31 (high);
-// two sub-blocks per step, reordered to value order, through the codebook + 128; each lane
-// starts at -128 * its 4 codes (init6 x 4); per-lane scale d * (ls - 32) * d_x.
-template <size_t NT>
-MM_VNNI void TileIQ4_XS(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                        size_t K, float* y, size_t ldy) {
-  constexpr size_t R = 4;
-  constexpr size_t kBytes = sizeof(weights::BlockIQ4_XS);
-  const __m512i idx[4] = {LaneIdx(3, 0), LaneIdx(3, 2), LaneIdx(3, 4), LaneIdx(3, 6)};
-  const __m256i m4 = _mm256_set1_epi8(15);
-  const __m512i tbl = _mm512_broadcast_i32x4(_mm_setr_epi8(
-      1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141),
-      static_cast<char>(153), static_cast<char>(166), static_cast<char>(181),
-      static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
-  const int8_t* codes[NT];
-  const float* dxv[NT];
-  const int32_t* init[NT];
-  for (size_t t = 0; t < NT; ++t) {
-    codes[t] = ActCodes(act + t * stride);
-    dxv[t] = KActDxv(act + t * stride, K);
-    init[t] = KActInit6(act + t * stride, K);
-  }
-  __m512 acc[R][NT];
-  for (auto& a : acc) {
-    for (auto& v : a) v = _mm512_setzero_ps();
-  }
-  for (size_t i = 0; i < K / kQK; ++i) {
-    __m512 dsc[R];
-    for (size_t r = 0; r < R; ++r) {
-      const uint8_t* blk = rows[r] + i * kBytes;
-      const uint32_t sl = Load32(blk + offsetof(weights::BlockIQ4_XS, scales_l));
-      uint16_t sh;
-      std::memcpy(&sh, blk + offsetof(weights::BlockIQ4_XS, scales_h), 2);
-      alignas(32) int32_t ls[8];
-      for (int ib = 0; ib < 8; ++ib) {
-        ls[ib] = static_cast<int32_t>(((sl >> (4 * ib)) & 15) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
-      }
-      dsc[r] = _mm512_castps256_ps512(_mm256_mul_ps(
-          _mm256_cvtepi32_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ls))),
-          _mm256_set1_ps(Half(blk + offsetof(weights::BlockIQ4_XS, d)))));
-    }
-    for (size_t k = 0; k < 4; ++k) {
-      __m512i w[R];
-      __m512 sk[R];
-      for (size_t r = 0; r < R; ++r) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-            rows[r] + i * kBytes + offsetof(weights::BlockIQ4_XS, qs) + 32 * k));
-        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(v, m4)),
-                                             _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), 1);
-        // [lo sb0, lo sb1, hi sb0, hi sb1] -> [lo sb0, hi sb0, lo sb1, hi sb1]
-        w[r] = _mm512_shuffle_epi8(tbl, _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)));
-        sk[r] = _mm512_permutexvar_ps(idx[k], dsc[r]);
-      }
-      for (size_t t = 0; t < NT; ++t) {
-        const size_t s = 4 * i + k;
-        const __m512i q = _mm512_load_si512(codes[t] + 64 * s);
-        const __m512i i0 = _mm512_slli_epi32(_mm512_loadu_si512(init[t] + 16 * s), 2);
-        const __m512 dx = _mm512_load_ps(dxv[t] + 16 * s);
-        for (size_t r = 0; r < R; ++r) {
-          const __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(i0, w[r], q));
-          acc[r][t] = _mm512_fmadd_ps(p, _mm512_mul_ps(sk[r], dx), acc[r][t]);
-        }
-      }
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]);
-  }
-}
-
-// Q3_K's 16 signed 6-bit scales (weights::UnpackQ3KScales) as 16 int8 lanes: low nibbles of
-// bytes 0-7 (s < 8) then their high nibbles (s >= 8); bits 2 (s / 4), + 1 of byte 8 + s % 4 on
-// top (a variable shift of the 32-bit word of bytes 8-11 by 2 (s / 4) per lane s / 4).
-MM_VNNI_INL __m128i Q3KScales(const uint8_t* q) {
-  const __m128i a = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q));
-  const __m128i lows =
-      _mm_and_si128(_mm_unpacklo_epi64(a, _mm_srli_epi16(a, 4)), _mm_set1_epi8(15));
-  uint32_t w;
-  std::memcpy(&w, q + 8, 4);
-  const __m128i h = _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(w)), _mm_setr_epi32(0, 2, 4, 6));
-  const __m128i highs = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi8(3)), 4);
-  return _mm_sub_epi8(_mm_or_si128(lows, highs), _mm_set1_epi8(32));
-}
-
-// int16 lane j of step k's Q2_K / Q3_K scale vector reads word 4k + j / 8 (16-value groups).
-alignas(64) constexpr uint16_t kQ23WordIdx[4][32] = {
-    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-     2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
-    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5,
-     6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
-    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9,
-     10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
-    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13,
-     14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
-
-// Q2_K / Q3_K: 2-bit fields (bits 2s, 2s + 1 of qs[32 n + l]) of two 32-value runs per step
-// (the 32 bytes broadcast to both halves, each shifted by its run's offset); Q3_K adds its
-// hmask bit as 4 (codes u = q + 4h, 0..7). Per step and token: vpmaddubsw (codes x int8, pairs
-// within 2 x 7 x 128) then vpdpwssd by the 16-value group's scale (int16) into one int32 sum
-// per row and token for the super-block, and the activation codes' pair sums (vpmaddubsw by
-// ones, shared by the rows) by Q2_K's mins into a second: d d_x S - dmin d_x M. Q3_K
-// subtracts 4 x those pair sums from its code pairs first (u - 4, the signed code), one sum:
-// d d_x S. Exact int32 sums.
-template <bool kThree, size_t NT>
-MM_VNNI void TileQ23_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                       size_t K, float* y, size_t ldy) {
-  constexpr size_t R = 4;
-  constexpr size_t kBytes = kThree ? kQ3KBytes : kQ2KBytes;
-  constexpr size_t kQs = kThree ? kQ3KQs : kQ2KQs;
-  const __m512i m2 = _mm512_set1_epi8(3), m4b = _mm512_set1_epi8(4), ones = _mm512_set1_epi8(1);
-  // Right shifts of the 2-bit runs per half: runs 0 / 1 (steps j even), 2 / 3 (odd).
-  const __m512i shift01 = _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2);
-  const __m512i shift23 = _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6);
-  // Left rotations taking hmask bit b = 4 n + s0 (low half) and b + 1 (high half) to bit 2.
-  const __m512i hrot[4] = {_mm512_setr_epi64(2, 2, 2, 2, 1, 1, 1, 1),
-                           _mm512_setr_epi64(0, 0, 0, 0, 63, 63, 63, 63),
-                           _mm512_setr_epi64(62, 62, 62, 62, 61, 61, 61, 61),
-                           _mm512_setr_epi64(60, 60, 60, 60, 59, 59, 59, 59)};
-  const int8_t* codes[NT];
-  const float* dxv[NT];
-  for (size_t t = 0; t < NT; ++t) {
-    codes[t] = ActCodes(act + t * stride);
-    dxv[t] = KActDxv(act + t * stride, K);
-  }
-  alignas(64) float fa[R][NT][16] = {};  // f32 sums, updated once per super-block
-  for (size_t i = 0; i < K / kQK; ++i) {
-    __m512i sc16[R], mn16[R];  // words 0-15: the groups' scales (Q2_K: and mins)
-    float dr[R], dm[R];
-    for (size_t r = 0; r < R; ++r) {
-      const uint8_t* blk = rows[r] + i * kBytes;
-      if constexpr (kThree) {
-        sc16[r] = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(Q3KScales(blk + kQ3KScales)));
-        mn16[r] = sc16[r];
-        dr[r] = Half(blk + kQ3KD);
-        dm[r] = 0.0f;
-      } else {
-        const __m512i b = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + kQ2KScales))));
-        sc16[r] = _mm512_and_si512(b, _mm512_set1_epi16(15));
-        mn16[r] = _mm512_srli_epi16(b, 4);
-        dr[r] = Half(blk + kQ2KD);
-        dm[r] = Half(blk + kQ2KDmin);
-      }
-    }
-    __m512i ia[R][NT], im[R][NT];
-    for (size_t r = 0; r < R; ++r) {
-      for (size_t t = 0; t < NT; ++t) ia[r][t] = im[r][t] = _mm512_setzero_si512();
-    }
-    for (size_t j = 0; j < 4; ++j) {
-      const size_t n = j / 2;
-      const __m512i cnt = j % 2 == 0 ? shift01 : shift23;
-      const __m512i widx = _mm512_load_si512(kQ23WordIdx[j]);
-      __m512i w[R], sk[R], mk[R];
-      for (size_t r = 0; r < R; ++r) {
-        const uint8_t* blk = rows[r] + i * kBytes;
-        const __m512i q = _mm512_broadcast_i64x4(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQs + 32 * n)));
-        w[r] = _mm512_and_si512(_mm512_srlv_epi64(q, cnt), m2);
-        if constexpr (kThree) {
-          const __m512i h = _mm512_broadcast_i64x4(
-              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + kQ3KHmask)));
-          w[r] = _mm512_or_si512(w[r], _mm512_and_si512(_mm512_rolv_epi64(h, hrot[j]), m4b));
-        }
-        sk[r] = _mm512_permutexvar_epi16(widx, sc16[r]);
-        if constexpr (!kThree) mk[r] = _mm512_permutexvar_epi16(widx, mn16[r]);
-      }
-      for (size_t t = 0; t < NT; ++t) {
-        const __m512i q = _mm512_load_si512(codes[t] + 64 * (4 * i + j));
-        const __m512i qsum = _mm512_maddubs_epi16(ones, q);  // pairs of activation codes
-        if constexpr (kThree) {  // (u - 4) x pairs: within 2 x 4 x 128, one vpdpwssd
-          const __m512i q4 = _mm512_slli_epi16(qsum, 2);
-          for (size_t r = 0; r < R; ++r) {
-            ia[r][t] = _mm512_dpwssd_epi32(
-                ia[r][t], _mm512_sub_epi16(_mm512_maddubs_epi16(w[r], q), q4), sk[r]);
-          }
-        } else {
-          for (size_t r = 0; r < R; ++r) {
-            ia[r][t] = _mm512_dpwssd_epi32(ia[r][t], _mm512_maddubs_epi16(w[r], q), sk[r]);
-            im[r][t] = _mm512_dpwssd_epi32(im[r][t], qsum, mk[r]);
-          }
-        }
-      }
-    }
-    for (size_t t = 0; t < NT; ++t) {
-      const float dx = dxv[t][64 * i];  // the super-block's activation scale (every lane)
-      for (size_t r = 0; r < R; ++r) {
-        __m512 f = _mm512_load_ps(fa[r][t]);
-        if constexpr (kThree) {
-          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(dr[r] * dx), f);
-        } else {
-          f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia[r][t]), _mm512_set1_ps(dr[r] * dx), f);
-          f = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(im[r][t]), _mm512_set1_ps(dm[r] * dx), f);
-        }
-        _mm512_store_ps(fa[r][t], f);
-      }
-    }
-  }
-  for (size_t t = 0; t < NT; ++t) {
-    for (size_t r = 0; r < nr; ++r) y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_load_ps(fa[r][t]));
-  }
-}
-template <size_t NT>
-MM_VNNI void TileQ2_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                      size_t K, float* y, size_t ldy) {
-  TileQ23_K<false, NT>(rows, nr, act, stride, K, y, ldy);
-}
-template <size_t NT>
-MM_VNNI void TileQ3_K(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,
-                      size_t K, float* y, size_t ldy) {
-  TileQ23_K<true, NT>(rows, nr, act, stride, K, y, ldy);
-}
-
 #define KVTIER_TILE_SWITCH(NAME)                                                             \
   void NAME##Any(const uint8_t* const* rows, size_t nr, const uint8_t* act, size_t stride,   \
                  size_t nt, size_t K, float* y, size_t ldy) {                                \
@@ -447,37 +236,28 @@ MM_VNNI void TileQ5_K(const uint8_t* const* rows, size_t nr, const uint8_t* act,
                       size_t K, float* y, size_t ldy) {
   TileQ45_K<true, NT>(rows, nr, act, stride, K, y, ldy);
 }
-KVTIER_TILE_SWITCH(TileQ2_K)
-KVTIER_TILE_SWITCH(TileQ3_K)
 KVTIER_TILE_SWITCH(TileQ4_K)
 KVTIER_TILE_SWITCH(TileQ5_K)
 KVTIER_TILE_SWITCH(TileQ6_K)
-KVTIER_TILE_SWITCH(TileIQ4_XS)
 #undef KVTIER_TILE_SWITCH
 
 constexpr Int8Kernels kQ4_K = {"q4_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ4_KAny};
-constexpr Int8Kernels kQ2_K = {"q2_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
-                               TileQ2_KAny};
-constexpr Int8Kernels kQ3_K = {"q3_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
-                               TileQ3_KAny};
 constexpr Int8Kernels kQ5_K = {"q5_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ5_KAny};
 constexpr Int8Kernels kQ6_K = {"q6_K int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
                                TileQ6_KAny};
-constexpr Int8Kernels kIQ4_XS = {"iq4_xs int8 avx512vnni", 4, 4, KActBytes, QuantizeKAct,
-                                 TileIQ4_XSAny};
 
 }  // namespace
 
 const Int8Kernels* Int8KernelsAvx512KQuant(uint32_t ggml_type) {
   switch (static_cast<GgmlType>(ggml_type)) {
     case GgmlType::kQ4_K: return &kQ4_K;
-    case GgmlType::kQ2_K: return &kQ2_K;
-    case GgmlType::kQ3_K: return &kQ3_K;
+    case GgmlType::kQ2_K:
+    case GgmlType::kQ3_K: return Int8KernelsAvx512Q23(ggml_type);
     case GgmlType::kQ5_K: return &kQ5_K;
     case GgmlType::kQ6_K: return &kQ6_K;
-    case GgmlType::kIQ4_XS: return &kIQ4_XS;
+    case GgmlType::kIQ4_XS: return Int8KernelsAvx512IQ4XS();
     default: return nullptr;
   }
 }
