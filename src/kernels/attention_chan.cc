@@ -68,6 +68,7 @@ KV_VNNI void RunChan(const Job& job, const Item& it, float* partial) {
     bool whole = false;        // 4 queries that all see the whole tile, of whole quads
   };
   bool v_in_l2 = false;  // this tile's V rows were dripped into L2 during the tile before
+  uint32_t k_dripped = 0;  // K rows before this token were dripped into L2
   std::unique_ptr<TileScores[]> sc(new TileScores[size_t{nh} * npass]);  // [head][pass]
   std::unique_ptr<PassMask[]> masks(new PassMask[npass]);
   const size_t khs = kv.k_head_stride, vhs = kv.v_head_stride;
@@ -128,10 +129,23 @@ KV_VNNI void RunChan(const Job& job, const Item& it, float* partial) {
       for (uint32_t ps = 0; ps < npass; ++ps) passes += masks[ps].lo < masks[ps].hi ? 1 : 0;
       const uint64_t score_slots = uint64_t{(nt + 15) / 16} * nh * passes * (kD / 32) * 4;
       const uint64_t v_slots = uint64_t{nh} * passes * (kD / 64) * ((nt + 1) / 2);
-      drip.p = next.k;
-      drip.left = static_cast<uint32_t>((n_next * ks + 63) / 64);
+      // K: when the next tile starts a group, its whole group (the parameters at its start
+      // read a slice of every row of the group: from DRAM they cost a quarter of the item).
+      const uint32_t k_from = std::max(t1, k_dripped);
+      const uint32_t k_to = t1 % kgroup == 0 ? std::min(qs.hi, t1 + kgroup) : t1 + n_next;
+      if (k_from < k_to) {
+        drip.p = kv.k_base + static_cast<size_t>(row.block_table[k_from / bt]) * kv.block_stride +
+                 size_t{k_from % bt} * ks + it.head_begin * khs;
+        drip.left = static_cast<uint32_t>((size_t{k_to - k_from} * ks + 63) / 64);
+        k_dripped = k_to;
+      }
       drip.p2 = next.v;
       drip.left2 = static_cast<uint32_t>((n_next * vs + 63) / 64);
+      if (drip.left == 0) {  // K already on its way: V alone
+        drip.p = drip.p2;
+        drip.left = drip.left2;
+        drip.left2 = 0;
+      }
       const uint64_t slots = score_slots + v_slots;
       drip.rate = static_cast<uint32_t>(((uint64_t{drip.left + drip.left2} << 16) + slots - 1) / slots);
     }

@@ -95,48 +95,55 @@ struct alignas(64) ChanPack {
   float qm[4];              // softmax scale x q . min
 };
 
-// Channel (of a 32-channel sub-block) paired with byte p = 4 j + i of its query bytes.
+// Channel (of a 32-channel sub-block) paired with byte p = 4 j + i of its query bytes. For
+// 4-bit codes the pairing stays inside each 16-channel half (p < 16: channels 0..15).
 constexpr int ChanPairChannel(int bits, int p) {
   const int j = p / 4, i = p % 4;
   return bits == 4 ? 8 * (j / 2) + 2 * i + j % 2 : p;
 }
 
-// Builds the pack of up to 4 query vectors (null: absent; its bytes and terms stay 0).
+// Builds the pack of up to 4 query vectors (null: absent; its bytes and terms are 0). Per
+// query: one pass for w and q . min, one for the planes (16 channels at a time: 4-bit codes'
+// pairing as one in-register permute, then high = round(w / step), low = round(256 x
+// remainder), both saturated to int8; |high| <= 127 since |w| <= amax).
 template <size_t kD, int kBits>
 KV_VNNI void BuildChanPack(const float* const qv[4], float scale, const ChanParams<kD>& pr,
                            ChanPack<kD>* pk) {
-  std::memset(static_cast<void*>(pk), 0, sizeof(*pk));
   const __m512 abs_mask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-  const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
-  alignas(64) int32_t perm[32];
-  for (int p = 0; p < 32; ++p) perm[p] = ChanPairChannel(kBits, p);
-  const __m512i idx0 = _mm512_load_si512(perm), idx1 = _mm512_load_si512(perm + 16);
-  const __m512 vs = _mm512_set1_ps(scale);
+  const __m512i perm = _mm512_setr_epi32(ChanPairChannel(kBits, 0), ChanPairChannel(kBits, 1),
+      ChanPairChannel(kBits, 2), ChanPairChannel(kBits, 3), ChanPairChannel(kBits, 4),
+      ChanPairChannel(kBits, 5), ChanPairChannel(kBits, 6), ChanPairChannel(kBits, 7),
+      ChanPairChannel(kBits, 8), ChanPairChannel(kBits, 9), ChanPairChannel(kBits, 10),
+      ChanPairChannel(kBits, 11), ChanPairChannel(kBits, 12), ChanPairChannel(kBits, 13),
+      ChanPairChannel(kBits, 14), ChanPairChannel(kBits, 15));
+  const __m512 vs = _mm512_set1_ps(scale), k256 = _mm512_set1_ps(256.0f);
   for (size_t g = 0; g < 4; ++g) {
-    if (qv[g] == nullptr) continue;
+    if (qv[g] == nullptr) {
+      for (size_t sb = 0; sb < kD / 32; ++sb) {
+        std::memset(pk->q[sb][0][g], 0, 32);
+        std::memset(pk->q[sb][1][g], 0, 32);
+      }
+      pk->sq[g] = pk->qm[g] = 0.0f;
+      continue;
+    }
     const float* q = qv[g];
-    alignas(64) float w[kD];  // [channel] q * scale_c * softmax scale
+    __m512 w[kD / 16];  // [16 channels] q * scale_c * softmax scale
     __m512 am = _mm512_setzero_ps(), qm = _mm512_setzero_ps();
-    for (size_t c = 0; c < kD; c += 16) {
-      const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(q + c), vs);
-      const __m512 y = _mm512_mul_ps(x, _mm512_load_ps(pr.scale + c));
-      _mm512_store_ps(w + c, y);
-      am = _mm512_max_ps(am, _mm512_and_ps(y, abs_mask));
-      qm = _mm512_fmadd_ps(x, _mm512_load_ps(pr.min + c), qm);
+    for (size_t c = 0; c < kD / 16; ++c) {
+      const __m512 x = _mm512_mul_ps(_mm512_loadu_ps(q + 16 * c), vs);
+      w[c] = _mm512_mul_ps(x, _mm512_load_ps(pr.scale + 16 * c));
+      am = _mm512_max_ps(am, _mm512_and_ps(w[c], abs_mask));
+      qm = _mm512_fmadd_ps(x, _mm512_load_ps(pr.min + 16 * c), qm);
     }
     const float amax = _mm512_reduce_max_ps(am);
     const __m512 inv = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-    for (size_t sb = 0; sb < kD / 32; ++sb) {
-      const __m512 x0 = _mm512_load_ps(w + 32 * sb), x1 = _mm512_load_ps(w + 32 * sb + 16);
-      const __m512 x[2] = {_mm512_permutex2var_ps(x0, idx0, x1), _mm512_permutex2var_ps(x0, idx1, x1)};
-      for (size_t h = 0; h < 2; ++h) {  // w = sq * (256 high + low), as int8.h's Quantize
-        const __m512 xs = _mm512_mul_ps(x[h], inv);
-        const __m512i hi = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(xs), lim), nlim);
-        const __m512 rem = _mm512_mul_ps(_mm512_sub_ps(xs, _mm512_cvtepi32_ps(hi)), _mm512_set1_ps(256.0f));
-        const __m512i lo = _mm512_max_epi32(_mm512_min_epi32(_mm512_cvtps_epi32(rem), lim), nlim);
-        _mm_store_si128(reinterpret_cast<__m128i*>(&pk->q[sb][0][g][16 * h]), _mm512_cvtepi32_epi8(hi));
-        _mm_store_si128(reinterpret_cast<__m128i*>(&pk->q[sb][1][g][16 * h]), _mm512_cvtepi32_epi8(lo));
-      }
+    for (size_t c = 0; c < kD / 16; ++c) {
+      const __m512 x = kBits == 4 ? _mm512_permutexvar_ps(perm, w[c]) : w[c];
+      const __m512 xs = _mm512_mul_ps(x, inv);
+      const __m512i hi = _mm512_cvtps_epi32(xs);
+      const __m512i lo = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_sub_ps(xs, _mm512_cvtepi32_ps(hi)), k256));
+      _mm_store_si128(reinterpret_cast<__m128i*>(&pk->q[c / 2][0][g][16 * (c % 2)]), _mm512_cvtsepi32_epi8(hi));
+      _mm_store_si128(reinterpret_cast<__m128i*>(&pk->q[c / 2][1][g][16 * (c % 2)]), _mm512_cvtsepi32_epi8(lo));
     }
     pk->sq[g] = amax / 127.0f / 256.0f;
     pk->qm[g] = _mm512_reduce_add_ps(qm);
