@@ -162,6 +162,9 @@ struct PrefixCacheOptions {
   // min_quantize_tokens tokens are stored in this format (K and V) when it differs from the
   // sequence's. nullopt: entries stay in the format they were computed in.
   std::optional<Format> store_format;
+  // V's store format where it differs from K's (a K/V pair such as chan4g64/rot4s0: chan is
+  // K only); nullopt: store_format for V too. Needs store_format.
+  std::optional<Format> store_v_format;
   uint32_t min_quantize_tokens = 256;
   EvictionCallback on_evict;
   // Spill target and second source of hits (optional).

@@ -17,6 +17,7 @@
 #include "base/timer.h"
 #include "cli/bench_report.h"
 #include "kvtier/quant.h"
+#include "kvtier/quant_chan.h"
 
 namespace kvtier::cli {
 namespace {
@@ -156,8 +157,15 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
   // the source (1.3x one layer's K+V in all), whatever --seq-len and --layers. A format whose
   // tensor does not fit (the plain 16/32-bit rows) runs in several row ranges.
   // (At least one row of the widest format, so every range holds a row.)
+  // (Token-grouped formats: at least one group of G tokens x heads rows, and room for a last
+  // partial group's whole rows.)
+  size_t max_group_rows = 1;
+  for (const Format& f : formats) {
+    if (f.is_token_grouped()) max_group_rows = std::max<size_t>(max_group_rows, size_t{f.group} * config.heads);
+  }
   const size_t quant_bytes =
-      std::max(max_row_bytes, std::min(rows * max_row_bytes, values * es * 3 / 5));
+      std::max(max_group_rows * max_row_bytes, std::min(rows * max_row_bytes, values * es * 3 / 5)) +
+      (max_group_rows > 1 ? max_group_rows * max_row_bytes : 0);
   AlignedBuffer source(values * es);  // [seq_len, heads, head_dim] source dtype
   AlignedBuffer quant(quant_bytes);   // [<= seq_len * heads, row_bytes]
   AlignedBuffer out(values * es);     // [seq_len, heads, head_dim] dequantized / memcpy
@@ -174,10 +182,15 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
   };
   // Runs `fn(begin_row, end_row)` over rows [r0, r1), split evenly across the threads (one
   // fork/join), and returns its wall time.
-  auto timed = [&](size_t r0, size_t r1, const std::function<void(size_t, size_t)>& fn) {
-    const size_t share = (r1 - r0 + T - 1) / T;
+  // Token-grouped formats (chan) work in units of whole groups (G tokens x heads rows).
+  auto timed = [&](size_t r0, size_t r1, const std::function<void(size_t, size_t)>& fn,
+                   size_t unit = 1) {
+    const size_t units = (r1 - r0 + unit - 1) / unit;
+    const size_t share = (units + T - 1) / T;
     Timer timer;
-    pool.ParallelFor(r1 - r0, share, [&](size_t b, size_t e) { fn(r0 + b, r0 + e); });
+    pool.ParallelFor(units, share, [&](size_t b, size_t e) {
+      fn(r0 + b * unit, std::min(r1, r0 + e * unit));
+    });
     return timer.Seconds();
   };
   auto copy_rows = [&](size_t b, size_t e) {
@@ -201,19 +214,26 @@ Result<BenchKvCacheReport> RunBenchKvCache(const BenchKvCacheConfig& config,
     for (size_t fi = 0; fi < formats.size(); ++fi) {
       const Format& f = formats[fi];
       const size_t rb = f.row_bytes(head_dim);
-      const size_t range = std::min(rows, quant_bytes / rb);  // rows per quantized range
+      const size_t unit = f.is_token_grouped() ? size_t{f.group} * config.heads : 1;
+      // Rows per quantized range (whole groups; QuantizeChanGroups writes whole groups).
+      const size_t range = std::max(unit, std::min(rows, quant_bytes / rb) / unit * unit);
+      const size_t H = config.heads;
       std::vector<double> tq(config.repeats, 0.0), td(config.repeats, 0.0);
       for (int rep = 0; rep < config.repeats; ++rep) {
         for (size_t r0 = 0; r0 < rows; r0 += range) {
           const size_t r1 = std::min(rows, r0 + range);
           tq[rep] += timed(r0, r1, [&](size_t b, size_t e) {
-            record(QuantizeRows(f, dt, source.data() + b * head_dim * es, e - b, head_dim,
-                                quant.data() + (b - r0) * rb));
-          });
+            const void* src = source.data() + b * head_dim * es;
+            uint8_t* q = quant.data() + (b - r0) * rb;
+            record(unit > 1 ? QuantizeChanGroups(f, dt, src, (e - b) / H, H, head_dim, q)
+                            : QuantizeRows(f, dt, src, e - b, head_dim, q));
+          }, unit);
           td[rep] += timed(r0, r1, [&](size_t b, size_t e) {
-            record(DequantizeRows(f, quant.data() + (b - r0) * rb, e - b, head_dim, dt,
-                                  out.data() + b * head_dim * es));
-          });
+            const uint8_t* q = quant.data() + (b - r0) * rb;
+            void* dst = out.data() + b * head_dim * es;
+            record(unit > 1 ? DequantizeChanRows(f, q, 0, (e - b) / H, H, head_dim, dt, dst)
+                            : DequantizeRows(f, q, e - b, head_dim, dt, dst));
+          }, unit);
           if (!failure.ok()) return failure;
         }
       }

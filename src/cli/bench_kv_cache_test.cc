@@ -102,6 +102,32 @@ TEST(BenchKvCache, WideFormatsRunInRowRanges) {
   }
 }
 
+// Token-grouped K formats (chan) run in whole groups of G tokens x heads rows, a partial last
+// group included (96 tokens: a group of 64 and half of one), on 3 threads: the round trip's
+// error is the format's (within a step of each channel's range), not garbage from misplaced
+// groups.
+TEST(BenchKvCache, TokenGroupedFormatsRunInWholeGroups) {
+  BenchKvCacheConfig c = Small();
+  c.dtype = DType::kF32;
+  c.formats = "chan4g64,chan4g32";
+  Result<BenchKvCacheReport> r = RunBenchKvCache(c);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->rows.size(), 3u);
+  const uint64_t values = 2ull * 2 * 96 * 4 * 128;
+  EXPECT_EQ(r->rows[1].format, "chan4g64");
+  EXPECT_EQ(r->rows[1].memory_bytes, values * 9 / 16);  // 4 bits + f16 scale and min per 64 tokens
+  EXPECT_EQ(r->rows[2].format, "chan4g32");
+  EXPECT_EQ(r->rows[2].memory_bytes, values * 5 / 8);
+  for (size_t i = 1; i < 3; ++i) {
+    // Standard-normal data: a channel's 32..64 values span ~4.5-5 sigma, 15 steps of ~0.33:
+    // mean error about a quarter step, max half a step (+ f16 rounding).
+    EXPECT_GT(r->rows[i].mean_abs_error, 0.03) << r->rows[i].format;
+    EXPECT_LT(r->rows[i].mean_abs_error, 0.12) << r->rows[i].format;
+    EXPECT_LT(r->rows[i].max_abs_error, 0.3) << r->rows[i].format;
+    EXPECT_GT(r->rows[i].quantize_gbps, 0.0);
+  }
+}
+
 TEST(BenchKvCache, JsonHasTheDocumentedShape) {
   BenchKvCacheConfig c = Small();
   Result<BenchKvCacheReport> r = RunBenchKvCache(c);

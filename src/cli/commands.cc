@@ -63,7 +63,8 @@ Command ServeCommand() {
         ->capture_default_str();
     s.add_option("--kv-store-type", c->kv_store_type,
                  "Format of prefix-cache entries of --kv-cache-min-quantize-tokens or more in "
-                 "RAM, on SSD and remote ('active': the active format)")
+                 "RAM, on SSD and remote, K or K/V as --kv-type (e.g. chan4g64/rot4s0; "
+                 "'active': the active formats)")
         ->capture_default_str();
     s.add_flag("--kv-cache-quantization", c->kv_cache_quantization,
                "Quantize prefix-cache entries on store with MLX affine (overrides "

@@ -76,6 +76,28 @@ Status CheckConfig(const ServeConfig& c) {
   return Status::OK();
 }
 
+// A --kv-store-type pair serve can use: V per token (token-grouped formats are K only), and
+// token-grouped K in whole groups of a block.
+Status CheckStorePair(const KvFormats& kv, uint32_t block_tokens) {
+  if (kv.v.is_token_grouped()) {
+    return Status::InvalidArgument("--kv-store-type: V format " + kv.v.name() +
+                                   " is token-grouped, K only: give a K/V pair, e.g. " +
+                                   kv.k.name() + "/rot4s0");
+  }
+  if (kv.k.is_token_grouped() && block_tokens % kv.k.group != 0) {
+    return Status::InvalidArgument("--kv-store-type: K format " + kv.k.name() + " needs --block-tokens a multiple of " +
+                                   std::to_string(kv.k.group) + ", got " + std::to_string(block_tokens));
+  }
+  return Status::OK();
+}
+
+// The store formats as --kv-store-type spells them: K, or K/V where they differ.
+std::string StoreName(const PrefixCacheOptions& o) {
+  if (!o.store_format) return "active";
+  const Format v = o.store_v_format.value_or(*o.store_format);
+  return v == *o.store_format ? o.store_format->name() : o.store_format->name() + "/" + v.name();
+}
+
 }  // namespace
 
 Status RunServe(const ServeConfig& c) {
@@ -99,14 +121,17 @@ Status RunServe(const ServeConfig& c) {
   // prefix cache keeps unquantized entries in this pool and gives blocks back on demand),
   // capped at a quarter of RAM (a long-context model's full contexts may not fit).
   KVTIER_ASSIGN_OR_RETURN(const KvFormats kv, ParseKvFormats("--kv-type/--kv-cache-dtype", c.kv_type));
-  std::optional<Format> store_format;  // of prefix-cache entries; none: the active formats
+  // Of prefix-cache entries, K and V (K or K/V, as --kv-type); none: the active formats.
+  std::optional<Format> store_format, store_v_format;
   if (c.kv_store_type != "active") {
-    Result<Format> store = ParseFormat(c.kv_store_type);
+    Result<KvFormats> store = ParseKvFormats("--kv-store-type", c.kv_store_type);
     if (!store.ok()) {
-      return Status::InvalidArgument("--kv-store-type: " + store.status().message() +
-                                     " (or 'active': the active format)");
+      return Status::InvalidArgument(store.status().message() +
+                                     " (or 'active': the active formats)");
     }
-    store_format = *store;
+    KVTIER_RETURN_IF_ERROR(CheckStorePair(*store, c.block_tokens));
+    store_format = store->k;
+    if (store->v != store->k) store_v_format = store->v;
   }
   KVTIER_ASSIGN_OR_RETURN(const KvBlockLayout layout,
                           KvBlockLayout::Make(mc.kv_shape(), kv.k, kv.v, c.block_tokens,
@@ -175,6 +200,7 @@ Status RunServe(const ServeConfig& c) {
                               PrefixStoreFormat(c.kv_quantization_bits, c.kv_quantization_group));
     } else {
       po.store_format = store_format;
+      po.store_v_format = store_v_format;
     }
     po.min_quantize_tokens = c.min_quantize_tokens;
     KVTIER_ASSIGN_OR_RETURN(po.state_type, ParseStateType(c.state_type));
@@ -267,7 +293,7 @@ Status RunServe(const ServeConfig& c) {
           " prefix_cache=" +
           (cache ? std::to_string(cache->options().memory_budget_bytes) + " bytes" +
                        (cache->options().store_format
-                            ? " store=" + cache->options().store_format->name() + " (from " +
+                            ? " store=" + StoreName(cache->options()) + " (from " +
                                   std::to_string(cache->options().min_quantize_tokens) + " tokens)"
                             : std::string(" store=active"))
                  : std::string("off")) +

@@ -49,11 +49,13 @@ uint64_t Cached(const json& r) {
 }
 
 // A computes a 4K-token prompt cold; B (its own RAM, the same Redis) is served it from Redis.
-void FourKPromptIsAHitOnTheOtherReplica(const std::string& url) {
-  // The store format is the active one: a hit then gives the cold greedy text exactly (with
-  // serve's default rot4s0 store it is a lossy copy of the rows).
-  const std::vector<std::string> flags = {"--remote-cache", url, "--max-model-len", "4608",
-                                          "--kv-store-type", "active"};
+// format_flags: the store format is the active one (by default 'active'), so a hit gives the
+// cold greedy text exactly (with serve's default rot4s0 store it is a lossy copy of the rows).
+void FourKPromptIsAHitOnTheOtherReplica(const std::string& url,
+                                        const std::vector<std::string>& format_flags = {"--kv-store-type", "active"},
+                                        uint64_t block_tokens = 32) {
+  std::vector<std::string> flags = {"--remote-cache", url, "--max-model-len", "4608"};
+  flags.insert(flags.end(), format_flags.begin(), format_flags.end());
   ServeProcess a(flags, LogPath("a")), b(flags, LogPath("b"));
   ASSERT_GT(a.port, 0);
   ASSERT_GT(b.port, 0);
@@ -78,7 +80,7 @@ void FourKPromptIsAHitOnTheOtherReplica(const std::string& url) {
   ASSERT_EQ(kvtier::cli::testing::RunKvtier("cache verify --json --remote " + url, &out), 0)
       << out;
   const json v = json::parse(out);
-  EXPECT_GE(v["good"].get<uint64_t>(), n / 32);
+  EXPECT_GE(v["good"].get<uint64_t>(), n / block_tokens);
   EXPECT_EQ(v["bad"].get<uint64_t>(), 0u);
 }
 
@@ -86,6 +88,16 @@ TEST(ServeRemote, FourKPromptOnAIsAHitOnBThroughOneRedis) {
   KVTIER_REQUIRE_REDIS();
   kvtier::testing::RedisProcess r;
   FourKPromptIsAHitOnTheOtherReplica(r.url());
+}
+
+// A K/V pair with token-grouped K (chan4g64/rot4s0), active == store, through Redis.
+TEST(ServeRemote, ChanPairPromptOnAIsAHitOnBThroughOneRedis) {
+  KVTIER_REQUIRE_REDIS();
+  kvtier::testing::RedisProcess r;
+  FourKPromptIsAHitOnTheOtherReplica(r.url(),
+                                     {"--kv-type", "chan4g64/rot4s0", "--kv-store-type",
+                                      "chan4g64/rot4s0", "--block-tokens", "64"},
+                                     64);
 }
 
 TEST(ServeRemote, FourKPromptOnAIsAHitOnBThroughAThreeMasterCluster) {

@@ -31,7 +31,8 @@ struct TwoStarts {
   json first, again;
   std::string log1, log2;
 };
-TwoStarts ServeTwiceFromSsd(const std::vector<std::string>& format_flags, const std::string& tag) {
+TwoStarts ServeTwiceFromSsd(const std::vector<std::string>& format_flags, const std::string& tag,
+                            int block_tokens = 16) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() /
                                     ("kvtier_serve_test_" + tag + std::to_string(getpid()));
   std::filesystem::remove_all(dir);
@@ -40,7 +41,8 @@ TwoStarts ServeTwiceFromSsd(const std::vector<std::string>& format_flags, const 
     prompt += "Mr. Knightley was a sensible man about seven or eight-and-thirty, who called "
               "often at Hartfield. ";
   }
-  std::vector<std::string> flags = {"--ssd-cache-dir", dir.string(), "--block-tokens", "16"};
+  std::vector<std::string> flags = {"--ssd-cache-dir", dir.string(), "--block-tokens",
+                                    std::to_string(block_tokens)};
   flags.insert(flags.end(), format_flags.begin(), format_flags.end());
   TwoStarts r;
   {
@@ -65,7 +67,7 @@ TwoStarts ServeTwiceFromSsd(const std::vector<std::string>& format_flags, const 
     EXPECT_GE(prompt_tokens, 256) << "the entry must be long enough to be quantized on store";
     // Whole blocks come back from SSD; the last token is always computed.
     EXPECT_GE(r.again["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
-              prompt_tokens - 16);
+              prompt_tokens - block_tokens);
     EXPECT_EQ(s.Stop(), 0) << s.Log();
     r.log2 = s.Log();
     EXPECT_NE(r.log2.find("cache_fetch id=1 HIT"), std::string::npos) << r.log2;
@@ -87,6 +89,39 @@ TEST(Serve, SigtermSpillsToSsdAndTheNextStartServesFromIt) {
     EXPECT_EQ(r.again["choices"][0]["text"], r.first["choices"][0]["text"]);
     EXPECT_NE(r.log1.find(std::string("kv_pool=") + kv + "/" + kv), std::string::npos) << r.log1;
   }
+}
+
+// A K/V store pair with token-grouped K (chan4g64: per channel over 64 tokens; V rot4s0), the
+// active pair too: RAM and SSD keep the very blocks (and group parameters) a cold run wrote, so
+// the hit after a restart gives the cold greedy answer. From q8_0 active, entries are converted
+// to the pair on store and back on the hit.
+TEST(Serve, ChanStorePairThroughSsdGivesTheColdAnswer) {
+  const std::string pair = "chan4g64/rot4s0";
+  TwoStarts r = ServeTwiceFromSsd({"--kv-type", pair, "--kv-store-type", pair}, "chan", 64);
+  ASSERT_TRUE(r.again.contains("choices"));
+  EXPECT_EQ(r.again["choices"][0]["text"], r.first["choices"][0]["text"]);
+  EXPECT_NE(r.log1.find("kv_pool=" + pair), std::string::npos) << r.log1;
+  EXPECT_NE(r.log1.find("store=" + pair), std::string::npos) << r.log1;
+  r = ServeTwiceFromSsd({"--kv-type", "q8_0", "--kv-store-type", pair}, "chanconv", 64);
+  ASSERT_TRUE(r.again.contains("choices"));
+  EXPECT_FALSE(r.again["choices"][0]["text"].get<std::string>().empty());
+  EXPECT_NE(r.log1.find("format=" + pair), std::string::npos) << r.log1;  // converted on store
+}
+
+TEST(Serve, BadStorePairsExit2NamingTheFlag) {
+  for (const char* bad : {"serve --kv-store-type rot4s0/chan4g64", "serve --kv-store-type chan4g64",
+                          "serve --kv-store-type chan4g64/rot4s0 --block-tokens 16",
+                          "serve --kv-store-type q4_0/q7_1"}) {
+    std::string out;
+    EXPECT_EQ(kvtier::cli::testing::RunKvtier(bad, &out), 2) << bad << ": " << out;
+    EXPECT_NE(out.find("--kv-store-type"), std::string::npos) << bad << ": " << out;
+  }
+  std::string out;
+  kvtier::cli::testing::RunKvtier("serve --kv-store-type rot4s0/chan4g64", &out);
+  EXPECT_NE(out.find("K only"), std::string::npos) << out;
+  out.clear();
+  kvtier::cli::testing::RunKvtier("serve --kv-store-type chan4g64/rot4s0 --block-tokens 16", &out);
+  EXPECT_NE(out.find("multiple of 64"), std::string::npos) << out;
 }
 
 // The defaults are quantized: q8_0 in the running batch, rot4s0 in RAM and on SSD (the entry

@@ -172,8 +172,10 @@ void Engine::Impl::Store(Req& r, std::span<const int32_t> tokens, const char* wh
     return;
   }
   const PrefixCacheOptions& po = opt.prefix_cache->options();
-  const std::string fmt = s->quantized && po.store_format ? po.store_format->name()
-                                                          : opt.pool->k_format().name();
+  const Format fk = s->quantized && po.store_format ? *po.store_format : opt.pool->k_format();
+  const Format fv = s->quantized && po.store_format ? po.store_v_format.value_or(*po.store_format)
+                                                    : opt.pool->v_format();
+  const std::string fmt = fk == fv ? fk.name() : fk.name() + "/" + fv.name();
   Log("cache_store id=" + std::to_string(r.id) + " what=" + what +
       " tokens=" + std::to_string(s->stored_tokens) + " format=" + fmt +
       " new_blocks=" + std::to_string(s->new_blocks) +
@@ -265,6 +267,14 @@ void Engine::Impl::Admit(Req& r) {
       // Sliding-window models: resume where the window rows are present (docs/prefix-cache.md).
       if (const uint32_t p = r.seq.WindowResumePoint(); p < r.seq.size()) {
         Log("cache_fetch id=" + std::to_string(r.id) + " window resume " +
+            std::to_string(r.seq.size()) + " -> " + std::to_string(p));
+        if (!r.seq.Trim(r.seq.size() - p).ok()) r.seq = SequenceCache(opt.pool);
+      }
+      // Token-grouped K (chan): a fetched partial last group lacks its exact keys; it is
+      // recomputed from its start, so the hit writes the bytes a cold run writes.
+      if (const uint32_t p = r.seq.size() / opt.pool->k_format().group * opt.pool->k_format().group;
+          opt.pool->k_format().is_token_grouped() && p < r.seq.size()) {
+        Log("cache_fetch id=" + std::to_string(r.id) + " group resume " +
             std::to_string(r.seq.size()) + " -> " + std::to_string(p));
         if (!r.seq.Trim(r.seq.size() - p).ok()) r.seq = SequenceCache(opt.pool);
       }

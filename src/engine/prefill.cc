@@ -46,6 +46,12 @@ Result<PrefillOutcome> Prefill(const Model& model, PrefixCache* cache,
       KVTIER_RETURN_IF_ERROR(seq.Trim(seq.size() - p).status());
       out.reused_tokens = p;
     }
+    // Token-grouped K (chan): a partial last group is recomputed from its start (its exact
+    // keys did not come with the fetch), as a cold run quantizes it.
+    if (const uint32_t g = pool->k_format().group; pool->k_format().is_token_grouped() && seq.size() % g != 0) {
+      out.reused_tokens = seq.size() / g * g;
+      KVTIER_RETURN_IF_ERROR(seq.Trim(seq.size() - out.reused_tokens).status());
+    }
   }
   out.fetch_ms = timer.Millis();
   timer = Timer();

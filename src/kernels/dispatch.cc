@@ -54,6 +54,7 @@ const char* PathName(Path p) {
     case Path::kFast: return "fast";
     case Path::kPrefill: return "prefill";
     case Path::kGeneric: return "generic";
+    case Path::kChan: return "chan";
   }
   return "?";
 }
@@ -120,6 +121,10 @@ KernelChoice SelectAttentionKernel(const Format& k, const Format& v, uint32_t he
   c.head_dim = head_dim;
   c.lanes = cpu.float_lanes;
   if (!OneOf(head_dim, {64, 80, 96, 128, 256})) return c;  // kNone
+  if (ChanPathServes(k, v, head_dim, cpu)) {
+    c.decode = c.prefill = Path::kChan;
+    return c;
+  }
   const bool int8 = Int8Serves(k, v, head_dim, cpu);
   const bool q16 = Q16Serves(k, v, head_dim, cpu);
   const bool fast = FastServes(k, v, head_dim, cpu);

@@ -11,6 +11,8 @@
 //   kPrefill  attention_prefill.cc  query vectors in lanes, f32 (prefill items, 8+ lanes)
 //   kGeneric  attention_generic.cc  rows decoded to f32 tiles by quant's row decoders: every
 //                                   format and head_dim, every target
+//   kChan     attention_chan.cc     chan K read in place with AVX-512 VNNI (decode and prefill;
+//                                   ChanPathServes says which pairs)
 // A path serves a pair when its bit is in the pair's row below and the extra conditions of
 // SelectAttentionKernel (head_dim, lanes, scale dtypes, switches) hold; kGeneric serves the rest.
 // Thread-safe: pure functions and constants, apart from the test switches (atomics).
@@ -26,8 +28,8 @@
 
 namespace kvtier::attn {
 
-enum class Path : uint8_t { kNone, kInt8, kQ16, kFast, kPrefill, kGeneric };
-inline constexpr size_t kNumPaths = 6;
+enum class Path : uint8_t { kNone, kInt8, kQ16, kFast, kPrefill, kGeneric, kChan };
+inline constexpr size_t kNumPaths = 7;
 const char* PathName(Path p);
 
 // Path bits of the pair table (kGeneric needs none; kPrefill goes with kFast).
@@ -130,5 +132,9 @@ bool Int8QkAvailable();
 bool Int8RotAvailable();
 
 std::string TargetName();
+
+// Whether the chan path (attention_chan.cc) serves K k (chan) with V v at head_dim on this CPU
+// (AVX-512 VNNI and the int8 switch; VBMI for 3- / 2-bit K and rot V).
+bool ChanPathServes(const Format& k, const Format& v, uint32_t head_dim, const CpuFeatures& cpu);
 
 }  // namespace kvtier::attn

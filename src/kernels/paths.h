@@ -15,6 +15,7 @@ bool RunItemQ16(const Job& job, const Item& item, float* partial);      // atten
 bool RunItemFast(const Job& job, const Item& item, float* partial);     // attention_fast.cc
 bool RunItemPrefill(const Job& job, const Item& item, float* partial);  // attention_prefill.cc
 bool RunItemGeneric(const Job& job, const Item& item, float* partial);  // attention_generic.cc
+bool RunItemChan(const Job& job, const Item& item, float* partial);     // attention_chan.cc
 
 // Whether the driver runs this item on choice.prefill: with 8 or more lanes, a row of more
 // than one query token whose item holds 8 to PrefillLaneVectors x lanes query vectors.
@@ -33,7 +34,7 @@ inline bool IsPrefillItem(const Job& job, const Item& it) {
 inline bool RunItemOn(Path path, const Job& job, const Item& item, float* partial) {
   using Fn = bool (*)(const Job&, const Item&, float*);
   static constexpr Fn kPathTable[kNumPaths] = {
-      nullptr, RunItemInt8, RunItemQ16, RunItemFast, RunItemPrefill, RunItemGeneric,
+      nullptr, RunItemInt8, RunItemQ16, RunItemFast, RunItemPrefill, RunItemGeneric, RunItemChan,
   };
   const Fn fn = kPathTable[static_cast<size_t>(path)];
   return fn != nullptr && fn(job, item, partial);

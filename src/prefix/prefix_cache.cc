@@ -359,6 +359,19 @@ Result<std::unique_ptr<PrefixCache>> PrefixCache::Create(PrefixCacheOptions opti
     return Status::InvalidArgument("prefix cache: memory_budget_bytes must be > 0");
   }
   if (options.store_format) KVTIER_RETURN_IF_ERROR(options.store_format->Validate());
+  if (options.store_v_format) {
+    KVTIER_RETURN_IF_ERROR(options.store_v_format->Validate());
+    if (!options.store_format) {
+      return Status::InvalidArgument("prefix cache: store_v_format " + options.store_v_format->name() +
+                                     " given without store_format (K)");
+    }
+  }
+  const Format store_v = options.store_v_format.value_or(options.store_format.value_or(Format::F16()));
+  if (options.store_format && store_v.is_token_grouped()) {
+    return Status::InvalidArgument("prefix cache: V store format " + store_v.name() +
+                                   " is token-grouped (K only): give a K/V pair, e.g. " +
+                                   store_v.name() + "/rot4s0");
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   impl->stats.budget_bytes = impl->opt.memory_budget_bytes;
   return std::unique_ptr<PrefixCache>(new PrefixCache(std::move(impl)));
@@ -517,10 +530,11 @@ Result<PrefixStoreResult> PrefixCache::Impl::Store(const ModelFingerprint& model
   if (n == 0) return r;
   const std::span<const int32_t> tokens = all_tokens.first(n);
   const BlockPool& sp = *seq.pool();
+  const std::optional<Format>& store_v = opt.store_v_format ? opt.store_v_format : opt.store_format;
   const bool quantize = opt.store_format && n >= opt.min_quantize_tokens &&
-                        !(sp.k_format() == *opt.store_format && sp.v_format() == *opt.store_format);
+                        !(sp.k_format() == *opt.store_format && sp.v_format() == *store_v);
   const Format k = quantize ? *opt.store_format : sp.k_format();
-  const Format v = quantize ? *opt.store_format : sp.v_format();
+  const Format v = quantize ? *store_v : sp.v_format();
   r.stored_tokens = n;
   r.quantized = quantize;
 

@@ -219,6 +219,51 @@ TEST_F(PrefixCacheTest, QuantizeOnStoreAboveTheThresholdAndConvertOnFetch) {
   EXPECT_EQ(FetchOk(*c, shorter).converted, false);
 }
 
+// A K/V store pair (store_v_format): token-grouped K (chan4g32) with per-token V (q8_0).
+// Entries are stored in the pair and fetched into a pool of the pair or converted for
+// others; a pair with token-grouped V, or V without K, is refused.
+TEST_F(PrefixCacheTest, StoresInAKvPairWithTokenGroupedK) {
+  const Format chan = Format::Chan(4, 32), q8 = Format::Q8_0();
+  auto f16 = Pool(Format::F16(), Format::F16(), 32);
+  PrefixCacheOptions o;
+  o.memory_budget_bytes = 8 << 20;
+  o.store_format = chan;
+  o.store_v_format = q8;
+  o.min_quantize_tokens = 8;
+  Result<std::unique_ptr<PrefixCache>> c = PrefixCache::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const std::vector<int32_t> t = Range(1, 70);
+  Result<PrefixStoreResult> r = (*c)->Store(kModelA, t, SeqOf(f16, t));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->quantized);
+  const PrefixCacheStats s = (*c)->Stats();
+  ASSERT_EQ(s.by_format.size(), 1u);
+  EXPECT_EQ(s.by_format[0].k_format, chan);
+  EXPECT_EQ(s.by_format[0].v_format, q8);
+  auto pair_pool = Pool(chan, q8, 32);
+  PrefixFetchResult f = FetchOk(**c, t, pair_pool);
+  EXPECT_EQ(f.reused_tokens, 69u);
+  EXPECT_EQ(f.k_format, chan);
+  EXPECT_EQ(f.sequence.pool(), pair_pool);
+  f = FetchOk(**c, t, f16);
+  EXPECT_TRUE(f.converted);
+  EXPECT_EQ(f.k_format, chan);
+  EXPECT_EQ(f.v_format, q8);
+
+  o.store_v_format = chan;  // V token-grouped
+  Result<std::unique_ptr<PrefixCache>> bad = PrefixCache::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("K only"), std::string::npos) << bad.status().ToString();
+  o.store_format = chan;
+  o.store_v_format.reset();  // chan for V too
+  EXPECT_FALSE(PrefixCache::Create(o).ok());
+  o.store_format.reset();
+  o.store_v_format = q8;  // V without K
+  bad = PrefixCache::Create(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("store_v_format"), std::string::npos) << bad.status().ToString();
+}
+
 TEST_F(PrefixCacheTest, QuantizedEntriesKeepTheirOffsetOnSupersequenceAndLcpMatches) {
   // Seed 003: _trim_cache_offset skipped quantized layers, so a trimmed quantized entry kept
   // its full length. Here the fetched sequence is exactly the shared part, and computing on

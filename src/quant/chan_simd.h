@@ -24,6 +24,9 @@ void DequantizeChanHead(const Format& f, const uint8_t* row0, size_t token_strid
 }  // namespace ref
 
 namespace simd {
+// Packs n codes (each < 2^bits; n a multiple of 16) as ChanPack (quant/chan.h, the scalar
+// reference) does, with the dispatched target's vectors (tests).
+void ChanPackCodes(const uint8_t* codes, size_t n, int bits, uint8_t* out);
 void QuantizeChanHead(const Format& f, DType src_dtype, const void* src, size_t src_token_stride,
                       size_t n, size_t head_dim, uint8_t* row0, size_t token_stride);
 void DequantizeChanHead(const Format& f, const uint8_t* row0, size_t token_stride, size_t first,
