@@ -5,10 +5,17 @@
 # without the llama.cpp rows. TEXT: the held-out text (default data/corpus/eval.txt, or
 # /work/main's where this checkout has none).
 # Usage: tools/kv_chan_quality.sh [pairs] [hd64 model]
+#        tools/kv_chan_quality.sh lowbit [hd64 model]   the chanmix rows (2026-11-27, "low-bit
+#        pairs"): chan3g64/rot3s0 beside chanmix3g64/rot3s0, chanmix3g128/rot3s0,
+#        chanmix2g64/rot3s0, chanmix2g64/rot2s0, chanmix2g128/rot2s0, chan2g64/rot2s0
 set -euo pipefail
 R=$(git rev-parse --show-toplevel)
 cd "$R"
 PAIRS=${1:-chan4g64/rot4s0,chan3g64/rot3s0}
+if [ "$PAIRS" = lowbit ]; then
+  PAIRS=chan3g64/rot3s0,chanmix3g64/rot3s0,chanmix3g128/rot3s0,chanmix2g64/rot3s0
+  PAIRS=$PAIRS,chanmix2g64/rot2s0,chanmix2g128/rot2s0,chan2g64/rot2s0
+fi
 HD64=${2:-/work/scratch_train/kvtier-hd64.gguf}
 export LLAMA_PERPLEXITY=/nonexistent
 if [ -z "${TEXT:-}" ]; then

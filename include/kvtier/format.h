@@ -20,6 +20,10 @@
 //                          format: it is quantized a whole block (of a multiple of G tokens)
 //                          at a time, never row by row (quant_chan.h); its rows still sit on
 //                          the cache's row grid (docs/formats/kv-row-formats.md).
+//   chanmix<bits>g<G>      chan with two code widths: per group and head the D/2 channels
+//                          of largest range get bits + 1, the others bits (bits 2 or 3); f16
+//                          min and max per channel (bits + 0.5 + 32/G bits per value:
+//                          chanmix3g64 4.0, chanmix3g128 3.75). Token-grouped like chan.
 //
 // A Format is a small value type; its id() is stable across versions and machines and is what
 // files store (docs/formats/kv-row-formats.md). Thread-safe (immutable values).
@@ -46,6 +50,7 @@ enum class FormatKind : uint8_t {
   kQ4_0 = 5,
   kRot = 6,
   kChan = 7,
+  kChanMix = 8,
 };
 
 struct Format {
@@ -80,6 +85,13 @@ struct Format {
             DType::kF16};
   }
 
+  // chan with two code widths (bits 2 or 3; G = 32, 64 or 128): per group and head the half
+  // of the channels of largest range get bits + 1 (quant/chanmix.h). Unvalidated.
+  static Format ChanMix(int bits, int tokens) {
+    return {FormatKind::kChanMix, static_cast<uint8_t>(bits), static_cast<uint16_t>(tokens),
+            DType::kF16};
+  }
+
   bool is_plain() const {
     return kind == FormatKind::kF32 || kind == FormatKind::kF16 || kind == FormatKind::kBF16;
   }
@@ -89,7 +101,9 @@ struct Format {
   // Whether a row's values depend on other tokens' rows (kChan: `group` counts tokens, not
   // values of a row). Such formats go through quant_chan.h's block functions; the row
   // functions of quant.h refuse them.
-  bool is_token_grouped() const { return kind == FormatKind::kChan; }
+  bool is_token_grouped() const {
+    return kind == FormatKind::kChan || kind == FormatKind::kChanMix;
+  }
   // Rows that carry tokens [first, first + n) whole: n, or for a token-grouped format up to
   // the end of the group holding the last token (a group's rows carry its parameters).
   size_t stored_rows(size_t first, size_t n) const {
@@ -126,7 +140,8 @@ struct FormatDefaults {
 };
 
 // Parses "f32", "f16", "bf16", "q8_0", "q4_0", "affine<bits>[g<group>][:<scale dtype>]",
-// "rot<bits>[s<seed>]" (seed 0 when left out), "chan<bits>g<tokens>".
+// "rot<bits>[s<seed>]" (seed 0 when left out), "chan<bits>g<tokens>",
+// "chanmix<bits>g<tokens>".
 // Errors name the input and list every valid choice.
 Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults = {});
 
@@ -136,7 +151,7 @@ std::string ValidFormatsHelp();
 // rot 2 / 3 / 4 bits with seed 0 and rot4 with seed 1.
 std::vector<Format> AllSupportedFormats();
 // The token-grouped formats (Format::is_token_grouped): chan 2 / 3 / 4 bits x 32 / 64 / 128
-// tokens. Not in AllSupportedFormats, whose every format quantizes row by row.
+// tokens, then chanmix 2 / 3 bits x 32 / 64 / 128 tokens. Not in AllSupportedFormats, whose every format quantizes row by row.
 std::vector<Format> AllTokenGroupedFormats();
 
 }  // namespace kvtier

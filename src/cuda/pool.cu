@@ -326,7 +326,7 @@ Status AppendKv(const DevicePool& pool, uint32_t layer, DType src_dtype, const v
                 const void* v, const int64_t* slot_mapping, uint32_t n_tokens, void* stream) {
   const KvBlockLayout& l = pool.layout();
   for (const Format* f : {&l.k_format, &l.v_format}) {
-    if (f->kind == FormatKind::kAffine || f->kind == FormatKind::kChan) {
+    if (f->kind == FormatKind::kAffine || f->is_token_grouped()) {
       return Status::Unimplemented("CUDA AppendKv: format " + f->spec() +
                                    " is not implemented on the GPU yet (f32, f16, bf16, q8_0, "
                                    "q4_0, rot)");

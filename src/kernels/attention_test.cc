@@ -274,6 +274,9 @@ TEST_P(AttentionTargets, TokenGroupedKMatchesTheReference) {
       {Format::Chan(3, 64), Format::Rot(3, 0)},
       {Format::Chan(2, 32), Format::F16()},
       {Format::Chan(4, 128), Format::Q8_0()},
+      {Format::ChanMix(3, 64), Format::Rot(3, 0)},
+      {Format::ChanMix(2, 32), Format::F16()},
+      {Format::ChanMix(3, 128), Format::Rot(2, 0)},
   };
   uint64_t seed = 300;
   for (const auto& [kf, vf] : pairs) {

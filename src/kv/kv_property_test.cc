@@ -73,6 +73,7 @@ double RowTolerance(const Format& f, const double* x, size_t d) {
       return std::sqrt(norm2) * (f.bits == 2 ? 0.75 : f.bits == 3 ? 0.4 : 0.2);
     }
     case FormatKind::kChan:  // token-grouped K: not a row format, never drawn here
+    case FormatKind::kChanMix:
       break;
   }
   return 0;

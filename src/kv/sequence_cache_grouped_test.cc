@@ -51,7 +51,8 @@ void Append(SequenceCache& s, const std::vector<float>& x, uint32_t first, uint3
 }
 
 TEST(GroupedK, PiecewiseAppendsEqualOneAppendBitForBit) {
-  for (const Format& f : {Format::Chan(4, 32), Format::Chan(3, 64), Format::Chan(2, 32)}) {
+  for (const Format& f : {Format::Chan(4, 32), Format::Chan(3, 64), Format::Chan(2, 32),
+                          Format::ChanMix(3, 64), Format::ChanMix(2, 32)}) {
     const uint32_t bt = 2 * f.group;
     auto pool = MakePool(kShape, f, Format::Q8_0(), bt, 64ull << 20);
     const uint32_t n = 3 * bt + 7;

@@ -5,11 +5,15 @@
 #include "base/dtype_io.h"
 #include "quant/chan.h"
 #include "quant/chan_simd.h"
+#include "quant/chanmix_ref.h"
 
 namespace kvtier::ref {
 
 void QuantizeChanHead(const Format& f, DType src_dtype, const void* src, size_t src_token_stride,
                       size_t n, size_t head_dim, uint8_t* row0, size_t token_stride) {
+  if (f.kind == FormatKind::kChanMix) {
+    return QuantizeChanMixHead(f, src_dtype, src, src_token_stride, n, head_dim, row0, token_stride);
+  }
   const size_t D = head_dim;
   const int bits = f.bits;
   uint16_t scale16[kChanMaxHeadDim], min16[kChanMaxHeadDim];
@@ -41,6 +45,10 @@ void QuantizeChanHead(const Format& f, DType src_dtype, const void* src, size_t 
 void DequantizeChanHead(const Format& f, const uint8_t* row0, size_t token_stride, size_t first,
                         size_t n, size_t head_dim, DType dst_dtype, void* dst,
                         size_t dst_token_stride) {
+  if (f.kind == FormatKind::kChanMix) {
+    return DequantizeChanMixHead(f, row0, token_stride, first, n, head_dim, dst_dtype, dst,
+                                 dst_token_stride);
+  }
   const size_t D = head_dim, G = f.group;
   float scale[kChanMaxHeadDim], min[kChanMaxHeadDim];
   uint8_t codes[kChanMaxHeadDim];

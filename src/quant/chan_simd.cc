@@ -19,6 +19,7 @@
 #include "base/dtype_io.h"
 #include "quant/chan.h"
 #include "quant/chan_simd.h"
+#include "quant/chanmix_ref.h"
 #include "quant/simd_io-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -226,12 +227,20 @@ void ChanPackCodes(const uint8_t* codes, size_t n, int bits, uint8_t* out) {
 
 void QuantizeChanHead(const Format& f, DType src_dtype, const void* src, size_t src_token_stride,
                       size_t n, size_t head_dim, uint8_t* row0, size_t token_stride) {
+  if (f.kind == FormatKind::kChanMix) {  // scalar on every target (chanmix_ref.cc)
+    return ref::QuantizeChanMixHead(f, src_dtype, src, src_token_stride, n, head_dim, row0,
+                                    token_stride);
+  }
   HWY_DYNAMIC_DISPATCH(QuantizeChanHeadImpl)(f, src_dtype, src, src_token_stride, n, head_dim,
                                              row0, token_stride);
 }
 void DequantizeChanHead(const Format& f, const uint8_t* row0, size_t token_stride, size_t first,
                         size_t n, size_t head_dim, DType dst_dtype, void* dst,
                         size_t dst_token_stride) {
+  if (f.kind == FormatKind::kChanMix) {
+    return ref::DequantizeChanMixHead(f, row0, token_stride, first, n, head_dim, dst_dtype, dst,
+                                      dst_token_stride);
+  }
   HWY_DYNAMIC_DISPATCH(DequantizeChanHeadImpl)(f, row0, token_stride, first, n, head_dim,
                                                dst_dtype, dst, dst_token_stride);
 }

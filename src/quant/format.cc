@@ -48,7 +48,9 @@ std::string ValidFormatsHelp() {
          "{2, 3, 4, 5, 6, 8}, group in {32, 64, 128} and scale dtype in {f32, f16, bf16} "
          "(e.g. affine4g64, affine8g32:bf16), rot<bits>[s<seed>] with bits in {2, 3, 4} and "
          "seed in 0..255 (e.g. rot4, rot3s7), chan<bits>g<tokens> with bits in {2, 3, 4} and "
-         "tokens in {32, 64, 128} (K only, per channel across a block's tokens; e.g. chan4g64)";
+         "tokens in {32, 64, 128} (K only, per channel across a block's tokens; e.g. chan4g64), "
+         "chanmix<bits>g<tokens> with bits in {2, 3} and tokens in {32, 64, 128} (chan with "
+         "bits + 1 for the half of the channels of largest range; e.g. chanmix3g64)";
 }
 
 std::vector<Format> AllSupportedFormats() {
@@ -70,6 +72,9 @@ std::vector<Format> AllTokenGroupedFormats() {
   std::vector<Format> v;
   for (int bits : {2, 3, 4}) {
     for (int tokens : {32, 64, 128}) v.push_back(Format::Chan(bits, tokens));
+  }
+  for (int bits : {2, 3}) {
+    for (int tokens : {32, 64, 128}) v.push_back(Format::ChanMix(bits, tokens));
   }
   return v;
 }
@@ -126,6 +131,19 @@ Status Format::Validate() const {
         return Status::InvalidArgument(what + ": chan formats have f16 scales and no seed");
       }
       return Status::OK();
+    case FormatKind::kChanMix:
+      if (bits < 2 || bits > 3) {
+        return Status::InvalidArgument("chanmix bits " + std::to_string(bits) +
+                                       " unsupported: valid bits are 2, 3");
+      }
+      if (group != 32 && group != 64 && group != 128) {
+        return Status::InvalidArgument("chanmix group of " + std::to_string(group) +
+                                       " tokens unsupported: valid groups are 32, 64, 128");
+      }
+      if (*this != ChanMix(bits, group)) {
+        return Status::InvalidArgument(what + ": chanmix formats have f16 mins / maxes and no seed");
+      }
+      return Status::OK();
   }
   return Status::InvalidArgument("unknown format kind " +
                                  std::to_string(static_cast<int>(kind)) + ": valid formats are " +
@@ -134,7 +152,7 @@ Status Format::Validate() const {
 
 Status Format::CheckHeadDim(size_t head_dim) const {
   KVTIER_RETURN_IF_ERROR(Validate());
-  if (kind == FormatKind::kChan &&
+  if (is_token_grouped() &&
       (head_dim == 0 || head_dim > 256 || head_dim % 16 != 0 || (4 * head_dim) % group != 0)) {
     // group counts tokens here; a row packs head_dim codes and a 4 * head_dim / group byte
     // slice of its group's scales and mins.
@@ -144,7 +162,7 @@ Status Format::CheckHeadDim(size_t head_dim) const {
                                    "multiple of its " + std::to_string(group) +
                                    "-token group (e.g. 64 or 128)");
   }
-  if (kind == FormatKind::kChan) return Status::OK();
+  if (is_token_grouped()) return Status::OK();
   if (head_dim == 0 || head_dim % group != 0) {
     return Status::InvalidArgument(
         "head_dim " + std::to_string(head_dim) + " cannot be stored as " + name() +
@@ -164,7 +182,7 @@ uint32_t Format::id() const {
 Result<Format> Format::FromId(uint32_t id) {
   const uint32_t log2_group = (id >> 16) & 0xff;
   const bool rot = (id & 0xff) == static_cast<uint32_t>(FormatKind::kRot);
-  if (log2_group > 15 || (!rot && (id >> 24) > 2) || (id & 0xff) > 7) {
+  if (log2_group > 15 || (!rot && (id >> 24) > 2) || (id & 0xff) > 8) {
     return Status::Corruption("invalid format id 0x" + [&] {
       char buf[16];
       auto [p, ec] = std::to_chars(buf, buf + sizeof buf, id, 16);
@@ -193,6 +211,8 @@ std::string Format::name() const {
       return "rot" + std::to_string(bits) + "s" + std::to_string(seed);
     case FormatKind::kChan:
       return "chan" + std::to_string(bits) + "g" + std::to_string(group);
+    case FormatKind::kChanMix:
+      return "chanmix" + std::to_string(bits) + "g" + std::to_string(group);
   }
   return "invalid-format";
 }
@@ -215,6 +235,8 @@ double Format::bits_per_value() const {
     case FormatKind::kAffine:
     case FormatKind::kChan:
       return bits + 2.0 * 8.0 * static_cast<double>(DTypeSize(scale_dtype)) / group;
+    case FormatKind::kChanMix:
+      return bits + 0.5 + 32.0 / group;
   }
   return 0;
 }
@@ -237,6 +259,9 @@ size_t Format::row_bytes(size_t head_dim) const {
       // The codes of one token, then this row's slice of its group's [scale][min] arrays
       // (4 * head_dim bytes over `group` rows): bits + 32 / group bits per value.
       return head_dim * bits / 8 + 4 * head_dim / group;
+    case FormatKind::kChanMix:
+      // D * bits + D / 2 code bits, then the row's slice of [lo][hi] (quant/chanmix.h).
+      return head_dim * (2 * bits + 1) / 16 + 4 * head_dim / group;
   }
   return 0;
 }
@@ -270,8 +295,10 @@ Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults) {
     return f;
   }
   constexpr std::string_view kChanName = "chan";
+  constexpr std::string_view kChanMixName = "chanmix";
   if (name.substr(0, kChanName.size()) == kChanName) {
-    std::string_view rest = name.substr(kChanName.size());
+    const bool mix = name.substr(0, kChanMixName.size()) == kChanMixName;
+    std::string_view rest = name.substr(mix ? kChanMixName.size() : kChanName.size());
     int bits = 0, tokens = 0;
     const size_t g = rest.find('g');
     if (g == std::string_view::npos) return unknown("chan needs g<tokens>, e.g. chan4g64");
@@ -279,7 +306,7 @@ Result<Format> ParseFormat(std::string_view name, FormatDefaults defaults) {
       return unknown("bad token group");
     }
     if (!ParseInt(rest.substr(0, g), &bits) || bits < 0 || bits > 255) return unknown("bad bit width");
-    Format f = Format::Chan(bits, tokens);
+    Format f = mix ? Format::ChanMix(bits, tokens) : Format::Chan(bits, tokens);
     Status s = f.Validate();
     if (!s.ok()) return unknown(s.message());
     return f;

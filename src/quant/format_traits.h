@@ -111,6 +111,7 @@ constexpr KvCode CodeOf(const Format& f) {
     case FormatKind::kRot:
       return f.bits == 4 ? KvCode::kRot4 : f.bits == 3 ? KvCode::kRot3 : f.bits == 2 ? KvCode::kRot2 : KvCode::kOther;
     case FormatKind::kChan: return KvCode::kOther;  // the generic path (quant/chan.h)
+    case FormatKind::kChanMix: return KvCode::kOther;  // the generic path (quant/chanmix.h)
   }
   return KvCode::kOther;
 }
@@ -182,6 +183,8 @@ inline constexpr FormatKindTraits kFormatKindTraits[] = {
     {FormatKind::kRot, ScalePlacement::kPerBlock, 32, 0, 0, 2, 0, NibbleOrder::kNone},
     // chan: token-grouped K (quant/chan.h): codes, then a slice of the group's scales / mins.
     {FormatKind::kChan, ScalePlacement::kAfterCodes, 0, 0, 0, 0, 0, NibbleOrder::kInterleaved},
+    // chanmix: chan with two code widths (quant/chanmix.h): codes, then a slice of [lo][hi].
+    {FormatKind::kChanMix, ScalePlacement::kAfterCodes, 0, 0, 0, 0, 0, NibbleOrder::kNone},
 };
 
 constexpr const FormatKindTraits& TraitsOf(FormatKind k) { return kFormatKindTraits[static_cast<size_t>(k)]; }
@@ -189,7 +192,8 @@ static_assert(TraitsOf(FormatKind::kQ8_0).kind == FormatKind::kQ8_0 &&
                   TraitsOf(FormatKind::kQ4_0).kind == FormatKind::kQ4_0 &&
                   TraitsOf(FormatKind::kAffine).kind == FormatKind::kAffine &&
                   TraitsOf(FormatKind::kRot).kind == FormatKind::kRot &&
-                  TraitsOf(FormatKind::kChan).kind == FormatKind::kChan,
+                  TraitsOf(FormatKind::kChan).kind == FormatKind::kChan &&
+                  TraitsOf(FormatKind::kChanMix).kind == FormatKind::kChanMix,
               "kFormatKindTraits is indexed by FormatKind");
 
 // ---------------------------------------------------------------- one row's geometry

@@ -202,6 +202,7 @@ void QuantizeRow(const Format& f, DType src_dtype, const void* src, size_t head_
       QuantizeRotRow(f, src_dtype, src, head_dim, dst);
       return;
     case FormatKind::kChan:  // token-grouped: chan_ref.cc (quant.cc refuses it here)
+    case FormatKind::kChanMix:
       return;
   }
 }
@@ -243,6 +244,7 @@ void DequantizeRow(const Format& f, const uint8_t* src, size_t head_dim, DType d
       return;
     }
     case FormatKind::kChan:  // token-grouped: chan_ref.cc (quant.cc refuses it here)
+    case FormatKind::kChanMix:
       return;
   }
 }

@@ -570,7 +570,8 @@ bool QuantizeFrom(const Format& f, const void* src, size_t n_rows, size_t head_d
     case FormatKind::kQ8_0: QuantizeQ8_0<kSrc>(src, n_rows, head_dim, dst); return true;
     case FormatKind::kQ4_0: QuantizeQ4_0<kSrc>(src, n_rows, head_dim, dst); return true;
     case FormatKind::kRot: return QuantizeRotBits<kSrc>(f, src, n_rows, head_dim, dst);
-    case FormatKind::kChan: return false;  // token-grouped: chan_simd.cc
+    case FormatKind::kChan:  // token-grouped: chan_simd.cc
+    case FormatKind::kChanMix: return false;
     case FormatKind::kF32:
     case FormatKind::kF16:
     case FormatKind::kBF16:
@@ -598,7 +599,8 @@ bool DequantizeTo(const Format& f, const uint8_t* src, size_t src_stride, size_t
     case FormatKind::kQ8_0: DequantizeQ8_0<kDst>(src, s, n_rows, head_dim, dst); return true;
     case FormatKind::kQ4_0: DequantizeQ4_0<kDst>(src, s, n_rows, head_dim, dst); return true;
     case FormatKind::kRot: return DequantizeRotBits<kDst>(f, src, s, n_rows, head_dim, true, dst);
-    case FormatKind::kChan: return false;  // token-grouped: chan_simd.cc
+    case FormatKind::kChan:  // token-grouped: chan_simd.cc
+    case FormatKind::kChanMix: return false;
     case FormatKind::kF32:
     case FormatKind::kF16:
     case FormatKind::kBF16: {
